@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Structures shared by bpf/runq.bpf.c and the userspace collector.
+ * Plain C, fixed-width types, no pointers; every struct size is asserted so
+ * that a change on one side cannot silently misread the other.
+ */
+#ifndef KHAGENT_ABI_RUNQ_H
+#define KHAGENT_ABI_RUNQ_H
+
+#ifdef __bpf__
+/* vmlinux.h provides __u32/__u64 */
+#else
+#include <linux/types.h>
+#endif
+
+#ifdef __cplusplus
+#define KH_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#define KH_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+
+/*
+ * Log-linear run-queue wait histogram, in nanoseconds.
+ * Bucket 0 holds waits below 2^KH_HIST_MIN_SHIFT ns (1.024 us). Above that each
+ * power of two [2^k, 2^(k+1)) is split into KH_HIST_SUBS equal sub-buckets, up
+ * to 2^KH_HIST_MAX_SHIFT ns (~68.7 s); the last bucket also takes everything
+ * larger. A sub-bucket spans at most 1/4 of its lower bound, so its midpoint is
+ * within 12.5% of any value in it.
+ */
+enum kh_hist_layout {
+	KH_HIST_MIN_SHIFT = 10,
+	KH_HIST_MAX_SHIFT = 36,
+	KH_HIST_SUB_SHIFT = 2,
+	KH_HIST_SUBS = 1 << KH_HIST_SUB_SHIFT,
+	KH_HIST_BUCKETS = 1 + (KH_HIST_MAX_SHIFT - KH_HIST_MIN_SHIFT) * KH_HIST_SUBS,
+};
+
+/* floor(log2(v)) for v > 0, loop-free so the BPF verifier takes it as is. */
+static inline __u32 kh_log2_u64(__u64 v)
+{
+	__u32 r = 0, s;
+
+	s = (v > 0xFFFFFFFFULL) << 5; v >>= s; r |= s;
+	s = (v > 0xFFFF) << 4; v >>= s; r |= s;
+	s = (v > 0xFF) << 3; v >>= s; r |= s;
+	s = (v > 0xF) << 2; v >>= s; r |= s;
+	s = (v > 0x3) << 1; v >>= s; r |= s;
+	r |= (__u32)(v >> 1);
+	return r;
+}
+
+/* Histogram bucket of a wait of ns nanoseconds (see enum kh_hist_layout). */
+static inline __u32 kh_hist_bucket(__u64 ns)
+{
+	__u32 k, sub;
+
+	if (ns < (1ULL << KH_HIST_MIN_SHIFT))
+		return 0;
+	k = kh_log2_u64(ns);
+	if (k >= KH_HIST_MAX_SHIFT)
+		return KH_HIST_BUCKETS - 1;
+	sub = (__u32)(ns >> (k - KH_HIST_SUB_SHIFT)) & (KH_HIST_SUBS - 1);
+	return 1 + (k - KH_HIST_MIN_SHIFT) * KH_HIST_SUBS + sub;
+}
+
+/* Why a task waited; the wait of every switch-in is split across these. */
+enum kh_wait_cause {
+	KH_WAIT_THROTTLED = 0,   /* its own cgroup (or an ancestor) was CFS-throttled */
+	KH_WAIT_SAME_CGROUP,     /* another task of the same cgroup held the CPU */
+	KH_WAIT_OTHER_CGROUP,    /* another cgroup held the CPU: interference */
+	KH_WAIT_UNATTRIBUTED,    /* older than the slice ring, or the CPU was idle */
+	KH_NR_WAIT_CAUSES,
+};
+
+/* Value of the cgroup_stats map, per CPU; all counters only grow. */
+struct kh_cgroup_stats {
+	__u64 wait_ns;                       /* run-queue wait, all causes */
+	__u64 waits;                         /* switch-ins that ended a measured wait */
+	__u64 cpu_ns;                        /* time on CPU */
+	__u64 preemptions;                   /* switched out while still runnable */
+	__u64 cause_ns[KH_NR_WAIT_CAUSES];   /* wait_ns split by enum kh_wait_cause */
+	__u64 hist[KH_HIST_BUCKETS];         /* waits by duration, see kh_hist_layout */
+};
+KH_STATIC_ASSERT(sizeof(struct kh_cgroup_stats) == 8 * (8 + KH_HIST_BUCKETS),
+	       "kh_cgroup_stats layout");
+
+/* Key of the interference map. */
+struct kh_pair {
+	__u64 victim;     /* cgroup v2 id of the task that waited */
+	__u64 aggressor;  /* cgroup v2 id of a task that ran on that CPU meanwhile */
+};
+KH_STATIC_ASSERT(sizeof(struct kh_pair) == 16, "kh_pair layout");
+
+/* Value of the interference map, per CPU. */
+struct kh_pair_stats {
+	__u64 wait_ns;  /* part of the victim's waits during which the aggressor ran */
+	__u64 count;    /* waits in which the aggressor ran at least once */
+};
+KH_STATIC_ASSERT(sizeof(struct kh_pair_stats) == 16, "kh_pair_stats layout");
+
+/* Value of the throttle_stats map (fentry source), per CPU. */
+struct kh_throttle_stats {
+	__u64 events;        /* throttle_cfs_rq calls on this cgroup's cfs_rq */
+	__u64 throttled_ns;  /* time from throttle to unthrottle, summed over CPUs */
+};
+KH_STATIC_ASSERT(sizeof(struct kh_throttle_stats) == 16, "kh_throttle_stats layout");
+
+/* Global counters of the BPF side itself, indexed by enum kh_counter. */
+enum kh_counter {
+	KH_CNT_SWITCHES = 0,        /* sched_switch events seen */
+	KH_CNT_WAKEUPS,             /* sched_wakeup + sched_wakeup_new events */
+	KH_CNT_STORAGE_MISS,        /* task storage could not be created */
+	KH_CNT_RING_OVERFLOW,       /* waits older than the slice ring */
+	KH_CNT_STATS_FULL,          /* cgroup_stats insert failed */
+	KH_CNT_PAIRS_FULL,          /* interference insert failed */
+	KH_NR_COUNTERS,
+};
+
+#endif /* KHAGENT_ABI_RUNQ_H */

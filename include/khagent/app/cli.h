@@ -1,0 +1,40 @@
+// Command line of the khagent binary.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "khagent/loader/runq_loader.h"
+#include "khagent/util/result.h"
+
+namespace khagent {
+
+enum class Command { Observe, Version };
+
+struct CliOptions {
+  Command command = Command::Observe;
+  // observe
+  uint64_t interval_ns = 1000000000ULL;
+  uint64_t count = 0;  // 0 = until interrupted
+  std::string cgroup_prefix;
+  bool json = false;
+  size_t limit = 25;
+  // common
+  std::string log_level = "info";
+  LoaderOptions loader;
+};
+
+// Parses "250ms", "1s", "1.5s", "2m", or a plain number of seconds.
+Result<uint64_t> parse_duration_ns(const std::string& text);
+
+struct CliParse {
+  std::optional<CliOptions> options;  // set when the program should go on
+  int exit_code = 0;                  // otherwise exit with this
+  std::string output;                 // help or error text to print
+};
+
+CliParse parse_cli(const std::vector<std::string>& args);
+
+}  // namespace khagent

@@ -1,0 +1,91 @@
+// The collect stage: reads the BPF maps each tick, turns per-CPU cumulative
+// counters into totals since start and per-interval deltas, resolves cgroup
+// ids to paths, and adds throttling from cpu.stat where fentry is unavailable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "khagent/collect/cgroupfs.h"
+#include "khagent/collect/cpustat.h"
+#include "khagent/collect/sample.h"
+#include "khagent/util/result.h"
+
+namespace khagent {
+
+struct RawPair {
+  uint64_t victim = 0;
+  uint64_t aggressor = 0;
+  uint64_t wait_ns = 0;
+  uint64_t count = 0;
+};
+
+// What the maps hold right now, summed over CPUs (cumulative values).
+struct RawMaps {
+  std::unordered_map<uint64_t, CgroupCounters> cgroups;
+  std::vector<RawPair> pairs;
+  std::unordered_map<uint64_t, ThrottleCounters> throttle;
+  std::array<uint64_t, KH_NR_COUNTERS> counters{};
+};
+
+class MapSource {
+ public:
+  virtual ~MapSource() = default;
+  virtual Result<RawMaps> read() = 0;
+  // Deletes the entries of cgroups that no longer exist.
+  virtual void forget(const std::vector<uint64_t>& ids,
+                      const std::vector<std::pair<uint64_t, uint64_t>>& pairs) = 0;
+};
+
+class Collector {
+ public:
+  // `cpu_stat` is used when source is ThrottleSource::CpuStat; may be null otherwise.
+  Collector(MapSource& maps, CgroupIndex& index, ThrottleStatReader* cpu_stat,
+            ThrottleSource source);
+
+  // Reads the maps now. The first call establishes the start (interval_ns 0).
+  Result<Sample> tick();
+  // Same, with the clocks given (tests).
+  Result<Sample> tick_at(uint64_t mono_ns, uint64_t real_ns);
+
+  // Map entries deleted for cgroups that went away, since start.
+  uint64_t forgotten() const { return forgotten_; }
+
+ private:
+  struct CgState {
+    std::string path;
+    CgroupCounters last_raw;
+    CgroupCounters total;
+    ThrottleCounters thr_last;  // last raw throttle reading
+    bool thr_seen = false;
+    ThrottleCounters thr_total;
+    bool active_prev = false;
+  };
+  struct PairState {
+    RawPair last_raw;
+    uint64_t wait_ns_total = 0;
+    uint64_t count_total = 0;
+  };
+
+  MapSource& maps_;
+  CgroupIndex& index_;
+  ThrottleStatReader* cpu_stat_;
+  ThrottleSource source_;
+  std::unordered_map<uint64_t, CgState> cgroups_;
+  std::map<std::pair<uint64_t, uint64_t>, PairState> pairs_;
+  std::optional<uint64_t> last_mono_;
+  std::optional<uint64_t> last_rescan_;
+  uint64_t forgotten_ = 0;
+};
+
+// Per-field delta of cumulative counters; a counter that went backwards
+// (entry evicted and created again) counts from zero.
+CgroupCounters counters_delta(const CgroupCounters& now, const CgroupCounters& before);
+void counters_add(CgroupCounters& into, const CgroupCounters& d);
+
+}  // namespace khagent

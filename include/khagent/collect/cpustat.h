@@ -1,0 +1,57 @@
+// Throttling from the kernel's own accounting (cpu.stat), the fallback source
+// where fentry on throttle_cfs_rq/unthrottle_cfs_rq is unavailable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "khagent/collect/sample.h"
+
+namespace khagent {
+
+// "key value" lines (cpu.stat, memory.stat) to a map; malformed lines skipped.
+std::unordered_map<std::string, uint64_t> parse_flat_keyed(const std::string& text);
+
+// From /proc/<pid>/cgroup text, the path in the v1 hierarchy whose controller
+// list contains "cpu" (e.g. "4:cpu,cpuacct:/foo" gives "/foo").
+std::optional<std::string> v1_cpu_path(const std::string& proc_pid_cgroup);
+
+class ThrottleStatReader {
+ public:
+  virtual ~ThrottleStatReader() = default;
+  // Cumulative throttling of the cgroup at `path`; nullopt if unreadable.
+  virtual std::optional<ThrottleCounters> read(const std::string& path) = 0;
+};
+
+class CpuStatThrottleReader : public ThrottleStatReader {
+ public:
+  // cpu_v1_root may be empty (pure cgroup v2 host).
+  CpuStatThrottleReader(std::string cgroup2_root, std::string cpu_v1_root,
+                        std::string proc_root = "/proc");
+
+  // Cumulative throttling of the cgroup at `path` (relative to the cgroup2
+  // root): cgroup v2 cpu.stat nr_throttled/throttled_usec where the cpu
+  // controller is enabled, else the v1 cpu cgroup of one of its tasks
+  // (nr_throttled/throttled_time). nullopt if neither can be read.
+  std::optional<ThrottleCounters> read(const std::string& path) override;
+
+  // Drops cached v2 -> v1 mappings (they are refreshed every 10 s anyway).
+  void forget(const std::string& path) { v1_cache_.erase(path); }
+
+ private:
+  struct V1Entry {
+    std::string stat_file;  // "" = the cgroup has no task to map through
+    std::chrono::steady_clock::time_point when;
+  };
+  std::optional<std::string> v1_stat_file(const std::string& path);
+
+  std::string v2_root_;
+  std::string v1_root_;
+  std::string proc_root_;
+  std::unordered_map<std::string, V1Entry> v1_cache_;
+};
+
+}  // namespace khagent

@@ -1,0 +1,43 @@
+// The signals stage: per-cgroup percentiles, CPU share and top aggressors
+// computed from a collector Sample.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "khagent/collect/sample.h"
+
+namespace khagent {
+
+struct AggressorSignal {
+  uint64_t id = 0;
+  std::string path;  // "" if the aggressor is not a known cgroup
+  uint64_t wait_ns_total = 0;
+  uint64_t wait_ns_interval = 0;
+};
+
+struct CgroupSignals {
+  uint64_t id = 0;
+  std::string path;
+  CgroupCounters total;
+  CgroupCounters interval;
+  ThrottleCounters throttle_total;
+  ThrottleCounters throttle_interval;
+  double wait_p50_us = 0;  // over the last interval
+  double wait_p99_us = 0;
+  double cpu_pct = 0;      // of one CPU, over the last interval
+  std::vector<AggressorSignal> top_aggressors;  // by total wait caused, largest first
+};
+
+struct Signals {
+  uint64_t ts_ns = 0;
+  uint64_t interval_ns = 0;
+  ThrottleSource throttle_source = ThrottleSource::None;
+  std::vector<CgroupSignals> cgroups;
+  std::array<uint64_t, KH_NR_COUNTERS> bpf_counters{};
+};
+
+Signals compute_signals(const Sample& s, size_t top_aggressors = 3);
+
+}  // namespace khagent

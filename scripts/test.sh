@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Sets up this machine, builds khagent and runs every test tier:
+#   unit  (no root)          tests/unit
+#   host  (root, real BPF)   tests/host
+# then builds again with AddressSanitizer + UndefinedBehaviorSanitizer and runs
+# the unit and host tiers once more. Exits non-zero on any failure.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+step() { printf '\n=== %s ===\n' "$*"; }
+
+step setup
+scripts/setup.sh
+
+step build
+scripts/build.sh "$root/build"
+
+step "unit and host tests"
+ctest --test-dir "$root/build" --output-on-failure -L 'unit|host' -j1
+
+step "sanitizer build (ASan + UBSan)"
+KHAGENT_SANITIZE=1 scripts/build.sh "$root/build-asan"
+
+step "unit and host tests under ASan + UBSan"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ctest --test-dir "$root/build-asan" --output-on-failure -L 'unit|host' -j1
+
+step "all tiers passed"

@@ -1,0 +1,162 @@
+// Helpers for host tests: root check, cgroups, workload processes, schedstat.
+#pragma once
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "khagent/collect/cgroupfs.h"
+
+namespace hosttest {
+
+// Host tests need root and BPF: without them they fail and say so.
+#define REQUIRE_ROOT()                                                                 \
+  do {                                                                                 \
+    if (geteuid() != 0)                                                                \
+      FAIL() << "host tests need root (BPF programs, cgroup writes); run as root: " \
+                "sudo scripts/test.sh";                                                \
+  } while (0)
+
+inline bool write_file(const std::string& path, const std::string& text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = ::write(fd, text.data(), text.size());
+  ::close(fd);
+  return n == static_cast<ssize_t>(text.size());
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+inline uint64_t inode_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return st.st_ino;
+}
+
+// A cgroup made by the test (v2, or v1 under a controller's mount), removed
+// at the end once its processes are gone.
+struct TestCgroup {
+  std::string root;  // the hierarchy's mount point
+  std::string rel;   // path relative to it, starting with '/'
+  std::string dir() const { return root + rel; }
+  uint64_t id() const { return inode_of(dir()); }
+
+  TestCgroup(std::string r, std::string p) : root(std::move(r)), rel(std::move(p)) {
+    std::filesystem::create_directories(dir());
+  }
+  ~TestCgroup() {
+    for (int i = 0; i < 50 && ::rmdir(dir().c_str()) != 0 && errno == EBUSY; i++) usleep(20000);
+  }
+  TestCgroup(const TestCgroup&) = delete;
+  TestCgroup& operator=(const TestCgroup&) = delete;
+};
+
+// A child process running `body` after joining cgroups and a CPU.
+struct Child {
+  pid_t pid = -1;
+  Child() = default;
+  Child(const std::vector<std::string>& procs_files, int cpu, int nice_value,
+        const std::function<void()>& body) {
+    int ready[2];
+    if (pipe(ready) != 0) return;
+    pid = fork();
+    if (pid == 0) {
+      ::close(ready[0]);
+      for (const auto& f : procs_files)
+        if (!write_file(f, "0")) _exit(90);
+      if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0) _exit(91);
+      }
+      if (nice_value && setpriority(PRIO_PROCESS, 0, nice_value) != 0) _exit(92);
+      char c = 1;
+      if (::write(ready[1], &c, 1) != 1) _exit(93);
+      ::close(ready[1]);
+      body();
+      _exit(0);
+    }
+    ::close(ready[1]);
+    char c = 0;
+    if (::read(ready[0], &c, 1) != 1) {
+      int st = 0;
+      waitpid(pid, &st, 0);
+      pid = -1;  // the child could not set itself up
+    }
+    ::close(ready[0]);
+  }
+  ~Child() { stop(); }
+  Child(Child&& o) noexcept : pid(o.pid) { o.pid = -1; }
+  Child& operator=(Child&& o) noexcept {
+    stop();
+    pid = o.pid;
+    o.pid = -1;
+    return *this;
+  }
+  void stop() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      int st = 0;
+      waitpid(pid, &st, 0);
+      pid = -1;
+    }
+  }
+};
+
+[[noreturn]] inline void busy_loop() {
+  for (;;) asm volatile("" ::: "memory");
+}
+
+[[noreturn]] inline void sleep_loop(long ns) {
+  timespec ts{0, ns};
+  for (;;) nanosleep(&ts, nullptr);
+}
+
+struct Schedstat {
+  uint64_t cpu_ns = 0, run_delay_ns = 0, pcount = 0;
+};
+
+inline Schedstat schedstat(pid_t pid) {
+  Schedstat s;
+  std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/schedstat"));
+  in >> s.cpu_ns >> s.run_delay_ns >> s.pcount;
+  return s;
+}
+
+inline khagent::Mounts mounts() {
+  auto m = khagent::find_mounts();
+  return m.ok() ? m.value() : khagent::Mounts{};
+}
+
+inline std::string unique(const std::string& base) {
+  return base + "-" + std::to_string(getpid());
+}
+
+inline void sleep_s(double s) {
+  timespec ts{static_cast<time_t>(s), static_cast<long>((s - static_cast<long>(s)) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+}  // namespace hosttest

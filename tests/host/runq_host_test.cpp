@@ -1,0 +1,332 @@
+// Real BPF on the running kernel: trigger real scheduling, read khagent's maps
+// and compare with the kernel's own accounting and an independent tracer.
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "host_util.h"
+#include "khagent/collect/bpf_maps.h"
+#include "khagent/collect/collector.h"
+#include "khagent/loader/runq_loader.h"
+#include "mintrace.skel.h"
+
+using namespace khagent;
+using namespace hosttest;
+
+namespace {
+
+constexpr int kCpu = 0;
+
+struct MinTrace {
+  mintrace_bpf* skel = nullptr;
+  MinTrace() {
+    skel = mintrace_bpf__open_and_load();
+    if (skel && mintrace_bpf__attach(skel) != 0) {
+      mintrace_bpf__destroy(skel);
+      skel = nullptr;
+    }
+  }
+  ~MinTrace() { mintrace_bpf__destroy(skel); }
+  void watch(pid_t pid) {
+    uint32_t k = static_cast<uint32_t>(pid);
+    uint64_t zero[2] = {0, 0};
+    bpf_map_update_elem(bpf_map__fd(skel->maps.targets), &k, zero, BPF_ANY);
+  }
+  std::pair<uint64_t, uint64_t> totals(pid_t pid) {  // wait_ns, waits
+    uint32_t k = static_cast<uint32_t>(pid);
+    uint64_t v[2] = {0, 0};
+    bpf_map_lookup_elem(bpf_map__fd(skel->maps.targets), &k, v);
+    return {v[0], v[1]};
+  }
+};
+
+class RunqHost : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    REQUIRE_ROOT();
+    m_ = mounts();
+    ASSERT_FALSE(m_.cgroup2.empty()) << "no cgroup2 mount";
+    // The reference tracer attaches first: programs on a tracepoint run in
+    // attach order, so its stamps then precede khagent's at both ends of a
+    // wait, and the cost of khagent's own handlers does not show up as a
+    // difference between the two.
+    mt_ = std::make_unique<MinTrace>();
+    ASSERT_NE(mt_->skel, nullptr) << "could not load the reference tracer";
+    LoaderOptions o;
+    o.pin_dir = "/sys/fs/bpf/" + unique("khagent-test");
+    auto b = RunqBpf::open_and_load(o);
+    ASSERT_TRUE(b.ok()) << b.error().str();
+    bpf_ = std::move(b.value());
+    maps_ = std::make_unique<BpfMapSource>(bpf_->map_fds());
+    parent_ = std::make_unique<TestCgroup>(m_.cgroup2, "/" + unique("khagent-host-test"));
+  }
+  void TearDown() override {
+    children_.clear();
+    cgroups_.clear();
+    parent_.reset();
+    if (bpf_) ::rmdir(("/sys/fs/bpf/" + unique("khagent-test")).c_str());
+  }
+
+  TestCgroup& cgroup(const std::string& name) {
+    cgroups_.push_back(std::make_unique<TestCgroup>(m_.cgroup2, parent_->rel + "/" + name));
+    return *cgroups_.back();
+  }
+  pid_t spawn(const TestCgroup& cg, int nice_value, const std::function<void()>& body,
+              const std::string& v1_procs = "") {
+    std::vector<std::string> procs{cg.dir() + "/cgroup.procs"};
+    if (!v1_procs.empty()) procs.push_back(v1_procs);
+    children_.emplace_back(procs, kCpu, nice_value, body);
+    return children_.back().pid;
+  }
+
+  RawMaps read() {
+    auto r = maps_->read();
+    EXPECT_TRUE(r.ok()) << r.error().str();
+    return r.ok() ? r.value() : RawMaps{};
+  }
+  static CgroupCounters of(const RawMaps& r, uint64_t id) {
+    auto it = r.cgroups.find(id);
+    return it == r.cgroups.end() ? CgroupCounters{} : it->second;
+  }
+  static uint64_t pair_ns(const RawMaps& r, uint64_t victim, uint64_t aggressor) {
+    for (const auto& p : r.pairs)
+      if (p.victim == victim && p.aggressor == aggressor) return p.wait_ns;
+    return 0;
+  }
+
+  Mounts m_;
+  std::unique_ptr<MinTrace> mt_;
+  std::unique_ptr<RunqBpf> bpf_;
+  std::unique_ptr<BpfMapSource> maps_;
+  std::unique_ptr<TestCgroup> parent_;
+  std::vector<std::unique_ptr<TestCgroup>> cgroups_;
+  std::vector<Child> children_;
+};
+
+}  // namespace
+
+// (1) and (2): a 1 ms sleeper in B woken onto a CPU held by a hog in A.
+TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
+  auto& a = cgroup("a");
+  auto& b = cgroup("b");
+  pid_t hog = spawn(a, 0, [] { busy_loop(); });
+  pid_t sleeper = spawn(b, 0, [] { sleep_loop(1000000); });
+  ASSERT_GT(hog, 0);
+  ASSERT_GT(sleeper, 0);
+  MinTrace& mt = *mt_;
+  mt.watch(sleeper);
+  sleep_s(0.5);
+
+  RawMaps r0 = read();
+  Schedstat k0 = schedstat(sleeper);
+  auto t0 = mt.totals(sleeper);
+  sleep_s(4);
+  RawMaps r1 = read();
+  Schedstat k1 = schedstat(sleeper);
+  auto t1 = mt.totals(sleeper);
+
+  CgroupCounters bd = counters_delta(of(r1, b.id()), of(r0, b.id()));
+  double kernel_waits = static_cast<double>(k1.pcount - k0.pcount);
+  double kernel_delay = static_cast<double>(k1.run_delay_ns - k0.run_delay_ns);
+  double tracer_ns = static_cast<double>(t1.first - t0.first);
+  double ours_ns = static_cast<double>(bd.wait_ns);
+  std::printf("B: khagent waits %llu wait %.3f ms | kernel pcount %.0f run_delay %.3f ms | "
+              "tracer waits %llu wait %.3f ms\n",
+              static_cast<unsigned long long>(bd.waits), ours_ns / 1e6, kernel_waits,
+              kernel_delay / 1e6, static_cast<unsigned long long>(t1.second - t0.second),
+              tracer_ns / 1e6);
+  ASSERT_GT(kernel_waits, 1000) << "the sleeper barely ran";
+  EXPECT_NEAR(static_cast<double>(bd.waits) / kernel_waits, 1.0, 0.02);
+  EXPECT_GE(ours_ns, 0.98 * kernel_delay) << "below the kernel's own run_delay";
+  EXPECT_NEAR(ours_ns / tracer_ns, 1.0, 0.05) << "disagrees with the reference tracer";
+
+  // (2) B's interference is A's.
+  double other = static_cast<double>(bd.cause_ns[KH_WAIT_OTHER_CGROUP]);
+  double by_a = static_cast<double>(pair_ns(r1, b.id(), a.id()) - pair_ns(r0, b.id(), a.id()));
+  std::printf("B: other-cgroup wait %.3f ms, of which A %.3f ms; same %.3f ms unattributed %.3f ms\n",
+              other / 1e6, by_a / 1e6, static_cast<double>(bd.cause_ns[KH_WAIT_SAME_CGROUP]) / 1e6,
+              static_cast<double>(bd.cause_ns[KH_WAIT_UNATTRIBUTED]) / 1e6);
+  ASSERT_GT(other, 0);
+  EXPECT_GE(by_a / other, 0.95);
+  EXPECT_GE(other / ours_ns, 0.8) << "most of B's wait should be A running";
+
+  // A ran and was preempted by B's wakeups.
+  CgroupCounters ad = counters_delta(of(r1, a.id()), of(r0, a.id()));
+  EXPECT_GT(ad.cpu_ns, 2'000'000'000u);
+  EXPECT_GT(ad.preemptions, 100u);
+}
+
+// (3) two aggressors with different CPU shares split the blame in proportion.
+TEST_F(RunqHost, AttributionSplitsByAggressorShare) {
+  auto& a1 = cgroup("a1");
+  auto& a2 = cgroup("a2");
+  auto& b = cgroup("b");
+  spawn(a1, 0, [] { busy_loop(); });
+  spawn(a2, 5, [] { busy_loop(); });  // weight 335 vs 1024
+  spawn(b, 0, [] { sleep_loop(1000000); });
+  sleep_s(0.5);
+  RawMaps r0 = read();
+  sleep_s(4);
+  RawMaps r1 = read();
+
+  double cpu1 = static_cast<double>(of(r1, a1.id()).cpu_ns - of(r0, a1.id()).cpu_ns);
+  double cpu2 = static_cast<double>(of(r1, a2.id()).cpu_ns - of(r0, a2.id()).cpu_ns);
+  double w1 = static_cast<double>(pair_ns(r1, b.id(), a1.id()) - pair_ns(r0, b.id(), a1.id()));
+  double w2 = static_cast<double>(pair_ns(r1, b.id(), a2.id()) - pair_ns(r0, b.id(), a2.id()));
+  double share_cpu = cpu1 / (cpu1 + cpu2), share_blame = w1 / (w1 + w2);
+  std::printf("A1 cpu share %.3f blame share %.3f (A1 %.2f ms, A2 %.2f ms of B's wait)\n", share_cpu,
+              share_blame, w1 / 1e6, w2 / 1e6);
+  ASSERT_GT(w1 + w2, 0);
+  EXPECT_GT(share_cpu, 0.6) << "nice 5 should get clearly less CPU";
+  EXPECT_NEAR(share_blame, share_cpu, 0.12);
+}
+
+// (6) a hog limited by a CFS quota waits because it is throttled: that is not
+// interference. On this hybrid host the quota is set through the v1 cpu
+// controller while the task sits in a v2 cgroup of the test's choosing.
+TEST_F(RunqHost, QuotaThrottledWaitsAreCountedAsThrottled) {
+  auto& t = cgroup("throttled");
+  std::unique_ptr<TestCgroup> v1;
+  std::string v1_procs;
+  if (!m_.cpu_v1.empty()) {
+    v1 = std::make_unique<TestCgroup>(m_.cpu_v1, "/" + unique("khagent-host-test"));
+    ASSERT_TRUE(write_file(v1->dir() + "/cpu.cfs_period_us", "100000"));
+    ASSERT_TRUE(write_file(v1->dir() + "/cpu.cfs_quota_us", "20000"));
+    v1_procs = v1->dir() + "/cgroup.procs";
+  } else {
+    ASSERT_TRUE(write_file(parent_->dir() + "/cgroup.subtree_control", "+cpu"))
+        << "cannot enable the cpu controller on cgroup v2";
+    ASSERT_TRUE(write_file(t.dir() + "/cpu.max", "20000 100000"));
+  }
+  CgroupIndex index(m_.cgroup2);
+  CpuStatThrottleReader cpu_stat(m_.cgroup2, m_.cpu_v1);
+  Collector col(*maps_, index, &cpu_stat, bpf_->throttle_source());
+  pid_t hog = spawn(t, 0, [] { busy_loop(); }, v1_procs);
+  ASSERT_GT(hog, 0);
+  sleep_s(0.3);
+  ASSERT_TRUE(col.tick().ok());
+  RawMaps r0 = read();
+  sleep_s(3);
+  RawMaps r1 = read();
+  auto s = col.tick();
+  ASSERT_TRUE(s.ok());
+
+  CgroupCounters d = counters_delta(of(r1, t.id()), of(r0, t.id()));
+  double wait = static_cast<double>(d.wait_ns);
+  double thr = static_cast<double>(d.cause_ns[KH_WAIT_THROTTLED]);
+  std::printf("throttled hog: cpu %.1f ms, wait %.1f ms, throttled %.1f ms, other %.1f ms, "
+              "waits %llu\n",
+              static_cast<double>(d.cpu_ns) / 1e6, wait / 1e6, thr / 1e6,
+              static_cast<double>(d.cause_ns[KH_WAIT_OTHER_CGROUP]) / 1e6,
+              static_cast<unsigned long long>(d.waits));
+  EXPECT_LT(static_cast<double>(d.cpu_ns), 0.35 * 3e9) << "the quota did not limit the hog";
+  ASSERT_GT(wait, 1e9) << "a 20% quota hog should wait most of the time";
+  EXPECT_GE(thr / wait, 0.9);
+  EXPECT_LE(static_cast<double>(d.cause_ns[KH_WAIT_OTHER_CGROUP]) / wait, 0.05);
+
+  // The throttle metric itself: from cpu.stat (here) or fentry.
+  for (const auto& cg : s->cgroups) {
+    if (cg.id != t.id()) continue;
+    std::printf("throttle source %s: %llu events, %.1f ms in the interval\n",
+                throttle_source_name(s->throttle_source),
+                static_cast<unsigned long long>(cg.throttle_total.events),
+                static_cast<double>(cg.throttle_total.throttled_ns) / 1e6);
+    EXPECT_GE(cg.throttle_total.events, 20u);
+    EXPECT_GT(cg.throttle_total.throttled_ns, 1'000'000'000u);
+  }
+}
+
+// (4) kernel engineers can read the pinned maps with bpftool, with field names.
+TEST_F(RunqHost, BpftoolDumpsPinnedMapsWithFieldNames) {
+  auto& b = cgroup("b");
+  spawn(b, 0, [] { sleep_loop(1000000); });
+  sleep_s(0.3);
+  std::string dir = "/sys/fs/bpf/" + unique("khagent-test");
+  ASSERT_EQ(bpf_->pinned().size(), 5u);
+  std::string cmd = std::string(KHAGENT_BPFTOOL) + " map dump pinned " + dir + "/cgroup_stats 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  int rc = pclose(p);
+  EXPECT_EQ(rc, 0) << out.substr(0, 2000);
+  for (const char* field : {"\"wait_ns\"", "\"waits\"", "\"cpu_ns\"", "\"preemptions\"",
+                            "\"cause_ns\"", "\"hist\"", "\"cpu\""})
+    EXPECT_NE(out.find(field), std::string::npos) << field << " missing in:\n" << out.substr(0, 2000);
+}
+
+// Removing a cgroup while the agent runs: its entries are deleted, no crash.
+TEST_F(RunqHost, RemovedCgroupsAreForgotten) {
+  CgroupIndex index(m_.cgroup2);
+  Collector col(*maps_, index, nullptr, ThrottleSource::None);
+  uint64_t id;
+  {
+    TestCgroup gone(m_.cgroup2, parent_->rel + "/gone");
+    id = gone.id();
+    Child c({gone.dir() + "/cgroup.procs"}, kCpu, 0, [] { sleep_loop(1000000); });
+    ASSERT_GT(c.pid, 0);
+    sleep_s(0.3);
+    ASSERT_TRUE(col.tick_at(1'000'000'000ULL, 1).ok());
+    ASSERT_TRUE(read().cgroups.count(id)) << "the cgroup was never seen";
+    c.stop();
+  }  // rmdir
+  ASSERT_NE(::access((m_.cgroup2 + parent_->rel + "/gone").c_str(), F_OK), 0);
+  auto s = col.tick_at(100'000'000'000ULL, 2);  // late enough for a fresh walk
+  ASSERT_TRUE(s.ok());
+  for (const auto& cg : s->cgroups) EXPECT_NE(cg.id, id);
+  EXPECT_FALSE(read().cgroups.count(id)) << "entry of a removed cgroup left in the map";
+  EXPECT_GE(col.forgotten(), 1u);
+}
+
+// (5) the agent itself starts and reports its throttle source; fentry where
+// the kernel takes it, cpu.stat where it refuses (this development kernel).
+TEST(AgentBinary, ObserveJsonReportsThrottleSource) {
+  REQUIRE_ROOT();
+  std::string cmd = std::string(KHAGENT_BINARY) +
+                    " --no-pin observe --json --interval 300ms --count 2 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::vector<nlohmann::json> lines;
+  char buf[1 << 16];
+  std::string all;
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) all.append(buf, n);
+  EXPECT_EQ(pclose(p), 0);
+  std::istringstream in(all);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 2u);
+  bool fentry = probe_fentry("throttle_cfs_rq") && probe_fentry("unthrottle_cfs_rq");
+  for (const auto& j : lines) {
+    EXPECT_EQ(j["throttle_source"], fentry ? "fentry" : "cpu.stat");
+    EXPECT_GT(j["interval_ns"].get<uint64_t>(), 250'000'000u);
+    ASSERT_FALSE(j["cgroups"].empty());
+    bool root_seen = false;
+    for (const auto& c : j["cgroups"]) root_seen |= c["path"] == "/";
+    EXPECT_TRUE(root_seen) << "the root cgroup always has tasks";
+  }
+}
+
+// Not root: a clear error and exit code 2.
+TEST(AgentBinary, NonRootGetsAClearErrorAndExitTwo) {
+  REQUIRE_ROOT();
+  std::string cmd = "setpriv --reuid=65534 --regid=65534 --clear-groups " +
+                    std::string(KHAGENT_BINARY) + " observe --count 1 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 2) << out;
+  EXPECT_NE(out.find("must run as root"), std::string::npos) << out;
+}

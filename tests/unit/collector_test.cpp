@@ -1,0 +1,153 @@
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "khagent/collect/collector.h"
+#include "khagent/signals/signals.h"
+#include "test_util.h"
+
+using namespace khagent;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct FakeMaps : MapSource {
+  RawMaps next;
+  std::vector<uint64_t> forgotten_ids;
+  std::vector<std::pair<uint64_t, uint64_t>> forgotten_pairs;
+  Result<RawMaps> read() override { return next; }
+  void forget(const std::vector<uint64_t>& ids,
+              const std::vector<std::pair<uint64_t, uint64_t>>& pairs) override {
+    forgotten_ids.insert(forgotten_ids.end(), ids.begin(), ids.end());
+    forgotten_pairs.insert(forgotten_pairs.end(), pairs.begin(), pairs.end());
+    for (auto id : ids) next.cgroups.erase(id);
+  }
+};
+
+struct FakeThrottle : ThrottleStatReader {
+  std::map<std::string, ThrottleCounters> values;
+  std::optional<ThrottleCounters> read(const std::string& path) override {
+    auto it = values.find(path);
+    if (it == values.end()) return std::nullopt;
+    return it->second;
+  }
+};
+
+uint64_t ino(const fs::path& p) {
+  struct stat st {};
+  ::stat(p.c_str(), &st);
+  return st.st_ino;
+}
+
+CgroupCounters counters(uint64_t waits, uint64_t wait_ns, uint64_t cpu_ns) {
+  CgroupCounters c;
+  c.waits = waits;
+  c.wait_ns = wait_ns;
+  c.cpu_ns = cpu_ns;
+  c.cause_ns[KH_WAIT_OTHER_CGROUP] = wait_ns;
+  c.hist[hist_bucket(wait_ns / (waits ? waits : 1))] = waits;
+  return c;
+}
+
+}  // namespace
+
+TEST(Collector, TotalsAndIntervalDeltas) {
+  TempDir t;
+  fs::create_directories(t.path / "a");
+  fs::create_directories(t.path / "b");
+  uint64_t a = ino(t.path / "a"), b = ino(t.path / "b");
+  CgroupIndex idx(t.path.string());
+  FakeMaps maps;
+  FakeThrottle thr;
+  thr.values["/a"] = {2, 1000};
+  Collector c(maps, idx, &thr, ThrottleSource::CpuStat);
+
+  maps.next.cgroups[a] = counters(10, 10'000, 1'000'000);
+  maps.next.cgroups[b] = counters(0, 0, 5'000'000);
+  maps.next.pairs.push_back({a, b, 9'000, 10});
+  auto s1 = c.tick_at(1'000'000'000, 7);
+  ASSERT_TRUE(s1.ok());
+  EXPECT_EQ(s1->interval_ns, 0u);
+  ASSERT_EQ(s1->cgroups.size(), 2u);
+
+  maps.next.cgroups[a] = counters(30, 50'000, 3'000'000);
+  maps.next.pairs[0] = {a, b, 40'000, 30};
+  thr.values["/a"] = {5, 4000};
+  auto s2 = c.tick_at(2'000'000'000, 8);
+  ASSERT_TRUE(s2.ok());
+  EXPECT_EQ(s2->interval_ns, 1'000'000'000u);
+  const CgroupSample* sa = nullptr;
+  for (const auto& cg : s2->cgroups)
+    if (cg.id == a) sa = &cg;
+  ASSERT_NE(sa, nullptr);
+  EXPECT_EQ(sa->path, "/a");
+  EXPECT_EQ(sa->total.waits, 30u);
+  EXPECT_EQ(sa->interval.waits, 20u);
+  EXPECT_EQ(sa->interval.wait_ns, 40'000u);
+  EXPECT_EQ(sa->interval.cpu_ns, 2'000'000u);
+  // cpu.stat: the first reading is the base, so only the growth counts.
+  EXPECT_EQ(sa->throttle_total.events, 3u);
+  EXPECT_EQ(sa->throttle_total.throttled_ns, 3000u);
+  ASSERT_EQ(s2->pairs.size(), 1u);
+  EXPECT_EQ(s2->pairs[0].wait_ns_total, 40'000u);
+  EXPECT_EQ(s2->pairs[0].wait_ns_interval, 31'000u);
+
+  Signals sig = compute_signals(*s2);
+  for (const auto& g : sig.cgroups) {
+    if (g.id != a) continue;
+    EXPECT_NEAR(g.cpu_pct, 0.2, 1e-9);
+    ASSERT_EQ(g.top_aggressors.size(), 1u);
+    EXPECT_EQ(g.top_aggressors[0].path, "/b");
+    EXPECT_EQ(g.top_aggressors[0].wait_ns_total, 40'000u);
+  }
+}
+
+TEST(Collector, CounterResetCountsFromZero) {
+  TempDir t;
+  fs::create_directories(t.path / "a");
+  uint64_t a = ino(t.path / "a");
+  CgroupIndex idx(t.path.string());
+  FakeMaps maps;
+  Collector c(maps, idx, nullptr, ThrottleSource::None);
+  maps.next.cgroups[a] = counters(100, 100'000, 1'000);
+  ASSERT_TRUE(c.tick_at(1, 1).ok());
+  // Evicted and re-created by the LRU map: smaller than before.
+  maps.next.cgroups[a] = counters(5, 2'000, 10);
+  auto s = c.tick_at(2, 2);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->cgroups.size(), 1u);
+  EXPECT_EQ(s->cgroups[0].interval.waits, 5u);
+  EXPECT_EQ(s->cgroups[0].total.waits, 105u);
+}
+
+TEST(Collector, ForgetsCgroupsThatAreGone) {
+  TempDir t;
+  fs::create_directories(t.path / "a");
+  fs::create_directories(t.path / "gone");
+  uint64_t a = ino(t.path / "a"), gone = ino(t.path / "gone");
+  CgroupIndex idx(t.path.string());
+  FakeMaps maps;
+  Collector c(maps, idx, nullptr, ThrottleSource::None);
+  maps.next.cgroups[a] = counters(1, 1000, 1000);
+  maps.next.cgroups[gone] = counters(1, 1000, 1000);
+  maps.next.pairs.push_back({a, gone, 500, 1});
+  ASSERT_TRUE(c.tick_at(1'000'000'000, 1).ok());
+  fs::remove(t.path / "gone");
+  // An id nobody knows (never seen, not in the tree): forgotten as well.
+  maps.next.cgroups[987654321] = counters(1, 1, 1);
+  auto s = c.tick_at(3'000'000'000, 2);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->cgroups.size(), 1u);
+  EXPECT_EQ(s->cgroups[0].id, a);
+  std::sort(maps.forgotten_ids.begin(), maps.forgotten_ids.end());
+  std::vector<uint64_t> want{gone, 987654321};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(maps.forgotten_ids, want);
+  ASSERT_EQ(maps.forgotten_pairs.size(), 1u);
+  EXPECT_EQ(maps.forgotten_pairs[0], std::make_pair(a, gone));
+  EXPECT_EQ(c.forgotten(), 3u);
+  EXPECT_TRUE(s->pairs.empty());
+}

@@ -1,0 +1,55 @@
+#include <gtest/gtest.h>
+
+#include "khagent/collect/cpustat.h"
+#include "test_util.h"
+
+using namespace khagent;
+
+TEST(CpuStat, ParsesFlatKeyed) {
+  auto kv = parse_flat_keyed("usage_usec 100\nnr_periods 5\nnr_throttled 3\nthrottled_usec 42\nbad\nx y\n");
+  EXPECT_EQ(kv.at("usage_usec"), 100u);
+  EXPECT_EQ(kv.at("nr_throttled"), 3u);
+  EXPECT_EQ(kv.at("throttled_usec"), 42u);
+  EXPECT_EQ(kv.count("bad"), 0u);
+  EXPECT_EQ(kv.count("x"), 0u);
+}
+
+TEST(CpuStat, FindsV1CpuPath) {
+  EXPECT_EQ(v1_cpu_path("12:pids:/a\n4:cpu,cpuacct:/kubepods/pod1\n0::/x\n"), "/kubepods/pod1");
+  EXPECT_EQ(v1_cpu_path("3:cpu:/grp\n"), "/grp");
+  EXPECT_FALSE(v1_cpu_path("5:cpuset:/a\n6:cpuacct:/b\n0::/x\n").has_value());
+}
+
+TEST(CpuStat, ReadsV2CpuStat) {
+  TempDir t;
+  t.write("v2/pod/cpu.stat", "usage_usec 10\nnr_periods 9\nnr_throttled 4\nthrottled_usec 1500\n");
+  CpuStatThrottleReader r((t.path / "v2").string(), "", (t.path / "proc").string());
+  auto c = r.read("/pod");
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->events, 4u);
+  EXPECT_EQ(c->throttled_ns, 1500000u);
+}
+
+TEST(CpuStat, FallsBackToV1ThroughATask) {
+  TempDir t;
+  // v2 cpu.stat without the cpu controller: no throttling keys.
+  t.write("v2/job/cpu.stat", "usage_usec 10\n");
+  t.write("v2/job/cgroup.procs", "999\n123\n");
+  t.write("proc/123/cgroup", "4:cpu,cpuacct:/limited\n0::/job\n");
+  t.write("v1/limited/cpu.stat", "nr_periods 10\nnr_throttled 7\nthrottled_time 123456789\n");
+  CpuStatThrottleReader r((t.path / "v2").string(), (t.path / "v1").string(),
+                          (t.path / "proc").string());
+  auto c = r.read("/job");  // pid 999 has no /proc entry: the next one is used
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->events, 7u);
+  EXPECT_EQ(c->throttled_ns, 123456789u);
+}
+
+TEST(CpuStat, NothingToReadIsNullopt) {
+  TempDir t;
+  t.write("v2/empty/cgroup.procs", "");
+  CpuStatThrottleReader r((t.path / "v2").string(), (t.path / "v1").string(),
+                          (t.path / "proc").string());
+  EXPECT_FALSE(r.read("/empty").has_value());
+  EXPECT_FALSE(r.read("/missing").has_value());
+}

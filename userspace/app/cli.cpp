@@ -1,0 +1,95 @@
+#include "khagent/app/cli.h"
+
+#include <cmath>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+
+namespace khagent {
+
+Result<uint64_t> parse_duration_ns(const std::string& text) {
+  if (text.empty()) return make_error(EINVAL, "empty duration");
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    return make_error(EINVAL, "not a duration: '" + text + "' (use e.g. 500ms, 1s, 2m)");
+  }
+  std::string unit = text.substr(pos);
+  double mult = 1e9;
+  if (unit.empty() || unit == "s") mult = 1e9;
+  else if (unit == "ms") mult = 1e6;
+  else if (unit == "us") mult = 1e3;
+  else if (unit == "m") mult = 60e9;
+  else return make_error(EINVAL, "unknown unit in duration '" + text + "' (use ms, s or m)");
+  if (!std::isfinite(v) || v <= 0) return make_error(EINVAL, "duration must be positive: '" + text + "'");
+  double ns = v * mult;
+  if (ns > 3600e9) return make_error(ERANGE, "duration too long: '" + text + "' (at most 1h)");
+  return static_cast<uint64_t>(ns);
+}
+
+CliParse parse_cli(const std::vector<std::string>& args) {
+  CliOptions o;
+  CLI::App app{"khagent: node isolation agent for colocating online services with batch work"};
+  app.name("khagent");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "khagent 0.1.0");
+
+  app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  app.add_option("--pin-dir", o.loader.pin_dir, "where maps are pinned for bpftool");
+  bool no_pin = false, no_fentry = false, no_interference = false;
+  app.add_flag("--no-pin", no_pin, "do not pin maps");
+  app.add_flag("--no-fentry", no_fentry, "read throttling from cpu.stat even where fentry works");
+  app.add_flag("--no-interference", no_interference, "do not record (victim, aggressor) pairs");
+  app.add_option("--max-cgroups", o.loader.max_cgroups, "cgroups tracked in the kernel maps")
+      ->check(CLI::Range(16u, 1u << 20));
+
+  auto* observe = app.add_subcommand("observe", "live per-cgroup run-queue latency, its causes and aggressors");
+  std::string interval = "1s";
+  observe->add_option("-i,--interval", interval, "refresh interval (e.g. 500ms, 1s)");
+  observe->add_option("-c,--count", o.count, "stop after this many intervals (0: run until interrupted)");
+  observe->add_option("--cgroup", o.cgroup_prefix, "only cgroups at or below this path (relative to the cgroup2 mount)");
+  observe->add_flag("--json", o.json, "one JSON object per line per interval");
+  observe->add_option("--limit", o.limit, "table rows")->check(CLI::PositiveNumber);
+
+  app.add_subcommand("version", "print the version");
+
+  CliParse out;
+  std::vector<std::string> rev(args.rbegin(), args.rend());
+  try {
+    app.parse(rev);
+  } catch (const CLI::ParseError& e) {
+    std::ostringstream os, es;
+    out.exit_code = app.exit(e, os, es);
+    out.output = os.str() + es.str();
+    if (out.exit_code != 0) out.exit_code = 2;
+    return out;
+  }
+  if (app.got_subcommand("version")) {
+    o.command = Command::Version;
+    out.options = o;
+    return out;
+  }
+  auto d = parse_duration_ns(interval);
+  if (!d) {
+    out.exit_code = 2;
+    out.output = "khagent: --interval: " + d.error().message + "\n";
+    return out;
+  }
+  if (*d < 10000000ULL) {
+    out.exit_code = 2;
+    out.output = "khagent: --interval must be at least 10ms\n";
+    return out;
+  }
+  o.interval_ns = *d;
+  o.loader.pin = !no_pin;
+  o.loader.allow_fentry = !no_fentry;
+  o.loader.interference = !no_interference;
+  o.command = Command::Observe;
+  out.options = o;
+  return out;
+}
+
+}  // namespace khagent

@@ -1,0 +1,191 @@
+#include "khagent/collect/collector.h"
+
+#include <ctime>
+#include <set>
+#include <unordered_set>
+
+#include <spdlog/spdlog.h>
+
+namespace khagent {
+
+const char* throttle_source_name(ThrottleSource s) {
+  switch (s) {
+    case ThrottleSource::Fentry: return "fentry";
+    case ThrottleSource::CpuStat: return "cpu.stat";
+    case ThrottleSource::None: return "none";
+  }
+  return "none";
+}
+
+namespace {
+
+uint64_t clock_ns(clockid_t c) {
+  timespec ts{};
+  clock_gettime(c, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t sub(uint64_t a, uint64_t b) { return a >= b ? a - b : 0; }
+
+constexpr uint64_t kRescanMinNs = 1000000000ULL;
+constexpr uint64_t kRescanPeriodNs = 5000000000ULL;
+
+ThrottleCounters throttle_delta(const ThrottleCounters& now, const ThrottleCounters& before) {
+  if (now.events < before.events || now.throttled_ns < before.throttled_ns) return now;
+  return {now.events - before.events, now.throttled_ns - before.throttled_ns};
+}
+
+}  // namespace
+
+CgroupCounters counters_delta(const CgroupCounters& now, const CgroupCounters& before) {
+  bool reset = now.waits < before.waits || now.wait_ns < before.wait_ns ||
+               now.cpu_ns < before.cpu_ns || now.preemptions < before.preemptions;
+  if (reset) return now;
+  CgroupCounters d;
+  d.wait_ns = now.wait_ns - before.wait_ns;
+  d.waits = now.waits - before.waits;
+  d.cpu_ns = now.cpu_ns - before.cpu_ns;
+  d.preemptions = now.preemptions - before.preemptions;
+  for (size_t i = 0; i < d.cause_ns.size(); i++) d.cause_ns[i] = sub(now.cause_ns[i], before.cause_ns[i]);
+  for (size_t i = 0; i < d.hist.size(); i++) d.hist[i] = sub(now.hist[i], before.hist[i]);
+  return d;
+}
+
+void counters_add(CgroupCounters& into, const CgroupCounters& d) {
+  into.wait_ns += d.wait_ns;
+  into.waits += d.waits;
+  into.cpu_ns += d.cpu_ns;
+  into.preemptions += d.preemptions;
+  for (size_t i = 0; i < d.cause_ns.size(); i++) into.cause_ns[i] += d.cause_ns[i];
+  for (size_t i = 0; i < d.hist.size(); i++) into.hist[i] += d.hist[i];
+}
+
+Collector::Collector(MapSource& maps, CgroupIndex& index, ThrottleStatReader* cpu_stat,
+                     ThrottleSource source)
+    : maps_(maps), index_(index), cpu_stat_(cpu_stat), source_(source) {}
+
+Result<Sample> Collector::tick() {
+  return tick_at(clock_ns(CLOCK_MONOTONIC), clock_ns(CLOCK_REALTIME));
+}
+
+Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
+  auto raw = maps_.read();
+  if (!raw) return raw.error();
+
+  // Resolve ids: walk the tree again when unknown ids show up (at most once
+  // a second) and every few seconds anyway, to notice removed cgroups.
+  bool unknown = false;
+  for (const auto& [id, _] : raw->cgroups)
+    if (!cgroups_.count(id) && !index_.path_of(id)) {
+      unknown = true;
+      break;
+    }
+  bool rescanned = false;
+  if (!last_rescan_ || (unknown && mono_ns - *last_rescan_ >= kRescanMinNs) ||
+      mono_ns - *last_rescan_ >= kRescanPeriodNs) {
+    auto n = index_.rescan();
+    last_rescan_ = mono_ns;
+    rescanned = n.ok();
+    if (!n) spdlog::warn("cgroup rescan failed: {}", n.error().str());
+  }
+
+  std::vector<uint64_t> dead;
+  std::unordered_set<uint64_t> seen;
+  Sample out;
+  out.ts_ns = real_ns;
+  out.interval_ns = last_mono_ ? mono_ns - *last_mono_ : 0;
+  out.throttle_source = source_;
+  out.bpf_counters = raw->counters;
+
+  for (const auto& [id, now] : raw->cgroups) {
+    auto it = cgroups_.find(id);
+    if (rescanned && !index_.path_of(id)) {
+      // Not in the tree after a fresh walk: the cgroup was removed (or is not
+      // visible from this mount namespace). Delete its entries.
+      dead.push_back(id);
+      if (it != cgroups_.end()) cgroups_.erase(it);
+      continue;
+    }
+    if (it == cgroups_.end()) {
+      auto path = index_.path_of(id);
+      if (!path) continue;  // new since the last walk: resolved on a later tick
+      CgState st;
+      st.path = *path;
+      // Counts accumulated before the first tick belong to this agent run
+      // (the maps are created at start) and are kept.
+      it = cgroups_.emplace(id, std::move(st)).first;
+    }
+    seen.insert(id);
+    CgState& st = it->second;
+    CgroupSample cs;
+    cs.id = id;
+    cs.path = st.path;
+    cs.interval = counters_delta(now, st.last_raw);
+    st.last_raw = now;
+    counters_add(st.total, cs.interval);
+    cs.total = st.total;
+
+    bool active = cs.interval.cpu_ns > 0 || cs.interval.waits > 0;
+    if (source_ == ThrottleSource::Fentry) {
+      auto t = raw->throttle.find(id);
+      if (t != raw->throttle.end()) {
+        cs.throttle_interval = throttle_delta(t->second, st.thr_last);
+        st.thr_last = t->second;
+      }
+    } else if (source_ == ThrottleSource::CpuStat && cpu_stat_ &&
+               (active || st.active_prev || !st.thr_seen)) {
+      if (auto t = cpu_stat_->read(st.path)) {
+        // cpu.stat counts from the cgroup's creation: the first reading is the base.
+        if (st.thr_seen) cs.throttle_interval = throttle_delta(*t, st.thr_last);
+        st.thr_last = *t;
+        st.thr_seen = true;
+      }
+    }
+    st.thr_total.events += cs.throttle_interval.events;
+    st.thr_total.throttled_ns += cs.throttle_interval.throttled_ns;
+    cs.throttle_total = st.thr_total;
+    st.active_prev = active;
+    out.cgroups.push_back(std::move(cs));
+  }
+
+  // Entries evicted from the LRU map, or deleted: drop our state too.
+  for (auto it = cgroups_.begin(); it != cgroups_.end();) {
+    if (!seen.count(it->first)) it = cgroups_.erase(it);
+    else ++it;
+  }
+
+  std::unordered_set<uint64_t> dead_set(dead.begin(), dead.end());
+  std::vector<std::pair<uint64_t, uint64_t>> dead_pairs;
+  std::set<std::pair<uint64_t, uint64_t>> live_pairs;
+  for (const auto& p : raw->pairs) {
+    auto key = std::make_pair(p.victim, p.aggressor);
+    if (dead_set.count(p.victim) || dead_set.count(p.aggressor) || !seen.count(p.victim)) {
+      // A pair whose victim is unknown is kept in the map until the victim
+      // resolves or is found dead; only dead ones are deleted.
+      if (dead_set.count(p.victim) || dead_set.count(p.aggressor)) dead_pairs.push_back(key);
+      continue;
+    }
+    live_pairs.insert(key);
+    PairState& ps = pairs_[key];
+    uint64_t dw = p.wait_ns >= ps.last_raw.wait_ns ? p.wait_ns - ps.last_raw.wait_ns : p.wait_ns;
+    uint64_t dc = p.count >= ps.last_raw.count ? p.count - ps.last_raw.count : p.count;
+    ps.last_raw = p;
+    ps.wait_ns_total += dw;
+    ps.count_total += dc;
+    out.pairs.push_back(PairSample{p.victim, p.aggressor, ps.wait_ns_total, ps.count_total, dw});
+  }
+  for (auto it = pairs_.begin(); it != pairs_.end();) {
+    if (!live_pairs.count(it->first)) it = pairs_.erase(it);
+    else ++it;
+  }
+
+  if (!dead.empty() || !dead_pairs.empty()) {
+    maps_.forget(dead, dead_pairs);
+    forgotten_ += dead.size() + dead_pairs.size();
+    spdlog::debug("forgot {} gone cgroups and {} pairs", dead.size(), dead_pairs.size());
+  }
+  last_mono_ = mono_ns;
+  return out;
+}
+
+}  // namespace khagent

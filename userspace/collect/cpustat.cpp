@@ -1,0 +1,114 @@
+#include "khagent/collect/cpustat.h"
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+namespace khagent {
+
+namespace {
+
+std::optional<std::string> slurp(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return std::nullopt;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) return std::nullopt;
+  return ss.str();
+}
+
+std::string join(const std::string& root, const std::string& rel) {
+  if (rel.empty() || rel == "/") return root;
+  if (rel.front() == '/') return root + rel;
+  return root + "/" + rel;
+}
+
+}  // namespace
+
+std::unordered_map<std::string, uint64_t> parse_flat_keyed(const std::string& text) {
+  std::unordered_map<std::string, uint64_t> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto sp = line.find(' ');
+    if (sp == std::string::npos || sp == 0) continue;
+    std::string_view v(line);
+    v.remove_prefix(sp + 1);
+    uint64_t n = 0;
+    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc() || p != v.data() + v.size()) continue;
+    out[line.substr(0, sp)] = n;
+  }
+  return out;
+}
+
+std::optional<std::string> v1_cpu_path(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto c1 = line.find(':');
+    if (c1 == std::string::npos) continue;
+    auto c2 = line.find(':', c1 + 1);
+    if (c2 == std::string::npos) continue;
+    std::string ctrls = line.substr(c1 + 1, c2 - c1 - 1);
+    std::istringstream cs(ctrls);
+    std::string c;
+    while (std::getline(cs, c, ',')) {
+      if (c == "cpu") return line.substr(c2 + 1);
+    }
+  }
+  return std::nullopt;
+}
+
+CpuStatThrottleReader::CpuStatThrottleReader(std::string cgroup2_root, std::string cpu_v1_root,
+                                             std::string proc_root)
+    : v2_root_(std::move(cgroup2_root)),
+      v1_root_(std::move(cpu_v1_root)),
+      proc_root_(std::move(proc_root)) {}
+
+std::optional<std::string> CpuStatThrottleReader::v1_stat_file(const std::string& path) {
+  auto now = std::chrono::steady_clock::now();
+  auto it = v1_cache_.find(path);
+  if (it != v1_cache_.end() && now - it->second.when < std::chrono::seconds(10)) {
+    if (it->second.stat_file.empty()) return std::nullopt;
+    return it->second.stat_file;
+  }
+  std::string file;
+  if (auto procs = slurp(join(v2_root_, path) + "/cgroup.procs")) {
+    std::istringstream in(*procs);
+    std::string pid;
+    while (file.empty() && std::getline(in, pid)) {
+      if (pid.empty()) continue;
+      auto cg = slurp(proc_root_ + "/" + pid + "/cgroup");
+      if (!cg) continue;  // exited meanwhile: try the next one
+      if (auto v1 = v1_cpu_path(*cg)) file = join(v1_root_, *v1) + "/cpu.stat";
+    }
+  }
+  v1_cache_[path] = V1Entry{file, now};
+  if (file.empty()) return std::nullopt;
+  return file;
+}
+
+std::optional<ThrottleCounters> CpuStatThrottleReader::read(const std::string& path) {
+  if (auto text = slurp(join(v2_root_, path) + "/cpu.stat")) {
+    auto kv = parse_flat_keyed(*text);
+    auto n = kv.find("nr_throttled");
+    auto t = kv.find("throttled_usec");
+    if (n != kv.end() && t != kv.end()) return ThrottleCounters{n->second, t->second * 1000};
+  }
+  if (v1_root_.empty()) return std::nullopt;
+  auto file = v1_stat_file(path);
+  if (!file) return std::nullopt;
+  auto text = slurp(*file);
+  if (!text) {
+    v1_cache_.erase(path);
+    return std::nullopt;
+  }
+  auto kv = parse_flat_keyed(*text);
+  auto n = kv.find("nr_throttled");
+  auto t = kv.find("throttled_time");
+  if (n == kv.end() || t == kv.end()) return std::nullopt;
+  return ThrottleCounters{n->second, t->second};
+}
+
+}  // namespace khagent

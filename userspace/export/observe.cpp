@@ -1,0 +1,126 @@
+#include "khagent/export/observe.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace khagent {
+
+namespace {
+
+std::string normalize(std::string p) {
+  if (p.empty() || p.front() != '/') p.insert(p.begin(), '/');
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+std::string human_ns(double ns) {
+  if (ns < 1e3) return fmt::format("{:.0f}ns", ns);
+  if (ns < 1e6) return fmt::format("{:.1f}us", ns / 1e3);
+  if (ns < 1e9) return fmt::format("{:.1f}ms", ns / 1e6);
+  return fmt::format("{:.2f}s", ns / 1e9);
+}
+
+std::string pct(uint64_t part, uint64_t whole) {
+  if (whole == 0) return "-";
+  return fmt::format("{:.0f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
+}
+
+std::string shorten(const std::string& s, size_t width) {
+  if (s.size() <= width) return s;
+  return "…" + s.substr(s.size() - (width - 1));
+}
+
+}  // namespace
+
+bool path_matches(const std::string& path, const std::string& prefix) {
+  if (prefix.empty() || prefix == "/") return true;
+  std::string p = normalize(path), q = normalize(prefix);
+  if (p.size() < q.size() || p.compare(0, q.size(), q) != 0) return false;
+  return p.size() == q.size() || p[q.size()] == '/';
+}
+
+std::string observe_json(const Signals& s, const ObserveView& v) {
+  using nlohmann::json;
+  json cgs = json::array();
+  for (const auto& c : s.cgroups) {
+    if (!path_matches(c.path, v.prefix)) continue;
+    json aggs = json::array();
+    for (const auto& a : c.top_aggressors)
+      aggs.push_back({{"id", a.id}, {"path", a.path}, {"wait_ns_total", a.wait_ns_total}});
+    cgs.push_back({
+        {"id", c.id},
+        {"path", c.path},
+        {"cpu_ns_total", c.total.cpu_ns},
+        {"runq_wait_ns_total", c.total.wait_ns},
+        {"runq_waits_total", c.total.waits},
+        {"runq_wait_p50_us", c.wait_p50_us},
+        {"runq_wait_p99_us", c.wait_p99_us},
+        {"wait_ns_total",
+         {{"throttled", c.total.cause_ns[KH_WAIT_THROTTLED]},
+          {"same_cgroup", c.total.cause_ns[KH_WAIT_SAME_CGROUP]},
+          {"other_cgroup", c.total.cause_ns[KH_WAIT_OTHER_CGROUP]},
+          {"unattributed", c.total.cause_ns[KH_WAIT_UNATTRIBUTED]}}},
+        {"preemptions_total", c.total.preemptions},
+        {"throttled_ns_total", c.throttle_total.throttled_ns},
+        {"throttle_events_total", c.throttle_total.events},
+        {"interval",
+         {{"cpu_ns", c.interval.cpu_ns},
+          {"runq_wait_ns", c.interval.wait_ns},
+          {"runq_waits", c.interval.waits}}},
+        {"top_aggressors", aggs},
+    });
+  }
+  json j = {
+      {"ts_ns", s.ts_ns},
+      {"interval_ns", s.interval_ns},
+      {"throttle_source", throttle_source_name(s.throttle_source)},
+      {"cgroups", cgs},
+  };
+  return j.dump();
+}
+
+std::string observe_table(const Signals& s, const ObserveView& v) {
+  std::vector<const CgroupSignals*> rows;
+  for (const auto& c : s.cgroups)
+    if (path_matches(c.path, v.prefix)) rows.push_back(&c);
+  std::sort(rows.begin(), rows.end(), [](const CgroupSignals* a, const CgroupSignals* b) {
+    if (a->interval.wait_ns != b->interval.wait_ns) return a->interval.wait_ns > b->interval.wait_ns;
+    if (a->interval.cpu_ns != b->interval.cpu_ns) return a->interval.cpu_ns > b->interval.cpu_ns;
+    return a->path < b->path;
+  });
+
+  std::string out = fmt::format(
+      "khagent observe  interval {}  throttling from {}  cgroups {}\n",
+      human_ns(static_cast<double>(s.interval_ns)), throttle_source_name(s.throttle_source),
+      rows.size());
+  out += fmt::format("{:<44} {:>6} {:>8} {:>8} {:>9} {:>5} {:>5} {:>5} {:>7} {:>9}  {}\n", "CGROUP",
+                     "CPU%", "WAIT_P50", "WAIT_P99", "WAIT", "THR", "SAME", "OTHER", "PREEMPT",
+                     "THROTTLED", "TOP AGGRESSOR");
+  size_t n = 0;
+  for (const auto* c : rows) {
+    if (n++ >= v.limit) break;
+    const auto& i = c->interval;
+    std::string agg = "-";
+    if (!c->top_aggressors.empty()) {
+      const auto& a = c->top_aggressors.front();
+      agg = fmt::format("{} ({})", a.path.empty() ? std::to_string(a.id) : shorten(a.path, 40),
+                        human_ns(static_cast<double>(a.wait_ns_total)));
+    }
+    out += fmt::format(
+        "{:<44} {:>6.1f} {:>8} {:>8} {:>9} {:>5} {:>5} {:>5} {:>7} {:>9}  {}\n",
+        shorten(c->path, 44), c->cpu_pct, i.waits ? human_ns(c->wait_p50_us * 1e3) : "-",
+        i.waits ? human_ns(c->wait_p99_us * 1e3) : "-", human_ns(static_cast<double>(i.wait_ns)),
+        pct(i.cause_ns[KH_WAIT_THROTTLED], i.wait_ns), pct(i.cause_ns[KH_WAIT_SAME_CGROUP], i.wait_ns),
+        pct(i.cause_ns[KH_WAIT_OTHER_CGROUP], i.wait_ns), i.preemptions,
+        human_ns(static_cast<double>(c->throttle_interval.throttled_ns)), agg);
+  }
+  if (rows.size() > v.limit)
+    out += fmt::format("… {} more (narrow with --cgroup, or use --json)\n", rows.size() - v.limit);
+  return out;
+}
+
+}  // namespace khagent

@@ -1,0 +1,231 @@
+#include "khagent/loader/runq_loader.h"
+
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include <linux/bpf.h>
+#include <linux/magic.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "runq.skel.h"
+
+namespace khagent {
+
+namespace {
+
+bool g_libbpf_verbose = false;
+
+int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list args) {
+  if (level == LIBBPF_DEBUG && !g_libbpf_verbose) return 0;
+  char buf[2048];
+  int n = vsnprintf(buf, sizeof(buf), fmt, args);
+  std::string msg(buf, n > 0 ? std::min<size_t>(static_cast<size_t>(n), sizeof(buf) - 1) : 0);
+  while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+  switch (level) {
+    case LIBBPF_WARN: spdlog::warn("libbpf: {}", msg); break;
+    case LIBBPF_INFO: spdlog::info("libbpf: {}", msg); break;
+    default: spdlog::debug("libbpf: {}", msg); break;
+  }
+  return 0;
+}
+
+// Minimum kernel: task storage in tracing programs (v5.11).
+constexpr int kMinMajor = 5, kMinMinor = 11;
+
+}  // namespace
+
+void route_libbpf_logs(bool verbose) {
+  g_libbpf_verbose = verbose;
+  libbpf_set_print(libbpf_log);
+}
+
+Result<void> preflight(const std::string& btf_path) {
+  if (geteuid() != 0)
+    return make_error(EPERM,
+                      "khagent must run as root (it loads BPF programs and reads every cgroup)");
+  struct utsname u {};
+  if (uname(&u) == 0) {
+    int major = 0, minor = 0;
+    if (sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
+        (major < kMinMajor || (major == kMinMajor && minor < kMinMinor)))
+      return make_error(ENOTSUP, std::string("kernel ") + u.release + " is too old: khagent needs " +
+                                     std::to_string(kMinMajor) + "." + std::to_string(kMinMinor) +
+                                     " or newer (BPF task storage in tracing programs)");
+  }
+  if (access(btf_path.c_str(), R_OK) != 0)
+    return make_error(errno, "kernel BTF " + btf_path +
+                                 " is missing: khagent needs a kernel built with "
+                                 "CONFIG_DEBUG_INFO_BTF=y");
+  return {};
+}
+
+bool probe_fentry(const std::string& func) {
+  struct btf* vmlinux = btf__load_vmlinux_btf();
+  if (!vmlinux) return false;
+  int id = btf__find_by_name_kind(vmlinux, func.c_str(), BTF_KIND_FUNC);
+  btf__free(vmlinux);
+  if (id < 0) {
+    spdlog::info("fentry probe: {} is not in the kernel's BTF", func);
+    return false;
+  }
+  // r0 = 0; exit
+  struct bpf_insn insns[] = {
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+  };
+  LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_TRACE_FENTRY,
+              .attach_btf_id = static_cast<__u32>(id));
+  int fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "kh_probe", "GPL", insns, 2, &opts);
+  if (fd < 0) {
+    spdlog::info("fentry probe: loading fentry/{} refused: {}", func, std::strerror(errno));
+    return false;
+  }
+  // Loading is not enough on every kernel: try to attach as well.
+  int link = bpf_link_create(fd, 0, BPF_TRACE_FENTRY, nullptr);
+  int attach_errno = errno;
+  close(fd);
+  if (link < 0) {
+    spdlog::info("fentry probe: attaching fentry/{} refused: {}", func, std::strerror(attach_errno));
+    return false;
+  }
+  close(link);
+  return true;
+}
+
+Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) {
+  std::unique_ptr<RunqBpf> self(new RunqBpf());
+  self->skel_ = runq_bpf__open();
+  if (!self->skel_) return make_error(errno, "opening the runq BPF object");
+  auto* s = self->skel_;
+
+  s->rodata->cfg_interference = o.interference;
+  bpf_map__set_max_entries(s->maps.cgroup_stats, o.max_cgroups);
+  bpf_map__set_max_entries(s->maps.throttle_stats, o.max_cgroups);
+  bpf_map__set_max_entries(s->maps.interference, o.max_pairs);
+
+  bool fentry = o.allow_fentry && probe_fentry("throttle_cfs_rq") &&
+                probe_fentry("unthrottle_cfs_rq");
+  if (!fentry) {
+    bpf_program__set_autoload(s->progs.handle_throttle_cfs_rq, false);
+    bpf_program__set_autoload(s->progs.handle_unthrottle_cfs_rq, false);
+  }
+  self->throttle_source_ = fentry ? ThrottleSource::Fentry : ThrottleSource::CpuStat;
+
+  if (int err = runq_bpf__load(s); err)
+    return make_error(err, "loading the runq BPF programs (the verifier log above says why)");
+
+  if (auto r = self->attach(); !r) return r.error();
+  spdlog::info("throttling source: {}{}", throttle_source_name(self->throttle_source_),
+               fentry ? " (fentry on throttle_cfs_rq/unthrottle_cfs_rq)"
+                      : " (fentry unavailable on this kernel; reading cpu.stat each tick)");
+  if (o.pin) {
+    if (auto r = self->pin(o.pin_dir); !r) spdlog::warn("maps not pinned: {}", r.error().str());
+  }
+  return self;
+}
+
+Result<void> RunqBpf::attach() {
+  auto* s = skel_;
+  struct {
+    bpf_program* prog;
+    bpf_link** link;
+    bool required;
+  } progs[] = {
+      {s->progs.handle_sched_wakeup, &s->links.handle_sched_wakeup, true},
+      {s->progs.handle_sched_wakeup_new, &s->links.handle_sched_wakeup_new, true},
+      {s->progs.handle_sched_switch, &s->links.handle_sched_switch, true},
+      {s->progs.handle_throttle_cfs_rq, &s->links.handle_throttle_cfs_rq, false},
+      {s->progs.handle_unthrottle_cfs_rq, &s->links.handle_unthrottle_cfs_rq, false},
+  };
+  bool fentry_ok = throttle_source_ == ThrottleSource::Fentry;
+  for (auto& p : progs) {
+    if (!bpf_program__autoload(p.prog)) continue;
+    *p.link = bpf_program__attach(p.prog);
+    if (*p.link) continue;
+    int err = errno;
+    if (p.required)
+      return make_error(err, std::string("attaching ") + bpf_program__name(p.prog));
+    spdlog::warn("attaching {} failed ({}); throttling falls back to cpu.stat",
+                 bpf_program__name(p.prog), std::strerror(err));
+    fentry_ok = false;
+  }
+  if (throttle_source_ == ThrottleSource::Fentry && !fentry_ok) {
+    // Half-attached throttle hooks would count events without their ends.
+    bpf_link__destroy(s->links.handle_throttle_cfs_rq);
+    bpf_link__destroy(s->links.handle_unthrottle_cfs_rq);
+    s->links.handle_throttle_cfs_rq = nullptr;
+    s->links.handle_unthrottle_cfs_rq = nullptr;
+    throttle_source_ = ThrottleSource::CpuStat;
+  }
+  return {};
+}
+
+Result<void> RunqBpf::pin(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::path d(dir);
+  struct statfs fs {};
+  if (statfs(d.parent_path().c_str(), &fs) != 0)
+    return make_error(errno, "cannot stat " + d.parent_path().string());
+  if (static_cast<unsigned long>(fs.f_type) != BPF_FS_MAGIC) {
+    // Like other BPF agents, mount the BPF file system where it is missing.
+    if (::mount("bpf", d.parent_path().c_str(), "bpf", 0, "mode=0700") != 0)
+      return make_error(errno, d.parent_path().string() +
+                                   " is not a BPF file system and mounting one there failed");
+    spdlog::info("mounted a BPF file system at {}", d.parent_path().string());
+  }
+  std::filesystem::create_directories(d, ec);
+  if (ec) return make_error(ec.value(), "cannot create " + dir);
+  bpf_map* maps[] = {skel_->maps.cgroup_stats, skel_->maps.interference, skel_->maps.throttle_stats,
+                     skel_->maps.cpu_state, skel_->maps.counters};
+  for (bpf_map* m : maps) {
+    std::string path = dir + "/" + bpf_map__name(m);
+    if (::unlink(path.c_str()) == 0) spdlog::info("replaced stale pin {}", path);
+    if (int err = bpf_map__pin(m, path.c_str()); err)
+      return make_error(err, "pinning " + path);
+    pinned_.push_back(path);
+  }
+  spdlog::info("maps pinned under {} (bpftool map dump pinned {}/cgroup_stats)", dir, dir);
+  return {};
+}
+
+RunqMapFds RunqBpf::map_fds() const {
+  RunqMapFds f;
+  f.cgroup_stats = bpf_map__fd(skel_->maps.cgroup_stats);
+  f.interference = bpf_map__fd(skel_->maps.interference);
+  f.throttle_stats = throttle_source_ == ThrottleSource::Fentry
+                         ? bpf_map__fd(skel_->maps.throttle_stats)
+                         : -1;
+  f.counters = bpf_map__fd(skel_->maps.counters);
+  return f;
+}
+
+std::vector<ProgStats> RunqBpf::prog_stats() const {
+  std::vector<ProgStats> out;
+  bpf_program* p;
+  bpf_object__for_each_program(p, skel_->obj) {
+    int fd = bpf_program__fd(p);
+    if (fd < 0) continue;
+    bpf_prog_info info{};
+    __u32 len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) continue;
+    out.push_back(ProgStats{bpf_program__name(p), info.run_time_ns, info.run_cnt});
+  }
+  return out;
+}
+
+RunqBpf::~RunqBpf() {
+  for (const auto& path : pinned_) ::unlink(path.c_str());
+  runq_bpf__destroy(skel_);
+}
+
+}  // namespace khagent
