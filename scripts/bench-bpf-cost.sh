@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Per-event cost of khagent's BPF programs and the agent's own CPU and memory
+# while it observes, under a context-switch-heavy load (perf bench sched pipe).
+#   scripts/bench-bpf-cost.sh [LOOPS]     (default 200000 ping-pongs)
+# Needs root. Figures only, no pass/fail: costs drift between machines.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+loops="${1:-200000}"
+[[ $(id -u) -eq 0 ]] || { echo "bench-bpf-cost: needs root" >&2; exit 2; }
+"$root/scripts/setup.sh" >/dev/null
+"$root/scripts/build.sh" "$root/build" >/dev/null
+bpftool=$(command -v bpftool || echo /usr/sbin/bpftool)
+
+old_stats=$(sysctl -n kernel.bpf_stats_enabled)
+agent=""
+cleanup() {
+  [[ -n "$agent" ]] && kill "$agent" 2>/dev/null && wait "$agent" 2>/dev/null || true
+  sysctl -qw kernel.bpf_stats_enabled="$old_stats"
+}
+trap cleanup EXIT
+sysctl -qw kernel.bpf_stats_enabled=1
+
+"$root/build/khagent" --no-pin --log-level warn observe --json --interval 1s >/dev/null &
+agent=$!
+for _ in $(seq 50); do
+  "$bpftool" prog show name handle_sched_switch >/dev/null 2>&1 && break
+  sleep 0.1
+done
+
+# prog name -> "run_time_ns run_cnt"
+prog_stats() {
+  "$bpftool" prog show 2>/dev/null | awk '
+    /^[0-9]+: / { name=""; for (i=1;i<=NF;i++) if ($i=="name") name=$(i+1)
+                  rt=0; rc=0
+                  for (i=1;i<=NF;i++) { if ($i=="run_time_ns") rt=$(i+1); if ($i=="run_cnt") rc=$(i+1) }
+                  if (name ~ /^handle_/) print name, rt, rc }'
+}
+ctxt() { awk '/^ctxt/ {print $2}' /proc/stat; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$agent/stat"; }
+
+declare -A rt0 rc0
+while read -r n rt rc; do rt0[$n]=$rt; rc0[$n]=$rc; done < <(prog_stats)
+c0=$(ctxt); t0=$(cpu_ticks); s0=$(date +%s%N)
+perf bench sched pipe -l "$loops" >/dev/null 2>&1
+c1=$(ctxt); t1=$(cpu_ticks); s1=$(date +%s%N)
+
+switches=$((c1 - c0))
+wall_ns=$((s1 - s0))
+hz=$(getconf CLK_TCK)
+echo "load: perf bench sched pipe -l $loops, $switches context switches in $((wall_ns / 1000000)) ms"
+printf '%-26s %12s %14s %10s\n' program runs run_time_ms ns/run
+total=0
+while read -r n rt rc; do
+  drt=$((rt - ${rt0[$n]:-0})); drc=$((rc - ${rc0[$n]:-0}))
+  total=$((total + drt))
+  per=$( ((drc > 0)) && echo "$((drt / drc))" || echo "-")
+  printf '%-26s %12d %14.1f %10s\n' "$n" "$drc" "$(echo "$drt / 1000000" | bc -l)" "$per"
+done < <(prog_stats)
+echo "all programs: $(echo "$total / $switches" | bc) ns of BPF time per context switch"
+echo "agent: $(echo "scale=2; 100 * ($t1 - $t0) / $hz / ($wall_ns / 1000000000)" | bc)% of one CPU," \
+     "peak RSS $(awk '/VmHWM/ {printf "%.1f MiB", $2 / 1024}' "/proc/$agent/status")," \
+     "$(find "$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)" -type d | wc -l) cgroups on the machine"
