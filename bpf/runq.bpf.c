@@ -225,16 +225,20 @@ static __always_inline void end_wait(struct cpu_state *cs, __u64 cgid, __u64 t0,
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(handle_sched_wakeup, struct task_struct *p)
 {
+	__u64 now = bpf_ktime_get_ns(); /* first: the wait starts here */
+
 	count(KH_CNT_WAKEUPS);
-	start_wait(p, bpf_ktime_get_ns());
+	start_wait(p, now);
 	return 0;
 }
 
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(handle_sched_wakeup_new, struct task_struct *p)
 {
+	__u64 now = bpf_ktime_get_ns(); /* first: the wait starts here */
+
 	count(KH_CNT_WAKEUPS);
-	start_wait(p, bpf_ktime_get_ns());
+	start_wait(p, now);
 	return 0;
 }
 

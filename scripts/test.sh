@@ -2,6 +2,7 @@
 # Sets up this machine, builds khagent and runs every test tier:
 #   unit  (no root)          tests/unit
 #   host  (root, real BPF)   tests/host
+#   vmtest (QEMU)            the host tier inside a VM on Debian's 6.1 kernel
 # then builds again with AddressSanitizer + UndefinedBehaviorSanitizer and runs
 # the unit and host tiers once more. Exits non-zero on any failure.
 set -euo pipefail
@@ -18,6 +19,9 @@ scripts/build.sh "$root/build"
 
 step "unit and host tests"
 ctest --test-dir "$root/build" --output-on-failure -L 'unit|host' -j1
+
+step "vmtest: host tier in QEMU on Debian's 6.1 kernel"
+ctest --test-dir "$root/build" --output-on-failure -L vmtest
 
 step "sanitizer build (ASan + UBSan)"
 KHAGENT_SANITIZE=1 scripts/build.sh "$root/build-asan"

@@ -32,10 +32,9 @@ struct {
 	__type(value, __u64);
 } start SEC(".maps");
 
-static __always_inline void stamp(__u32 pid)
+/* Every handler reads the clock first, as khagent's do. */
+static __always_inline void stamp(__u32 pid, __u64 now)
 {
-	__u64 now = bpf_ktime_get_ns();
-
 	if (bpf_map_lookup_elem(&targets, &pid))
 		bpf_map_update_elem(&start, &pid, &now, BPF_ANY);
 }
@@ -43,33 +42,34 @@ static __always_inline void stamp(__u32 pid)
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(mt_wakeup, struct task_struct *p)
 {
-	stamp(p->pid);
+	stamp(p->pid, bpf_ktime_get_ns());
 	return 0;
 }
 
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(mt_wakeup_new, struct task_struct *p)
 {
-	stamp(p->pid);
+	stamp(p->pid, bpf_ktime_get_ns());
 	return 0;
 }
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(mt_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
+	__u64 now = bpf_ktime_get_ns();
 	__u32 pid = next->pid;
 	struct totals *t;
 	__u64 *s;
 
 	if (BPF_CORE_READ(prev, __state) == 0)
-		stamp(prev->pid);
+		stamp(prev->pid, now);
 	t = bpf_map_lookup_elem(&targets, &pid);
 	if (!t)
 		return 0;
 	s = bpf_map_lookup_elem(&start, &pid);
 	if (!s)
 		return 0;
-	t->wait_ns += bpf_ktime_get_ns() - *s;
+	t->wait_ns += now - *s;
 	t->waits++;
 	bpf_map_delete_elem(&start, &pid);
 	return 0;

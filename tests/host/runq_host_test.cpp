@@ -1,6 +1,7 @@
 // Real BPF on the running kernel: trigger real scheduling, read khagent's maps
 // and compare with the kernel's own accounting and an independent tracer.
 #include <bpf/bpf.h>
+#include <grp.h>
 #include <bpf/libbpf.h>
 
 #include <cmath>
@@ -317,15 +318,26 @@ TEST(AgentBinary, ObserveJsonReportsThrottleSource) {
 // Not root: a clear error and exit code 2.
 TEST(AgentBinary, NonRootGetsAClearErrorAndExitTwo) {
   REQUIRE_ROOT();
-  std::string cmd = "setpriv --reuid=65534 --regid=65534 --clear-groups " +
-                    std::string(KHAGENT_BINARY) + " observe --count 1 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
+  int out_pipe[2];
+  ASSERT_EQ(pipe(out_pipe), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(out_pipe[1], STDERR_FILENO);
+    ::close(out_pipe[0]);
+    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(99);
+    execl(KHAGENT_BINARY, KHAGENT_BINARY, "observe", "--count", "1", nullptr);
+    _exit(98);
+  }
+  ::close(out_pipe[1]);
   std::string out;
   char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  int st = pclose(p);
+  ssize_t n;
+  while ((n = ::read(out_pipe[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(out_pipe[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
   ASSERT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 2) << out;
   EXPECT_NE(out.find("must run as root"), std::string::npos) << out;

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Runs a command inside a QEMU guest (TCG, 2 vCPUs) booted from a real kernel
+# with pure cgroup v2, and passes the command's exit status out.
+#
+#   vmtest/run.sh [options] -- COMMAND [ARGS...]
+#
+#   --kernel PATH     kernel image to boot (default: Debian's current 6.1
+#                     linux-image-*-amd64, downloaded once into the cache)
+#   --include PATH    a file to put in the guest at the same absolute path,
+#                     with the shared libraries it needs (repeatable)
+#   --timeout SEC     host-side limit for the whole boot (default 900)
+#   --log FILE        where the guest console goes (default: a file in the cache)
+#   --mem MIB         guest memory (default 2048)
+#
+# The guest mounts proc, sysfs, devtmpfs, cgroup2 at /sys/fs/cgroup (with
+# +cpu +cpuset +memory enabled for children), bpffs and tracefs, then runs
+# COMMAND. Its exit status comes back as a sentinel line on the console; no
+# sentinel (panic, hang, timeout, crash) is a failure. QEMU's own exit status
+# is not trusted: it is 0 even when the guest panics.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache="${KHAGENT_VMTEST_CACHE:-$root/vmtest/cache}"
+kernel=""
+timeout=900
+log=""
+mem=2048
+includes=()
+
+die() { echo "vmtest: $*" >&2; exit 2; }
+
+while (($#)); do
+  case "$1" in
+    --kernel) kernel="$2"; shift 2 ;;
+    --include) includes+=("$2"); shift 2 ;;
+    --timeout) timeout="$2"; shift 2 ;;
+    --log) log="$2"; shift 2 ;;
+    --mem) mem="$2"; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    *) die "unknown option $1 (see --help)" ;;
+  esac
+done
+(($#)) || die "no guest command given (vmtest/run.sh [options] -- COMMAND)"
+for t in qemu-system-x86_64 cpio busybox dpkg-deb; do
+  command -v "$t" >/dev/null || [[ -x /bin/$t ]] || die "$t missing: run scripts/setup.sh"
+done
+mkdir -p "$cache"
+
+# --- kernel ---------------------------------------------------------------
+if [[ -z "$kernel" ]]; then
+  pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
+        awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+  if [[ -z "$pkg" ]]; then
+    apt-get update -qq >/dev/null 2>&1 || true
+    pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+  fi
+  [[ -n "$pkg" ]] || die "cannot find Debian's linux-image package (apt-get update?)"
+  kdir="$cache/$pkg"
+  if ! ls "$kdir"/boot/vmlinuz-* >/dev/null 2>&1; then
+    echo "vmtest: fetching $pkg" >&2
+    (cd "$cache" && rm -f "${pkg}"_*.deb && apt-get download -q -o APT::Sandbox::User=root "$pkg" >/dev/null) ||
+      die "apt-get download $pkg failed"
+    rm -rf "$kdir.tmp"
+    dpkg-deb -x "$cache/${pkg}"_*.deb "$kdir.tmp"
+    mv "$kdir.tmp" "$kdir"
+  fi
+  kernel=$(ls "$kdir"/boot/vmlinuz-* | head -1)
+fi
+[[ -r "$kernel" ]] || die "kernel image $kernel not readable"
+
+# --- initramfs --------------------------------------------------------------
+work=$(mktemp -d "${TMPDIR:-/tmp}/khagent-vmtest.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+stage="$work/root"
+mkdir -p "$stage"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,etc,run}
+
+put() {  # put FILE: copy to the same absolute path, debug info stripped
+  local f="$1" dst="$stage$1"
+  [[ -e "$dst" ]] && return 0
+  mkdir -p "$(dirname "$dst")"
+  cp -L "$f" "$dst"
+  if file -b "$dst" 2>/dev/null | grep -q ELF || head -c4 "$dst" | grep -q ELF; then
+    objcopy --strip-debug "$dst" 2>/dev/null || true
+  fi
+}
+put_with_libs() {
+  local f abs
+  abs=$(realpath -s "$1")
+  f=$(readlink -f "$1")
+  [[ -r "$f" ]] || die "cannot include $1"
+  put "$abs"
+  ldd "$f" 2>/dev/null | awk '/=> \// {print $3} /^\t\/[^ ]+ \(/ {print $1}' |
+    while read -r lib; do put "$lib"; done
+}
+
+put_with_libs "$(command -v bpftool || echo /usr/sbin/bpftool)"
+for f in "${includes[@]}"; do put_with_libs "$f"; done
+# busybox for everything else (real tools copied above take precedence)
+cp /bin/busybox "$stage/bin/busybox"
+for applet in $(/bin/busybox --list); do
+  [[ -e "$stage/bin/$applet" || -e "$stage/usr/bin/$applet" || -e "$stage/usr/sbin/$applet" ]] ||
+    ln -s busybox "$stage/bin/$applet"
+done
+
+printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$stage/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' >"$stage/etc/group"
+
+# The command, quoted for the guest's sh.
+{
+  printf '#!/bin/sh\n'
+  printf '%q ' "$@"
+  printf '\n'
+} >"$stage/vmtest-cmd"
+chmod +x "$stage/vmtest-cmd"
+
+cat >"$stage/init" <<'INIT'
+#!/bin/sh
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+mount -t bpf bpf /sys/fs/bpf
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+echo "+cpu +cpuset +memory" > /sys/fs/cgroup/cgroup.subtree_control
+echo "vmtest: kernel $(uname -r), $(nproc) CPUs, controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
+cd /tmp
+/vmtest-cmd
+rc=$?
+echo "KHAGENT-VMTEST-EXIT=$rc"
+sync
+poweroff -f
+INIT
+chmod +x "$stage/init"
+(cd "$stage" && find . | cpio -o -H newc --quiet) | gzip -1 >"$work/initramfs.gz"
+
+# --- boot -------------------------------------------------------------------
+log="${log:-$cache/console.log}"
+: >"$log"
+echo "vmtest: booting $(basename "$kernel") ($(du -h "$work/initramfs.gz" | cut -f1) initramfs), console in $log" >&2
+start=$(date +%s)
+set +e
+timeout --kill-after=10 "$timeout" qemu-system-x86_64 \
+  -accel tcg -cpu max -smp 2 -m "$mem" \
+  -kernel "$kernel" -initrd "$work/initramfs.gz" \
+  -append "console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init" \
+  -display none -monitor none -serial "file:$log" -no-reboot
+qrc=$?
+set -e
+elapsed=$(($(date +%s) - start))
+
+# Guest output (less the kernel's) for the caller.
+grep -v '^\[ *[0-9]*\.[0-9]*\]' "$log" | tr -d '\r' || true
+status=$(tr -d '\r' <"$log" | sed -n 's/^KHAGENT-VMTEST-EXIT=\([0-9]*\)$/\1/p' | tail -1)
+if [[ -z "$status" ]]; then
+  if ((qrc == 124 || qrc == 137)); then
+    echo "vmtest: FAILED: timed out after ${timeout}s; console log: $log" >&2
+  else
+    echo "vmtest: FAILED: the guest ended without an exit status (panic or crash?); last console lines:" >&2
+    tail -25 "$log" >&2
+  fi
+  exit 1
+fi
+echo "vmtest: guest command exited $status after ${elapsed}s" >&2
+exit "$status"
