@@ -70,7 +70,9 @@ class RunqHost : public ::testing::Test {
     children_.clear();
     cgroups_.clear();
     parent_.reset();
-    if (bpf_) ::rmdir(("/sys/fs/bpf/" + unique("khagent-test")).c_str());
+    bpf_.reset();
+    EXPECT_NE(::access(("/sys/fs/bpf/" + unique("khagent-test")).c_str(), F_OK), 0)
+        << "pins left behind";
   }
 
   TestCgroup& cgroup(const std::string& name) {

@@ -225,6 +225,8 @@ std::vector<ProgStats> RunqBpf::prog_stats() const {
 
 RunqBpf::~RunqBpf() {
   for (const auto& path : pinned_) ::unlink(path.c_str());
+  if (!pinned_.empty())  // ours, if nothing else was put there
+    ::rmdir(std::filesystem::path(pinned_.front()).parent_path().c_str());
   runq_bpf__destroy(skel_);
 }
 
