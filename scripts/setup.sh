@@ -10,7 +10,7 @@ PACKAGES=(
   clang-19 llvm-19 lld-19
   libbpf-dev bpftool libelf-dev zlib1g-dev
   # userspace libraries
-  libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev
+  libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev
   prometheus-cpp-dev libcurl4-openssl-dev
   # tests
   libgtest-dev libgmock-dev libcpp-httplib-dev

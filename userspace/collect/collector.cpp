@@ -25,8 +25,6 @@ uint64_t clock_ns(clockid_t c) {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-uint64_t sub(uint64_t a, uint64_t b) { return a >= b ? a - b : 0; }
-
 constexpr uint64_t kRescanMinNs = 1000000000ULL;
 constexpr uint64_t kRescanPeriodNs = 5000000000ULL;
 
@@ -36,29 +34,6 @@ ThrottleCounters throttle_delta(const ThrottleCounters& now, const ThrottleCount
 }
 
 }  // namespace
-
-CgroupCounters counters_delta(const CgroupCounters& now, const CgroupCounters& before) {
-  bool reset = now.waits < before.waits || now.wait_ns < before.wait_ns ||
-               now.cpu_ns < before.cpu_ns || now.preemptions < before.preemptions;
-  if (reset) return now;
-  CgroupCounters d;
-  d.wait_ns = now.wait_ns - before.wait_ns;
-  d.waits = now.waits - before.waits;
-  d.cpu_ns = now.cpu_ns - before.cpu_ns;
-  d.preemptions = now.preemptions - before.preemptions;
-  for (size_t i = 0; i < d.cause_ns.size(); i++) d.cause_ns[i] = sub(now.cause_ns[i], before.cause_ns[i]);
-  for (size_t i = 0; i < d.hist.size(); i++) d.hist[i] = sub(now.hist[i], before.hist[i]);
-  return d;
-}
-
-void counters_add(CgroupCounters& into, const CgroupCounters& d) {
-  into.wait_ns += d.wait_ns;
-  into.waits += d.waits;
-  into.cpu_ns += d.cpu_ns;
-  into.preemptions += d.preemptions;
-  for (size_t i = 0; i < d.cause_ns.size(); i++) into.cause_ns[i] += d.cause_ns[i];
-  for (size_t i = 0; i < d.hist.size(); i++) into.hist[i] += d.hist[i];
-}
 
 Collector::Collector(MapSource& maps, CgroupIndex& index, ThrottleStatReader* cpu_stat,
                      ThrottleSource source)

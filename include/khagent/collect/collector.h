@@ -83,9 +83,5 @@ class Collector {
   uint64_t forgotten_ = 0;
 };
 
-// Per-field delta of cumulative counters; a counter that went backwards
-// (entry evicted and created again) counts from zero.
-CgroupCounters counters_delta(const CgroupCounters& now, const CgroupCounters& before);
-void counters_add(CgroupCounters& into, const CgroupCounters& d);
 
 }  // namespace khagent

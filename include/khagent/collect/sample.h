@@ -24,6 +24,32 @@ struct CgroupCounters {
   WaitHistogram hist{};
 };
 
+// Per-field delta of cumulative counters; a counter that went backwards
+// (entry evicted and created again) counts from zero.
+inline CgroupCounters counters_delta(const CgroupCounters& now, const CgroupCounters& before) {
+  bool reset = now.waits < before.waits || now.wait_ns < before.wait_ns ||
+               now.cpu_ns < before.cpu_ns || now.preemptions < before.preemptions;
+  if (reset) return now;
+  auto sub = [](uint64_t a, uint64_t b) { return a >= b ? a - b : 0; };
+  CgroupCounters d;
+  d.wait_ns = now.wait_ns - before.wait_ns;
+  d.waits = now.waits - before.waits;
+  d.cpu_ns = now.cpu_ns - before.cpu_ns;
+  d.preemptions = now.preemptions - before.preemptions;
+  for (size_t i = 0; i < d.cause_ns.size(); i++) d.cause_ns[i] = sub(now.cause_ns[i], before.cause_ns[i]);
+  for (size_t i = 0; i < d.hist.size(); i++) d.hist[i] = sub(now.hist[i], before.hist[i]);
+  return d;
+}
+
+inline void counters_add(CgroupCounters& into, const CgroupCounters& d) {
+  into.wait_ns += d.wait_ns;
+  into.waits += d.waits;
+  into.cpu_ns += d.cpu_ns;
+  into.preemptions += d.preemptions;
+  for (size_t i = 0; i < d.cause_ns.size(); i++) into.cause_ns[i] += d.cause_ns[i];
+  for (size_t i = 0; i < d.hist.size(); i++) into.hist[i] += d.hist[i];
+}
+
 struct ThrottleCounters {
   uint64_t events = 0;
   uint64_t throttled_ns = 0;

@@ -1,0 +1,64 @@
+// Brings the desired cgroup values about: records originals first, writes in
+// an order the kernel accepts, treats vanished cgroups as gone, notices when
+// someone else (the kubelet) reverted a value and backs off instead of
+// flapping, and restores originals on the way out.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "khagent/actuate/cgroup_writer.h"
+#include "khagent/actuate/state_store.h"
+
+namespace khagent {
+
+struct DesiredValue {
+  std::string cgroup;  // relative to the cgroup2 mount
+  CgroupFile file = CgroupFile::CpuMax;
+  std::string value;
+};
+
+enum class ActionOutcome { Written, Unchanged, DryRun, Gone, Rejected, Reverted, Backoff, Restored };
+const char* outcome_name(ActionOutcome o);
+
+struct ActionRecord {
+  std::string cgroup;
+  CgroupFile file = CgroupFile::CpuMax;
+  std::string from;
+  std::string to;
+  ActionOutcome outcome = ActionOutcome::Unchanged;
+  std::string message;
+};
+
+class Actuator {
+ public:
+  Actuator(CgroupFs& fs, StateStore& store, bool dry_run, CpuSet node_cpus,
+           uint64_t revert_backoff_ns = 60'000'000'000ULL);
+
+  // Applies every desired value; returns one record per value (Unchanged
+  // included). Originals are saved to the state file before the first write
+  // to each file; if they cannot be saved, nothing is written to that file.
+  std::vector<ActionRecord> apply(const std::vector<DesiredValue>& want, uint64_t now_ns);
+
+  // Restores the originals of cgroups not in `keep` (all of them when `keep`
+  // is empty) and forgets them.
+  std::vector<ActionRecord> restore(const std::set<std::string>& keep = {});
+
+ private:
+  using Key = std::pair<std::string, int>;
+  ActionRecord apply_one(const DesiredValue& d, uint64_t now_ns, bool& state_dirty);
+
+  CgroupFs& fs_;
+  StateStore& store_;
+  bool dry_run_;
+  CpuSet node_cpus_;
+  uint64_t backoff_ns_;
+  std::map<Key, std::string> last_written_;  // normalised
+  std::map<Key, uint64_t> backoff_until_;
+};
+
+}  // namespace khagent

@@ -1,0 +1,30 @@
+// Reading the node's CPU topology and the kubelet's CPU manager state.
+#pragma once
+
+#include <string>
+
+#include "khagent/util/cpuset.h"
+#include "khagent/util/result.h"
+
+namespace khagent {
+
+// Reads /sys/devices/system/cpu (or a fixture directory with the same layout:
+// `online`, cpuN/topology/{core_id,physical_package_id}) and the NUMA nodes
+// from /sys/devices/system/node (nodeM/cpulist); without a node directory all
+// CPUs are on node 0.
+Result<Topology> read_topology(const std::string& sys_cpu_dir = "/sys/devices/system/cpu",
+                               const std::string& sys_node_dir = "/sys/devices/system/node");
+
+// The kubelet's cpu_manager_state (JSON; khagent only reads it):
+// {"policyName":"static","defaultCpuSet":"0,5-7",
+//  "entries":{"<pod uid>":{"<container name>":"1-4"}},"checksum":N}
+struct CpuManagerState {
+  std::string policy;  // "none" or "static"
+  CpuSet default_set;  // the shared pool
+  CpuSet exclusive;    // union of all entries: CPUs given to exclusive containers
+};
+Result<CpuManagerState> parse_cpu_manager_state(const std::string& json_text);
+// A missing file is not an error: policy "none", nothing exclusive.
+Result<CpuManagerState> read_cpu_manager_state(const std::string& path);
+
+}  // namespace khagent

@@ -1,0 +1,115 @@
+// khagent's configuration: plain data with built-in defaults. Loaded from a
+// YAML file (userspace/config/config_yaml.cpp); per-node overrides applied.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "khagent/util/result.h"
+
+namespace khagent {
+
+enum class CgroupClass { Online, Offline, System };
+const char* class_name(CgroupClass c);
+std::optional<CgroupClass> parse_class(const std::string& s);
+
+// One classification rule; every field that is set must match (AND).
+// Rules are tried in order, the first match decides.
+struct ClassRule {
+  std::optional<std::string> qos;             // guaranteed | burstable | besteffort
+  std::optional<std::string> path_glob;       // fnmatch(3) on the cgroup path, '*' spans '/'
+  std::optional<std::string> priority_class;  // pod spec.priorityClassName (kubelet /pods)
+  std::map<std::string, std::string> labels;       // pod labels, all must match
+  std::map<std::string, std::string> annotations;  // pod annotations, all must match
+  std::optional<bool> yarn;                   // a YARN container (or not)
+  CgroupClass cls = CgroupClass::Online;
+};
+
+struct ClassConfig {
+  std::vector<ClassRule> rules;  // default: see default_config()
+  CgroupClass default_pod_class = CgroupClass::Online;  // k8s pods no rule matched
+  CgroupClass default_class = CgroupClass::System;      // everything else
+};
+
+struct OnlineConfig {
+  double wait_p99_target_us = 2000;     // per online pod, over a tick
+  double interference_share_limit = 0.5;  // share of a pod's wait spent behind offline
+  double min_offline_share = 0.2;       // a p99 breach only counts if offline had this share
+  double self_throttle_share = 0.5;     // above this share of throttled wait: quota too small
+  uint64_t min_waits = 20;              // fewer waits in a tick: no verdict for the pod
+};
+
+struct BudgetConfig {
+  double floor_cores = 0.5;         // offline never gets less (unless allow_zero)
+  bool allow_zero = false;          // let the floor be 0 (offline may be starved)
+  double reserve_cores = 0.5;       // ceiling = node CPUs - online usage - reserve
+  double initial_cores = -1;        // < 0: start at the ceiling
+  double decrease_factor = 0.5;     // multiplicative decrease, 0 < f < 1
+  uint64_t min_decrease_interval_ns = 100'000'000;
+  double increase_step_cores = 0.25;
+  uint64_t increase_interval_ns = 5'000'000'000;
+  uint64_t calm_period_ns = 10'000'000'000;  // no breach for this long before increasing
+  double deadband_cores = 0.1;      // smaller changes are not applied
+  uint64_t cpu_max_period_us = 100'000;
+};
+
+struct CpusetConfig {
+  bool enabled = false;
+  std::string reserved_cpus;        // never given to offline (cpu list, e.g. "0-1")
+  std::string cpu_manager_state = "/var/lib/kubelet/cpu_manager_state";
+};
+
+struct OfflineConfig {
+  std::vector<std::string> targets;   // extra offline parent cgroups (paths in the cgroup2 mount)
+  bool besteffort = true;             // write the BestEffort QoS cgroup
+  bool yarn = true;                   // write the YARN hierarchy's root
+  std::string yarn_hierarchy = "hadoop-yarn";
+  bool idle = false;                  // cpu.idle=1 on offline targets
+  uint32_t weight = 0;                // cpu.weight on offline targets khagent owns; 0 = leave
+};
+
+struct FastPathConfig {
+  bool enabled = true;
+  uint64_t wait_threshold_ns = 5'000'000;  // one wait of a protected cgroup over this: event
+  uint64_t min_interval_ns = 50'000'000;   // per cgroup, enforced in the kernel
+};
+
+struct Config {
+  uint64_t tick_ns = 200'000'000;
+  bool dry_run = false;
+  std::string state_file = "/var/lib/khagent/state.json";
+  std::string kubelet_pods_url;       // e.g. https://127.0.0.1:10250/pods; "" = not used
+  ClassConfig classes;
+  OnlineConfig online;
+  BudgetConfig budget;
+  CpusetConfig cpuset;
+  OfflineConfig offline;
+  FastPathConfig fast_path;
+};
+
+// The built-in defaults (what runs without a file).
+Config default_config();
+
+// Who this node is, for per-node overrides.
+struct NodeIdentity {
+  std::string name;
+  std::map<std::string, std::string> labels;
+};
+
+// Loads YAML text (`source` names it in errors) over the defaults, applying
+// the per-node overrides that match `node`. Unknown keys, wrong types and
+// impossible values are errors naming the file, the key and the problem.
+Result<Config> load_config_text(const std::string& text, const std::string& source,
+                                const NodeIdentity& node);
+Result<Config> load_config_file(const std::string& path, const NodeIdentity& node);
+
+// Checks cross-field constraints (floor <= ceiling inputs, factors in range, ...).
+Result<void> validate_config(const Config& c);
+
+// The effective configuration as YAML (logged at start, `config check`).
+std::string config_to_yaml(const Config& c);
+
+}  // namespace khagent

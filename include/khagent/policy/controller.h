@@ -1,0 +1,84 @@
+// The isolation controller: a pure function of signals, configuration and its
+// previous state. It decides the offline CPU budget (AIMD with a deadband,
+// floor, ceiling and rate limits). No files, no sockets, no clocks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "khagent/config/config.h"
+
+namespace khagent {
+
+// What the controller needs to know about one online pod this tick.
+struct OnlinePodLoad {
+  std::string uid;
+  std::string path;
+  uint64_t waits = 0;
+  uint64_t wait_ns = 0;
+  uint64_t throttled_wait_ns = 0;  // wait because its own quota throttled it
+  uint64_t offline_wait_ns = 0;    // wait while offline cgroups held the CPU
+  double wait_p99_us = 0;
+};
+
+// A single over-threshold wait reported by the kernel (fast path).
+struct FastEvent {
+  uint64_t cgroup_id = 0;
+  uint64_t wait_ns = 0;
+  bool aggressor_offline = false;  // the cgroup that held the CPU longest is offline
+  bool throttled = false;          // the wait was the victim's own throttling
+};
+
+struct ControllerInput {
+  uint64_t now_ns = 0;              // monotonic
+  double node_cpus = 0;
+  double online_cpu_cores = 0;      // usage over the last tick
+  double offline_cpu_cores = 0;
+  std::vector<OnlinePodLoad> online_pods;
+  std::vector<FastEvent> fast_events;  // since the last step
+};
+
+enum class PodVerdictKind { Ok, FewSamples, Breach, SelfThrottled };
+const char* verdict_name(PodVerdictKind k);
+
+struct PodVerdict {
+  std::string uid;
+  std::string path;
+  PodVerdictKind kind = PodVerdictKind::Ok;
+  double wait_p99_us = 0;
+  double offline_share = 0;    // of its wait
+  double throttled_share = 0;  // of its wait
+  std::string why;
+};
+
+struct ControllerState {
+  bool initialized = false;
+  double budget_cores = 0;       // last decided (and applied) budget
+  uint64_t last_breach_ns = 0;
+  uint64_t last_decrease_ns = 0;
+  uint64_t last_increase_ns = 0;
+};
+
+enum class BudgetAction { Hold, Init, Decrease, Increase, Ceiling, Floor };
+const char* action_name(BudgetAction a);
+
+struct Decision {
+  double budget_cores = 0;  // the offline CPU budget to apply
+  double ceiling_cores = 0;
+  double floor_cores = 0;
+  bool changed = false;     // differs from the previous budget (beyond the deadband)
+  BudgetAction action = BudgetAction::Hold;
+  std::string reason;       // one line for the log
+  std::vector<PodVerdict> verdicts;  // every online pod with enough samples
+  uint64_t fast_breaches = 0;        // fast-path events acted on
+};
+
+// One step. `state` is updated in place (it is the controller's memory).
+Decision controller_step(const ControllerInput& in, const Config& cfg, ControllerState& state);
+
+// The budget as a cpu.max value: "<quota> <period>" (quota >= 1000 us), or
+// "max <period>" when the budget covers the whole node.
+std::string budget_to_cpu_max(double budget_cores, double node_cpus, uint64_t period_us);
+
+}  // namespace khagent

@@ -1,0 +1,118 @@
+// Who a cgroup belongs to (Kubernetes pod and container, YARN container),
+// which class it is in (online / offline / system), and the roll-up of the
+// per-cgroup signals to pods and classes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "khagent/collect/sample.h"
+#include "khagent/config/config.h"
+
+namespace khagent {
+
+enum class QosTier { None, Guaranteed, Burstable, BestEffort };
+const char* qos_name(QosTier q);
+
+struct CgroupIdentity {
+  // Kubernetes (from the kubelet's cgroup layout, systemd or cgroupfs driver)
+  bool k8s = false;            // under the kubepods hierarchy
+  QosTier qos = QosTier::None;
+  std::string pod_uid;         // with dashes; "" if not in a pod
+  std::string pod_path;        // the pod-level cgroup
+  std::string container_id;    // "" for the pod cgroup itself (or conmon)
+  std::string runtime;         // containerd | crio | docker | "" (unknown)
+  std::string qos_path;        // the QoS-level cgroup (guaranteed: kubepods itself)
+  // YARN (a NodeManager's container hierarchy)
+  bool yarn = false;           // at or below the YARN hierarchy
+  std::string yarn_root;       // path of the hierarchy, e.g. /hadoop-yarn
+  std::string yarn_container;  // container_<id>; "" for the root itself
+  std::string yarn_container_path;
+};
+
+// Parses a cgroup path (relative to the cgroup2 mount, starting with '/').
+CgroupIdentity identify_cgroup(const std::string& path, const std::string& yarn_hierarchy);
+
+// What the kubelet's /pods endpoint says about a pod (optional input).
+struct PodMeta {
+  std::string name;
+  std::string ns;
+  std::string priority_class;
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
+};
+
+// First matching rule's class, else the defaults (see ClassConfig).
+CgroupClass classify_cgroup(const std::string& path, const CgroupIdentity& id, const PodMeta* meta,
+                            const ClassConfig& cfg);
+
+// Identity and class of each cgroup id, computed once per id.
+class Classifier {
+ public:
+  Classifier(ClassConfig cfg, std::string yarn_hierarchy)
+      : cfg_(std::move(cfg)), yarn_hierarchy_(std::move(yarn_hierarchy)) {}
+  struct Entry {
+    CgroupIdentity id;
+    CgroupClass cls = CgroupClass::System;
+  };
+  const Entry& get(uint64_t cgroup_id, const std::string& path);
+  // New pod metadata: classes are recomputed.
+  void set_pods(std::unordered_map<std::string, PodMeta> pods);
+  // Drops ids not in `alive`.
+  void retain(const std::vector<uint64_t>& alive);
+
+ private:
+  ClassConfig cfg_;
+  std::string yarn_hierarchy_;
+  std::unordered_map<std::string, PodMeta> pods_;
+  std::unordered_map<uint64_t, Entry> cache_;
+};
+
+// Signals of one pod over the last interval, summed over its cgroups.
+struct PodSignals {
+  std::string uid;
+  std::string path;
+  CgroupClass cls = CgroupClass::Online;
+  QosTier qos = QosTier::None;
+  CgroupCounters interval;
+  ThrottleCounters throttle_interval;
+  uint64_t offline_wait_ns = 0;  // wait while offline cgroups held the CPU
+  double wait_p99_us = 0;
+  double cpu_cores = 0;
+  std::vector<uint64_t> cgroup_ids;
+};
+
+// A YARN container and what it did to online work in the last interval.
+struct YarnContainerSignals {
+  std::string container;
+  std::string path;
+  double cpu_cores = 0;
+  uint64_t online_wait_caused_ns = 0;        // in the interval
+  uint64_t online_wait_caused_ns_total = 0;  // since start
+};
+
+struct ClassSignals {
+  CgroupCounters interval;
+  double cpu_cores = 0;
+  double wait_p99_us = 0;
+  uint64_t wait_by_aggressor_class_ns[3] = {0, 0, 0};  // interval, by CgroupClass
+};
+
+struct NodeSignals {
+  uint64_t ts_ns = 0;
+  uint64_t interval_ns = 0;
+  std::vector<PodSignals> pods;                // every pod with activity
+  std::array<ClassSignals, 3> classes{};       // by CgroupClass
+  std::vector<YarnContainerSignals> yarn;      // YARN containers seen
+  std::vector<uint64_t> online_cgroups;        // ids of online cgroups (protected)
+  std::vector<std::string> offline_parents;    // QoS/YARN roots seen: besteffort, hadoop-yarn
+};
+
+NodeSignals rollup(const Sample& s, Classifier& classifier);
+
+}  // namespace khagent

@@ -1,0 +1,309 @@
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "khagent/actuate/actuator.h"
+#include "test_util.h"
+
+using namespace khagent;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Cgroup files in memory, with errors to inject per file.
+struct FakeFs : CgroupFs {
+  std::map<std::pair<std::string, CgroupFile>, std::string> files;
+  std::map<std::pair<std::string, CgroupFile>, int> write_errno;
+  std::vector<std::string> writes;  // "cgroup file value" in order
+  Result<std::string> read(const std::string& cg, CgroupFile f) override {
+    auto it = files.find({cg, f});
+    if (it == files.end()) return make_error(ENOENT, cg + " gone");
+    return it->second;
+  }
+  Result<void> write(const std::string& cg, CgroupFile f, const std::string& v) override {
+    auto e = write_errno.find({cg, f});
+    if (e != write_errno.end()) return make_error(e->second, "write refused");
+    auto it = files.find({cg, f});
+    if (it == files.end()) return make_error(ENOENT, cg + " gone");
+    it->second = normalize_cgroup_value(f, v);
+    writes.push_back(cg + " " + cgroup_file_name(f) + " " + v);
+    return {};
+  }
+  bool exists(const std::string& cg) override {
+    for (const auto& [k, _] : files)
+      if (k.first == cg) return true;
+    return false;
+  }
+  void add(const std::string& cg) {
+    files[{cg, CgroupFile::CpuMax}] = "max 100000";
+    files[{cg, CgroupFile::CpuWeight}] = "100";
+    files[{cg, CgroupFile::CpuIdle}] = "0";
+    files[{cg, CgroupFile::CpusetCpus}] = "";
+  }
+  void remove(const std::string& cg) {
+    for (auto it = files.begin(); it != files.end();) it = it->first.first == cg ? files.erase(it) : std::next(it);
+  }
+};
+
+const CpuSet kCpus = {0, 1, 2, 3, 4, 5, 6, 7};
+constexpr uint64_t kS = 1'000'000'000;
+
+}  // namespace
+
+TEST(CgroupValue, Validation) {
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::CpuMax, "max", kCpus).ok());
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::CpuMax, "250000 100000", kCpus).ok());
+  EXPECT_FALSE(validate_cgroup_value(CgroupFile::CpuMax, "500 100000", kCpus).ok());
+  EXPECT_FALSE(validate_cgroup_value(CgroupFile::CpuMax, "1000 100", kCpus).ok());
+  EXPECT_FALSE(validate_cgroup_value(CgroupFile::CpuMax, "lots", kCpus).ok());
+  EXPECT_FALSE(validate_cgroup_value(CgroupFile::CpuMax, "1000 100000 x", kCpus).ok());
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::CpuWeight, "1", kCpus).ok());
+  EXPECT_FALSE(validate_cgroup_value(CgroupFile::CpuWeight, "0", kCpus).ok());
+  EXPECT_FALSE(validate_cgroup_value(CgroupFile::CpuWeight, "10001", kCpus).ok());
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::CpuIdle, "1", kCpus).ok());
+  EXPECT_FALSE(validate_cgroup_value(CgroupFile::CpuIdle, "2", kCpus).ok());
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::CpusetCpus, "4-7", kCpus).ok());
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::CpusetCpus, "", kCpus).ok());
+  auto bad = validate_cgroup_value(CgroupFile::CpusetCpus, "6-9", kCpus);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("CPU 8"), std::string::npos);
+}
+
+TEST(CgroupPath, Confinement) {
+  TempDir t;
+  fs::create_directories(t.path / "cg/a");
+  fs::create_directories(t.path / "elsewhere");
+  fs::create_directory_symlink(t.path / "elsewhere", t.path / "cg/link-out");
+  fs::create_directory_symlink(t.path / "cg/a", t.path / "cg/link-in");
+  std::string m = (t.path / "cg").string();
+  EXPECT_EQ(*confine_cgroup_path(m, "/a"), "/a");
+  EXPECT_EQ(*confine_cgroup_path(m, "a/"), "/a");
+  EXPECT_EQ(*confine_cgroup_path(m, m + "/a"), "/a");
+  EXPECT_EQ(*confine_cgroup_path(m, "/not/yet/there"), "/not/yet/there");
+  EXPECT_TRUE(confine_cgroup_path(m, "/link-in").ok());
+  auto dots = confine_cgroup_path(m, "/a/../../etc");
+  ASSERT_FALSE(dots.ok());
+  EXPECT_NE(dots.error().message.find(".."), std::string::npos);
+  auto out = confine_cgroup_path(m, "/link-out");
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.error().message.find("outside the cgroup2 mount"), std::string::npos);
+  EXPECT_FALSE(confine_cgroup_path(m, "/sys/kernel/mm").ok());
+  EXPECT_FALSE(confine_cgroup_path(m, "").ok());
+}
+
+TEST(StateStore, RoundTripAndPrevGeneration) {
+  TempDir t;
+  std::string p = (t.path / "state/state.json").string();
+  StateStore s(p);
+  ASSERT_TRUE(s.load().ok());
+  EXPECT_TRUE(s.empty());
+  s.record("/a", CgroupFile::CpuMax, "max 100000");
+  s.record("/a", CgroupFile::CpuMax, "5000 100000");  // never overwrites an original
+  s.record("/b", CgroupFile::CpusetCpus, "0-7");
+  ASSERT_TRUE(s.save().ok());
+  StateStore r(p);
+  ASSERT_TRUE(r.load().ok()) << r.note();
+  auto e = r.entries();
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].cgroup, "/a");
+  EXPECT_EQ(e[0].value, "max 100000");
+  EXPECT_EQ(e[1].file, CgroupFile::CpusetCpus);
+
+  // A second save keeps the first as .prev; damage the main file.
+  r.record("/c", CgroupFile::CpuIdle, "0");
+  ASSERT_TRUE(r.save().ok());
+  ASSERT_TRUE(fs::exists(p + ".prev"));
+  std::string text;
+  {
+    std::ifstream f(p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    text = ss.str();
+  }
+  text.replace(text.find("max 100000"), 10, "max 100001");
+  std::ofstream(p) << text;
+  StateStore c(p);
+  ASSERT_TRUE(c.load().ok());
+  EXPECT_NE(c.note().find("checksum mismatch"), std::string::npos) << c.note();
+  EXPECT_NE(c.note().find(".prev"), std::string::npos);
+  EXPECT_EQ(c.entries().size(), 2u);  // the previous generation
+  EXPECT_EQ(c.entries()[0].value, "max 100000");
+}
+
+TEST(StateStore, CorruptWithoutPrevIsAnError) {
+  TempDir t;
+  std::string p = (t.path / "state.json").string();
+  std::ofstream(p) << "{\"version\":1,\"entries\":[{\"cgroup\":\"/a\"";
+  StateStore s(p);
+  auto r = s.load();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().err, EBADMSG);
+  EXPECT_NE(r.error().message.find("not valid JSON"), std::string::npos) << r.error().message;
+  EXPECT_FALSE(StateStore::parse("{\"version\":2,\"entries\":[],\"checksum\":0}").ok());
+}
+
+TEST(Actuator, RecordsOriginalsBeforeWritingAndRestores) {
+  TempDir t;
+  FakeFs f;
+  f.add("/be");
+  StateStore st((t.path / "s.json").string());
+  Actuator a(f, st, false, kCpus);
+  auto r = a.apply({{"/be", CgroupFile::CpuMax, "200000 100000"}, {"/be", CgroupFile::CpuIdle, "1"}}, 1 * kS);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].outcome, ActionOutcome::Written);
+  EXPECT_EQ(r[0].from, "max 100000");
+  EXPECT_EQ((f.files[{"/be", CgroupFile::CpuMax}]), "200000 100000");
+  // The originals are on disk already.
+  StateStore disk((t.path / "s.json").string());
+  ASSERT_TRUE(disk.load().ok());
+  EXPECT_EQ(disk.entries().size(), 2u);
+  // Same again: unchanged, no write.
+  f.writes.clear();
+  auto again = a.apply({{"/be", CgroupFile::CpuMax, "200000 100000"}}, 2 * kS);
+  EXPECT_EQ(again[0].outcome, ActionOutcome::Unchanged);
+  EXPECT_TRUE(f.writes.empty());
+  // Restore puts the originals back and empties the state.
+  auto rr = a.restore();
+  ASSERT_EQ(rr.size(), 2u);
+  for (const auto& x : rr) EXPECT_EQ(x.outcome, ActionOutcome::Restored) << x.message;
+  EXPECT_EQ((f.files[{"/be", CgroupFile::CpuMax}]), "max 100000");
+  EXPECT_EQ((f.files[{"/be", CgroupFile::CpuIdle}]), "0");
+  StateStore after((t.path / "s.json").string());
+  ASSERT_TRUE(after.load().ok());
+  EXPECT_TRUE(after.empty());
+}
+
+TEST(Actuator, RestartReadoptsWithoutLosingOriginals) {
+  TempDir t;
+  FakeFs f;
+  f.add("/be");
+  std::string p = (t.path / "s.json").string();
+  {
+    StateStore st(p);
+    Actuator a(f, st, false, kCpus);
+    a.apply({{"/be", CgroupFile::CpuMax, "200000 100000"}}, 1 * kS);
+  }  // SIGKILL: nothing restored
+  StateStore st(p);
+  ASSERT_TRUE(st.load().ok());
+  Actuator b(f, st, false, kCpus);
+  auto r = b.apply({{"/be", CgroupFile::CpuMax, "100000 100000"}}, 1 * kS);
+  EXPECT_EQ(r[0].outcome, ActionOutcome::Written);
+  ASSERT_EQ(st.entries().size(), 1u);
+  EXPECT_EQ(st.entries()[0].value, "max 100000");  // the real original, not our 2 cores
+  b.restore();
+  EXPECT_EQ((f.files[{"/be", CgroupFile::CpuMax}]), "max 100000");
+}
+
+TEST(Actuator, VanishedAndRejected) {
+  TempDir t;
+  FakeFs f;
+  f.add("/a");
+  f.add("/b");
+  f.add("/c");
+  f.add("/d");
+  f.write_errno[{"/b", CgroupFile::CpuMax}] = EINVAL;
+  f.write_errno[{"/c", CgroupFile::CpusetCpus}] = EBUSY;
+  f.write_errno[{"/d", CgroupFile::CpuIdle}] = EACCES;
+  StateStore st((t.path / "s.json").string());
+  Actuator a(f, st, false, kCpus);
+  f.remove("/a");
+  auto r = a.apply({{"/a", CgroupFile::CpuMax, "100000 100000"},
+                    {"/b", CgroupFile::CpuMax, "100000 100000"},
+                    {"/c", CgroupFile::CpusetCpus, "4-7"},
+                    {"/d", CgroupFile::CpuIdle, "1"},
+                    {"/d", CgroupFile::CpuWeight, "0"}},
+                   1 * kS);
+  std::map<std::string, ActionRecord> by;
+  for (const auto& x : r) by[x.cgroup + cgroup_file_name(x.file)] = x;
+  EXPECT_EQ(by["/acpu.max"].outcome, ActionOutcome::Gone);
+  EXPECT_EQ(by["/bcpu.max"].outcome, ActionOutcome::Rejected);
+  EXPECT_NE(by["/bcpu.max"].message.find("Invalid argument"), std::string::npos);
+  EXPECT_EQ(by["/ccpuset.cpus"].outcome, ActionOutcome::Rejected);
+  EXPECT_NE(by["/ccpuset.cpus"].message.find("busy"), std::string::npos);
+  EXPECT_EQ(by["/dcpu.idle"].outcome, ActionOutcome::Rejected);
+  EXPECT_EQ(by["/dcpu.weight"].outcome, ActionOutcome::Rejected);  // invalid: never written
+  EXPECT_NE(by["/dcpu.weight"].message.find("1..10000"), std::string::npos);
+  EXPECT_TRUE(f.writes.empty());
+  // The cgroup disappears after khagent changed it: its original is dropped.
+  f.write_errno.clear();
+  ASSERT_EQ(a.apply({{"/b", CgroupFile::CpuMax, "100000 100000"}}, 2 * kS)[0].outcome, ActionOutcome::Written);
+  f.remove("/b");
+  EXPECT_EQ(a.apply({{"/b", CgroupFile::CpuMax, "50000 100000"}}, 3 * kS)[0].outcome, ActionOutcome::Gone);
+  EXPECT_FALSE(st.has("/b", CgroupFile::CpuMax));
+}
+
+TEST(Actuator, RevertByAnotherWriterIsReportedNotFought) {
+  TempDir t;
+  FakeFs f;
+  f.add("/qos");
+  StateStore st((t.path / "s.json").string());
+  Actuator a(f, st, false, kCpus, 60 * kS);
+  a.apply({{"/qos", CgroupFile::CpuWeight, "1"}}, 1 * kS);
+  f.files[{"/qos", CgroupFile::CpuWeight}] = "2";  // the kubelet re-applies its shares
+  f.writes.clear();
+  auto r = a.apply({{"/qos", CgroupFile::CpuWeight, "1"}}, 2 * kS);
+  EXPECT_EQ(r[0].outcome, ActionOutcome::Reverted);
+  EXPECT_NE(r[0].message.find("someone else"), std::string::npos);
+  EXPECT_EQ(a.apply({{"/qos", CgroupFile::CpuWeight, "1"}}, 30 * kS)[0].outcome, ActionOutcome::Backoff);
+  EXPECT_TRUE(f.writes.empty());
+  EXPECT_EQ(a.apply({{"/qos", CgroupFile::CpuWeight, "1"}}, 62 * kS)[0].outcome, ActionOutcome::Written);
+}
+
+TEST(Actuator, CpusetOrderWidenParentsFirstNarrowChildrenFirst) {
+  TempDir t;
+  FakeFs f;
+  f.add("/p");
+  f.add("/p/c");
+  f.files[{"/p", CgroupFile::CpusetCpus}] = "4-5";
+  f.files[{"/p/c", CgroupFile::CpusetCpus}] = "4-5";
+  StateStore st((t.path / "s.json").string());
+  Actuator a(f, st, false, kCpus);
+  a.apply({{"/p/c", CgroupFile::CpusetCpus, "4-7"}, {"/p", CgroupFile::CpusetCpus, "4-7"}}, 1 * kS);
+  ASSERT_EQ(f.writes.size(), 2u);
+  EXPECT_EQ(f.writes[0], "/p cpuset.cpus 4-7");
+  EXPECT_EQ(f.writes[1], "/p/c cpuset.cpus 4-7");
+  f.writes.clear();
+  a.apply({{"/p", CgroupFile::CpusetCpus, "6-7"}, {"/p/c", CgroupFile::CpusetCpus, "6-7"}}, 2 * kS);
+  ASSERT_EQ(f.writes.size(), 2u);
+  EXPECT_EQ(f.writes[0], "/p/c cpuset.cpus 6-7");
+  EXPECT_EQ(f.writes[1], "/p cpuset.cpus 6-7");
+}
+
+TEST(Actuator, DryRunWritesNothing) {
+  TempDir t;
+  FakeFs f;
+  f.add("/be");
+  StateStore st((t.path / "s.json").string());
+  Actuator a(f, st, true, kCpus);
+  auto r = a.apply({{"/be", CgroupFile::CpuMax, "100000 100000"}}, 1 * kS);
+  EXPECT_EQ(r[0].outcome, ActionOutcome::DryRun);
+  EXPECT_TRUE(f.writes.empty());
+  EXPECT_FALSE(fs::exists(t.path / "s.json"));
+}
+
+TEST(Actuator, UnsavableStateMeansNoWrite) {
+  FakeFs f;
+  f.add("/be");
+  StateStore st("/proc/khagent-cannot-write-here/state.json");
+  Actuator a(f, st, false, kCpus);
+  auto r = a.apply({{"/be", CgroupFile::CpuMax, "100000 100000"}}, 1 * kS);
+  EXPECT_EQ(r[0].outcome, ActionOutcome::Rejected);
+  EXPECT_NE(r[0].message.find("original value not saved"), std::string::npos);
+  EXPECT_TRUE(f.writes.empty());
+}
+
+TEST(RealCgroupFs, FixtureDirectory) {
+  TempDir t;
+  t.write("be/cpu.max", "max 100000\n");
+  RealCgroupFs rfs(t.path.string());
+  EXPECT_EQ(*rfs.read("/be", CgroupFile::CpuMax), "max 100000");
+  ASSERT_TRUE(rfs.write("/be", CgroupFile::CpuMax, "50000 100000").ok());
+  EXPECT_EQ(*rfs.read("/be", CgroupFile::CpuMax), "50000 100000");
+  auto gone = rfs.write("/nope", CgroupFile::CpuMax, "max");
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.error().err, ENOENT);
+  EXPECT_TRUE(rfs.exists("/be"));
+  EXPECT_FALSE(rfs.exists("/nope"));
+}

@@ -1,0 +1,192 @@
+#include "khagent/actuate/actuator.h"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+namespace khagent {
+
+const char* outcome_name(ActionOutcome o) {
+  switch (o) {
+    case ActionOutcome::Written: return "written";
+    case ActionOutcome::Unchanged: return "unchanged";
+    case ActionOutcome::DryRun: return "dry-run";
+    case ActionOutcome::Gone: return "gone";
+    case ActionOutcome::Rejected: return "rejected";
+    case ActionOutcome::Reverted: return "reverted";
+    case ActionOutcome::Backoff: return "backoff";
+    case ActionOutcome::Restored: return "restored";
+  }
+  return "unknown";
+}
+
+namespace {
+
+size_t depth(const std::string& cgroup) { return static_cast<size_t>(std::count(cgroup.begin(), cgroup.end(), '/')); }
+
+}  // namespace
+
+Actuator::Actuator(CgroupFs& fs, StateStore& store, bool dry_run, CpuSet node_cpus, uint64_t revert_backoff_ns)
+    : fs_(fs), store_(store), dry_run_(dry_run), node_cpus_(std::move(node_cpus)), backoff_ns_(revert_backoff_ns) {}
+
+std::vector<ActionRecord> Actuator::apply(const std::vector<DesiredValue>& want, uint64_t now_ns) {
+  // cpuset.cpus: widen before narrowing, parents before children when
+  // widening, children before parents when narrowing, so that no step asks
+  // the kernel for CPUs a parent does not have.
+  std::vector<DesiredValue> widen, narrow, other;
+  for (const auto& d : want) {
+    if (d.file != CgroupFile::CpusetCpus) {
+      other.push_back(d);
+      continue;
+    }
+    auto cur = fs_.read(d.cgroup, d.file);
+    auto now_set = cur ? parse_cpu_list(*cur) : Result<CpuSet>(CpuSet{});
+    auto want_set = parse_cpu_list(d.value);
+    bool is_widen = now_set && want_set &&
+                    (now_set->empty() ||
+                     std::includes(want_set->begin(), want_set->end(), now_set->begin(), now_set->end()));
+    (is_widen ? widen : narrow).push_back(d);
+  }
+  std::stable_sort(widen.begin(), widen.end(),
+                   [](const DesiredValue& a, const DesiredValue& b) { return depth(a.cgroup) < depth(b.cgroup); });
+  std::stable_sort(narrow.begin(), narrow.end(),
+                   [](const DesiredValue& a, const DesiredValue& b) { return depth(a.cgroup) > depth(b.cgroup); });
+
+  std::vector<ActionRecord> out;
+  bool dirty = false;
+  for (const auto* list : {&widen, &narrow, &other})
+    for (const auto& d : *list) out.push_back(apply_one(d, now_ns, dirty));
+  if (dirty && !dry_run_) {
+    if (auto r = store_.save(); !r) spdlog::error("saving state: {}", r.error().str());
+  }
+  return out;
+}
+
+ActionRecord Actuator::apply_one(const DesiredValue& d, uint64_t now_ns, bool& dirty) {
+  ActionRecord rec;
+  rec.cgroup = d.cgroup;
+  rec.file = d.file;
+  rec.to = d.value;
+  Key key{d.cgroup, static_cast<int>(d.file)};
+
+  if (auto v = validate_cgroup_value(d.file, d.value, node_cpus_); !v) {
+    rec.outcome = ActionOutcome::Rejected;
+    rec.message = v.error().message;
+    return rec;
+  }
+  auto cur = fs_.read(d.cgroup, d.file);
+  if (!cur) {
+    rec.outcome = cur.error().err == ENOENT ? ActionOutcome::Gone : ActionOutcome::Rejected;
+    rec.message = cur.error().str();
+    if (rec.outcome == ActionOutcome::Gone && store_.has(d.cgroup, d.file)) {
+      store_.forget_cgroup(d.cgroup);  // nothing left to restore
+      dirty = true;
+    }
+    last_written_.erase(key);
+    return rec;
+  }
+  rec.from = *cur;
+  std::string now_norm = normalize_cgroup_value(d.file, *cur);
+  std::string want_norm = normalize_cgroup_value(d.file, d.value);
+
+  auto bo = backoff_until_.find(key);
+  if (bo != backoff_until_.end()) {
+    if (now_ns < bo->second) {
+      rec.outcome = ActionOutcome::Backoff;
+      rec.message = "backing off after a revert by someone else";
+      return rec;
+    }
+    backoff_until_.erase(bo);
+    last_written_.erase(key);
+  }
+  if (now_norm == want_norm) {
+    rec.outcome = ActionOutcome::Unchanged;
+    last_written_[key] = want_norm;
+    return rec;
+  }
+  auto lw = last_written_.find(key);
+  if (lw != last_written_.end() && lw->second != now_norm) {
+    // We wrote lw->second and it now reads differently: another writer (the
+    // kubelet re-applying its settings, an operator). Report, do not fight.
+    rec.outcome = ActionOutcome::Reverted;
+    rec.message = "changed by someone else from '" + lw->second + "' to '" + now_norm +
+                  "'; not rewriting for " + std::to_string(backoff_ns_ / 1'000'000'000ULL) + "s";
+    backoff_until_[key] = now_ns + backoff_ns_;
+    last_written_.erase(lw);
+    return rec;
+  }
+  if (dry_run_) {
+    rec.outcome = ActionOutcome::DryRun;
+    return rec;
+  }
+  if (!store_.has(d.cgroup, d.file)) {
+    store_.record(d.cgroup, d.file, *cur);
+    if (auto r = store_.save(); !r) {
+      store_.forget(d.cgroup, d.file);
+      rec.outcome = ActionOutcome::Rejected;
+      rec.message = "original value not saved, so not writing: " + r.error().str();
+      return rec;
+    }
+  }
+  if (auto w = fs_.write(d.cgroup, d.file, d.value); !w) {
+    rec.outcome = w.error().err == ENOENT ? ActionOutcome::Gone : ActionOutcome::Rejected;
+    rec.message = w.error().str();
+    if (rec.outcome == ActionOutcome::Gone) {
+      store_.forget_cgroup(d.cgroup);
+      dirty = true;
+    }
+    return rec;
+  }
+  rec.outcome = ActionOutcome::Written;
+  // Remember what the kernel shows for it (it may canonicalise the value).
+  auto back = fs_.read(d.cgroup, d.file);
+  last_written_[key] = back ? normalize_cgroup_value(d.file, *back) : want_norm;
+  return rec;
+}
+
+std::vector<ActionRecord> Actuator::restore(const std::set<std::string>& keep) {
+  std::vector<ActionRecord> out;
+  auto entries = store_.entries();
+  // cpusets: restore children before parents would narrow-then-widen wrongly;
+  // restoring originals widens in general, so parents first.
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const OriginalValue& a, const OriginalValue& b) { return depth(a.cgroup) < depth(b.cgroup); });
+  bool changed = false;
+  for (const auto& e : entries) {
+    if (!keep.empty() && keep.count(e.cgroup)) continue;
+    ActionRecord rec;
+    rec.cgroup = e.cgroup;
+    rec.file = e.file;
+    rec.to = e.value;
+    auto cur = fs_.read(e.cgroup, e.file);
+    if (!cur) {
+      rec.outcome = cur.error().err == ENOENT ? ActionOutcome::Gone : ActionOutcome::Rejected;
+      rec.message = cur.error().str();
+    } else {
+      rec.from = *cur;
+      if (dry_run_) {
+        rec.outcome = ActionOutcome::DryRun;
+      } else if (normalize_cgroup_value(e.file, *cur) == normalize_cgroup_value(e.file, e.value)) {
+        rec.outcome = ActionOutcome::Unchanged;
+      } else if (auto w = fs_.write(e.cgroup, e.file, e.value); !w) {
+        rec.outcome = w.error().err == ENOENT ? ActionOutcome::Gone : ActionOutcome::Rejected;
+        rec.message = w.error().str();
+      } else {
+        rec.outcome = ActionOutcome::Restored;
+      }
+    }
+    // Rejected restores stay in the state file for the next attempt.
+    if (rec.outcome != ActionOutcome::Rejected && !dry_run_) {
+      store_.forget(e.cgroup, e.file);
+      changed = true;
+    }
+    last_written_.erase({e.cgroup, static_cast<int>(e.file)});
+    out.push_back(std::move(rec));
+  }
+  if (changed) {
+    if (auto r = store_.save(); !r) spdlog::error("saving state: {}", r.error().str());
+  }
+  return out;
+}
+
+}  // namespace khagent

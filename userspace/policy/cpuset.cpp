@@ -1,0 +1,162 @@
+#include "khagent/policy/cpuset.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+namespace khagent {
+
+namespace {
+
+struct Core {
+  int id = 0;    // CpuInfo::core
+  int node = 0;  // NUMA node of its lowest CPU (siblings share a node in practice)
+  CpuSet cpus;
+};
+
+// Cores in the order offline takes them: highest-numbered first (by lowest
+// CPU id, which is what appears in cpu lists), core id breaking ties.
+bool takes_before(const Core* a, const Core* b) {
+  if (*a->cpus.begin() != *b->cpus.begin()) return *a->cpus.begin() > *b->cpus.begin();
+  return a->id > b->id;
+}
+
+// ceil() of a core count that forgives float noise from the controller
+// (4.0000000001 cores is 4 CPUs, not 5); <= 0 and NaN are 0, and absurd values
+// are capped so the conversion cannot overflow.
+int64_t ceil_count(double x) {
+  if (!(x > 0)) return 0;
+  x = std::min(x, 1e12);
+  return std::max<int64_t>(0, static_cast<int64_t>(std::ceil(x - 1e-6)));
+}
+
+// 6 -> "6.0", 0.25 -> "0.25", 1.5 -> "1.5".
+std::string fmt_cores(double x) {
+  std::string s = fmt::format("{:.2f}", x);
+  auto dot = s.find('.');
+  if (dot != std::string::npos) {
+    while (s.size() > dot + 2 && s.back() == '0') s.pop_back();
+  }
+  return s;
+}
+
+// "1 CPU", "4 CPUs".
+std::string count_of(int64_t n, const char* noun) {
+  return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
+}
+
+struct Pick {
+  CpuSet cpus;
+  int cores = 0;
+};
+
+// Takes cores in `order`, skipping any that would push offline past `room`
+// CPUs, until offline holds at least `want` CPUs.
+Pick pick(const std::vector<const Core*>& order, int64_t want, int64_t room) {
+  Pick p;
+  for (const Core* c : order) {
+    if (static_cast<int64_t>(p.cpus.size()) >= want) break;
+    if (static_cast<int64_t>(p.cpus.size() + c->cpus.size()) > room) continue;
+    p.cpus.insert(c->cpus.begin(), c->cpus.end());
+    p.cores++;
+  }
+  return p;
+}
+
+}  // namespace
+
+Partition partition_cpus(const PartitionInput& in) {
+  Partition out;
+  const CpuSet all = in.topo.all();
+  const int64_t n = static_cast<int64_t>(all.size());
+  // Offline's budget in CPUs. Taking whole cores until at least this many
+  // CPUs are offline is ceil(budget / threads_per_core) cores on a uniform
+  // SMT machine, and still holds the budget when some cores have fewer
+  // threads (a sibling offlined, hybrid CPUs).
+  const int64_t want = ceil_count(in.offline_budget_cores);
+  if (want == 0) {
+    out.online = all;
+    out.note = "offline budget " + fmt_cores(in.offline_budget_cores) + " cores: no offline CPUs";
+    return out;
+  }
+  const int64_t demand = ceil_count(in.online_demand_cores);
+  const int64_t room = std::max<int64_t>(0, n - demand);  // CPUs online can spare
+
+  std::map<int, Core> cores;
+  for (const auto& cpu : in.topo.cpus) {
+    Core& c = cores[cpu.core];
+    c.id = cpu.core;
+    if (c.cpus.empty() || cpu.id < *c.cpus.begin()) c.node = cpu.node;
+    c.cpus.insert(cpu.id);
+  }
+
+  // A core is eligible only if none of its CPUs is reserved or exclusive:
+  // offline sharing a core with them would contend through the siblings.
+  std::map<int, std::vector<const Core*>> eligible;  // by node
+  int64_t reserved = 0, exclusive = 0, blocked_siblings = 0;
+  for (const auto& [id, core] : cores) {
+    int64_t r = 0, e = 0;
+    for (int cpu : core.cpus) {
+      if (in.reserved.count(cpu)) r++;
+      else if (in.exclusive.count(cpu)) e++;
+    }
+    reserved += r;
+    exclusive += e;
+    if (r + e == 0) {
+      eligible[core.node].push_back(&core);
+    } else {
+      blocked_siblings += static_cast<int64_t>(core.cpus.size()) - r - e;
+    }
+  }
+  for (auto& [node, list] : eligible) std::sort(list.begin(), list.end(), takes_before);
+
+  // Nodes with the most eligible cores first, the highest node id on ties.
+  std::vector<int> nodes;
+  for (const auto& [node, list] : eligible) nodes.push_back(node);
+  std::sort(nodes.begin(), nodes.end(), [&](int a, int b) {
+    if (eligible[a].size() != eligible[b].size()) return eligible[a].size() > eligible[b].size();
+    return a > b;
+  });
+
+  // The most offline can get, spread over nodes in that order (which also
+  // uses the fewest nodes). Then the first node, in the same order, that can
+  // hold that much alone gets all of it.
+  std::vector<const Core*> across;
+  for (int node : nodes) across.insert(across.end(), eligible[node].begin(), eligible[node].end());
+  Pick best = pick(across, want, room);
+  const int64_t goal = std::min<int64_t>(want, static_cast<int64_t>(best.cpus.size()));
+  if (goal > 0) {
+    for (int node : nodes) {
+      Pick p = pick(eligible[node], want, room);
+      if (static_cast<int64_t>(p.cpus.size()) >= goal) {
+        best = std::move(p);
+        break;
+      }
+    }
+  }
+
+  out.offline = std::move(best.cpus);
+  for (int cpu : all) {
+    if (!out.offline.count(cpu)) out.online.insert(cpu);
+  }
+
+  if (static_cast<int64_t>(out.offline.size()) < want) {
+    const int tpc = in.topo.threads_per_core();
+    std::string why = fmt::format("online demand {} of {} CPUs", demand, n);
+    if (reserved) why += fmt::format("; {} reserved", reserved);
+    if (exclusive) why += fmt::format("; {} exclusive", exclusive);
+    if (blocked_siblings) why += "; " + count_of(blocked_siblings, "sibling") + " of those";
+    if (tpc > 1) why += fmt::format("; {} threads per core", tpc);
+    // Cores needed at full SMT: ceil(budget / threads_per_core).
+    out.note = fmt::format("offline budget {} cores needs {}, only {} ({}) can be spared ({})",
+                           fmt_cores(in.offline_budget_cores), count_of((want + tpc - 1) / tpc, "core"),
+                           best.cores, count_of(static_cast<int64_t>(out.offline.size()), "CPU"), why);
+  }
+  return out;
+}
+
+}  // namespace khagent
