@@ -26,6 +26,11 @@ const volatile bool cfg_interference = true;
 /* Use the cfs_rq throttle state to tell throttle-caused waits apart. */
 const volatile bool cfg_throttle_cause = true;
 
+/* Fast path: waits shorter than this never look up the protected map. */
+const volatile __u64 cfg_event_min_ns = ~0ULL;
+/* Fast path: at most one event per protected cgroup per this interval. */
+const volatile __u64 cfg_event_interval_ns = 50000000;
+
 /* A zeroed stats value to create map entries from (too big for the stack). */
 const struct kh_cgroup_stats kh_zero_stats = {};
 
@@ -97,6 +102,20 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+/* key: cgroup v2 id of a protected (online) cgroup; value: its wait threshold */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, struct kh_protect);
+} protected_cgroups SEC(".maps");
+
+/* over-threshold waits of protected cgroups (struct kh_wait_event) */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} wait_events SEC(".maps");
+
 /* task -> its current wait */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -162,12 +181,41 @@ static __always_inline void start_wait(struct task_struct *p, __u64 now)
 	ts->throttled = cfg_throttle_cause ? kh_task_throttled(p) : 0;
 }
 
+/* Fast path: tell userspace at once about a long wait of a protected cgroup. */
+static __always_inline void report_wait(__u64 cgid, __u64 wait, __u64 now, __u64 agg,
+					__u64 agg_ns, __u32 cause)
+{
+	struct kh_protect *pr;
+	struct kh_wait_event *e;
+
+	if (wait < cfg_event_min_ns)
+		return;
+	pr = bpf_map_lookup_elem(&protected_cgroups, &cgid);
+	if (!pr || wait < pr->threshold_ns || now - pr->last_event_ns < cfg_event_interval_ns)
+		return;
+	pr->last_event_ns = now;
+	e = bpf_ringbuf_reserve(&wait_events, sizeof(*e), 0);
+	if (!e) {
+		count(KH_CNT_EVENTS_DROPPED);
+		return;
+	}
+	e->ts_ns = now;
+	e->cgroup_id = cgid;
+	e->wait_ns = wait;
+	e->aggressor_id = agg;
+	e->aggressor_ns = agg_ns;
+	e->cause = cause;
+	e->cpu = bpf_get_smp_processor_id();
+	bpf_ringbuf_submit(e, 0);
+	count(KH_CNT_EVENTS);
+}
+
 /* Charge a wait [t0, now] of a task of cgroup cgid that now runs on this CPU. */
 static __always_inline void end_wait(struct cpu_state *cs, __u64 cgid, __u64 t0,
 				     __u64 now, __u32 throttled)
 {
 	struct kh_cgroup_stats *st;
-	__u64 wait = now - t0, same = 0, other = 0, agg = 0, agg_ns = 0;
+	__u64 wait = now - t0, same = 0, other = 0, agg = 0, agg_ns = 0, top = 0, top_ns = 0;
 	__u32 b;
 	int i;
 
@@ -183,6 +231,7 @@ static __always_inline void end_wait(struct cpu_state *cs, __u64 cgid, __u64 t0,
 
 	if (throttled) {
 		st->cause_ns[KH_WAIT_THROTTLED] += wait;
+		report_wait(cgid, wait, now, 0, 0, KH_WAIT_THROTTLED);
 		return;
 	}
 
@@ -209,6 +258,10 @@ static __always_inline void end_wait(struct cpu_state *cs, __u64 cgid, __u64 t0,
 			agg_ns = 0;
 		}
 		agg_ns += ov;
+		if (agg_ns > top_ns) {
+			top = agg;
+			top_ns = agg_ns;
+		}
 		if (i == SLICE_RING - 1 && sl->start > t0)
 			count(KH_CNT_RING_OVERFLOW);
 	}
@@ -220,6 +273,11 @@ static __always_inline void end_wait(struct cpu_state *cs, __u64 cgid, __u64 t0,
 	st->cause_ns[KH_WAIT_SAME_CGROUP] += same;
 	st->cause_ns[KH_WAIT_OTHER_CGROUP] += other;
 	st->cause_ns[KH_WAIT_UNATTRIBUTED] += wait - same - other;
+	if (wait >= cfg_event_min_ns)
+		report_wait(cgid, wait, now, top, top_ns,
+			    other >= same ? (other >= wait - same - other ? KH_WAIT_OTHER_CGROUP
+									  : KH_WAIT_UNATTRIBUTED)
+					  : KH_WAIT_SAME_CGROUP);
 }
 
 SEC("tp_btf/sched_wakeup")

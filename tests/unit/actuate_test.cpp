@@ -234,6 +234,18 @@ TEST(Actuator, VanishedAndRejected) {
   EXPECT_FALSE(st.has("/b", CgroupFile::CpuMax));
 }
 
+TEST(Actuator, MissingControllerFileIsRejectedNotGone) {
+  TempDir t;
+  FakeFs f;
+  f.add("/nocpu");
+  f.files.erase({"/nocpu", CgroupFile::CpuMax});
+  StateStore st((t.path / "s.json").string());
+  Actuator a(f, st, false, kCpus);
+  auto r = a.apply({{"/nocpu", CgroupFile::CpuMax, "100000 100000"}}, 1 * kS);
+  EXPECT_EQ(r[0].outcome, ActionOutcome::Rejected);
+  EXPECT_NE(r[0].message.find("controller is not enabled"), std::string::npos);
+}
+
 TEST(Actuator, RevertByAnotherWriterIsReportedNotFought) {
   TempDir t;
   FakeFs f;

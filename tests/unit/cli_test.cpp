@@ -56,6 +56,29 @@ TEST(Cli, ErrorsExitWithTwoAndSayWhy) {
   }
 }
 
+TEST(Cli, RunRestoreAndConfigCheck) {
+  auto r = parse_cli({"run", "--dry-run", "--state-file", "/tmp/s.json", "--node-name", "n1",
+                      "--node-label", "pool=colo", "--node-label", "zone=a"});
+  ASSERT_TRUE(r.options.has_value()) << r.output;
+  EXPECT_EQ(r.options->command, Command::Run);
+  EXPECT_TRUE(r.options->dry_run);
+  EXPECT_EQ(r.options->state_file, "/tmp/s.json");
+  EXPECT_EQ(r.options->node_name, "n1");
+  EXPECT_EQ(r.options->node_labels.at("pool"), "colo");
+  EXPECT_EQ(r.options->node_labels.at("zone"), "a");
+  auto bad = parse_cli({"run", "--node-label", "novalue"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("key=value"), std::string::npos);
+  auto missing = parse_cli({"run", "--config", "/nonexistent/khagent.yaml"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.output.find("/nonexistent/khagent.yaml"), std::string::npos);
+  auto rs = parse_cli({"restore", "--state-file", "/tmp/s.json"});
+  ASSERT_TRUE(rs.options.has_value());
+  EXPECT_EQ(rs.options->command, Command::Restore);
+  EXPECT_EQ(parse_cli({"config"}).exit_code, 2);
+  EXPECT_EQ(parse_cli({"config", "check"}).exit_code, 2);
+}
+
 TEST(Cli, HelpExitsZero) {
   auto p = parse_cli({"--help"});
   EXPECT_FALSE(p.options.has_value());

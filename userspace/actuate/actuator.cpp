@@ -78,6 +78,13 @@ ActionRecord Actuator::apply_one(const DesiredValue& d, uint64_t now_ns, bool& d
   if (!cur) {
     rec.outcome = cur.error().err == ENOENT ? ActionOutcome::Gone : ActionOutcome::Rejected;
     rec.message = cur.error().str();
+    if (rec.outcome == ActionOutcome::Gone && fs_.exists(d.cgroup)) {
+      // The cgroup is there but not the file: its controller is not enabled.
+      rec.outcome = ActionOutcome::Rejected;
+      rec.message = std::string(cgroup_file_name(d.file)) + " missing in " + d.cgroup +
+                    ": the controller is not enabled for it (cgroup.subtree_control of its parent)";
+      return rec;
+    }
     if (rec.outcome == ActionOutcome::Gone && store_.has(d.cgroup, d.file)) {
       store_.forget_cgroup(d.cgroup);  // nothing left to restore
       dirty = true;

@@ -54,6 +54,25 @@ CliParse parse_cli(const std::vector<std::string>& args) {
   observe->add_flag("--json", o.json, "one JSON object per line per interval");
   observe->add_option("--limit", o.limit, "table rows")->check(CLI::PositiveNumber);
 
+  auto* run = app.add_subcommand("run", "the agent: protect online pods by squeezing offline CPU");
+  std::vector<std::string> labels;
+  run->add_option("--config", o.config_path, "YAML configuration (default: built-in defaults)")
+      ->check(CLI::ExistingFile);
+  run->add_flag("--dry-run", o.dry_run, "compute and log every action, write nothing");
+  run->add_option("--state-file", o.state_file, "where original values are kept");
+  run->add_option("--node-name", o.node_name,
+                  "this node's name for per-node overrides (default: $NODE_NAME or the hostname)");
+  run->add_option("--node-label", labels, "a label of this node (key=value), for per-node overrides");
+  auto* restore = app.add_subcommand("restore", "restore every original value from the state file and exit");
+  restore->add_option("--config", o.config_path, "YAML configuration (for state_file)")->check(CLI::ExistingFile);
+  restore->add_option("--state-file", o.state_file, "the state file (default: the configuration's)");
+  auto* config = app.add_subcommand("config", "configuration tools");
+  config->require_subcommand(1);
+  auto* check = config->add_subcommand("check", "validate a configuration file and print the effective configuration");
+  check->add_option("file", o.config_path, "the YAML file")->required()->check(CLI::ExistingFile);
+  check->add_option("--node-name", o.node_name, "evaluate per-node overrides for this node name");
+  check->add_option("--node-label", labels, "a label of the node (key=value)");
+
   app.add_subcommand("version", "print the version");
 
   CliParse out;
@@ -67,8 +86,35 @@ CliParse parse_cli(const std::vector<std::string>& args) {
     if (out.exit_code != 0) out.exit_code = 2;
     return out;
   }
+  for (const auto& l : labels) {
+    auto eq = l.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      out.exit_code = 2;
+      out.output = "khagent: --node-label: want key=value, got '" + l + "'\n";
+      return out;
+    }
+    o.node_labels[l.substr(0, eq)] = l.substr(eq + 1);
+  }
+  o.loader.pin = !no_pin;
+  o.loader.allow_fentry = !no_fentry;
+  o.loader.interference = !no_interference;
   if (app.got_subcommand("version")) {
     o.command = Command::Version;
+    out.options = o;
+    return out;
+  }
+  if (app.got_subcommand("run")) {
+    o.command = Command::Run;
+    out.options = o;
+    return out;
+  }
+  if (app.got_subcommand("restore")) {
+    o.command = Command::Restore;
+    out.options = o;
+    return out;
+  }
+  if (app.got_subcommand("config")) {
+    o.command = Command::ConfigCheck;
     out.options = o;
     return out;
   }
@@ -84,9 +130,6 @@ CliParse parse_cli(const std::vector<std::string>& args) {
     return out;
   }
   o.interval_ns = *d;
-  o.loader.pin = !no_pin;
-  o.loader.allow_fentry = !no_fentry;
-  o.loader.interference = !no_interference;
   o.command = Command::Observe;
   out.options = o;
   return out;

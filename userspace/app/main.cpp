@@ -10,6 +10,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "khagent/app/agent.h"
 #include "khagent/app/cli.h"
 #include "khagent/collect/bpf_maps.h"
 #include "khagent/collect/cgroupfs.h"
@@ -21,13 +22,11 @@
 
 namespace {
 
-volatile sig_atomic_t g_stop = 0;
-
-void on_signal(int) { g_stop = 1; }
+void on_signal(int) { khagent::g_stop = 1; }
 
 // Sleeps until `deadline` (CLOCK_MONOTONIC) or a signal.
 void sleep_until(const timespec& deadline) {
-  while (!g_stop) {
+  while (!khagent::g_stop) {
     int r = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nullptr);
     if (r == 0) return;
     if (r != EINTR) return;
@@ -73,12 +72,12 @@ int run_observe(const khagent::CliOptions& o) {
   timespec next{};
   clock_gettime(CLOCK_MONOTONIC, &next);
   uint64_t shown = 0;
-  while (!g_stop && (o.count == 0 || shown < o.count)) {
+  while (!khagent::g_stop && (o.count == 0 || shown < o.count)) {
     uint64_t ns = static_cast<uint64_t>(next.tv_nsec) + o.interval_ns;
     next.tv_sec += static_cast<time_t>(ns / 1000000000ULL);
     next.tv_nsec = static_cast<long>(ns % 1000000000ULL);
     sleep_until(next);
-    if (g_stop) break;
+    if (khagent::g_stop) break;
     auto sample = collector.tick();
     if (!sample) {
       spdlog::error("{}", sample.error().str());
@@ -124,5 +123,10 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
-  return run_observe(o);
+  switch (o.command) {
+    case khagent::Command::Run: return khagent::run_agent(o);
+    case khagent::Command::Restore: return khagent::run_restore(o);
+    case khagent::Command::ConfigCheck: return khagent::run_config_check(o);
+    default: return run_observe(o);
+  }
 }

@@ -109,6 +109,8 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   auto* s = self->skel_;
 
   s->rodata->cfg_interference = o.interference;
+  s->rodata->cfg_event_min_ns = o.event_min_ns;
+  s->rodata->cfg_event_interval_ns = o.event_interval_ns;
   bpf_map__set_max_entries(s->maps.cgroup_stats, o.max_cgroups);
   bpf_map__set_max_entries(s->maps.throttle_stats, o.max_cgroups);
   bpf_map__set_max_entries(s->maps.interference, o.max_pairs);
@@ -186,7 +188,7 @@ Result<void> RunqBpf::pin(const std::string& dir) {
   std::filesystem::create_directories(d, ec);
   if (ec) return make_error(ec.value(), "cannot create " + dir);
   bpf_map* maps[] = {skel_->maps.cgroup_stats, skel_->maps.interference, skel_->maps.throttle_stats,
-                     skel_->maps.cpu_state, skel_->maps.counters};
+                     skel_->maps.cpu_state, skel_->maps.counters, skel_->maps.protected_cgroups};
   for (bpf_map* m : maps) {
     std::string path = dir + "/" + bpf_map__name(m);
     if (::unlink(path.c_str()) == 0) spdlog::info("replaced stale pin {}", path);
@@ -223,7 +225,52 @@ std::vector<ProgStats> RunqBpf::prog_stats() const {
   return out;
 }
 
+Result<void> RunqBpf::sync_protected(const std::unordered_map<uint64_t, uint64_t>& want) {
+  int fd = bpf_map__fd(skel_->maps.protected_cgroups);
+  std::vector<uint64_t> stale;
+  uint64_t key = 0, next = 0;
+  const uint64_t* cur = nullptr;
+  while (bpf_map_get_next_key(fd, cur, &next) == 0) {
+    if (!want.count(next)) stale.push_back(next);
+    key = next;
+    cur = &key;
+  }
+  for (uint64_t id : stale) bpf_map_delete_elem(fd, &id);
+  for (const auto& [id, threshold] : want) {
+    kh_protect v{};
+    if (bpf_map_lookup_elem(fd, &id, &v) == 0 && v.threshold_ns == threshold) continue;
+    v.threshold_ns = threshold;
+    if (bpf_map_update_elem(fd, &id, &v, BPF_ANY) != 0)
+      return make_error(errno, "updating protected_cgroups");
+  }
+  return {};
+}
+
+void RunqBpf::RingDeleter::operator()(ring_buffer* rb) const { ring_buffer__free(rb); }
+
+Result<void> RunqBpf::open_events(EventFn on_event) {
+  on_event_ = std::move(on_event);
+  auto cb = [](void* ctx, void* data, size_t size) -> int {
+    auto* self = static_cast<RunqBpf*>(ctx);
+    if (size >= sizeof(kh_wait_event) && self->on_event_)
+      self->on_event_(*static_cast<const kh_wait_event*>(data));
+    return 0;
+  };
+  ring_buffer* rb = ring_buffer__new(bpf_map__fd(skel_->maps.wait_events), cb, this, nullptr);
+  if (!rb) return make_error(errno, "opening the wait_events ring buffer");
+  events_.reset(rb);
+  return {};
+}
+
+Result<int> RunqBpf::poll_events(int timeout_ms) {
+  if (!events_) return make_error(EINVAL, "wait events not opened");
+  int n = ring_buffer__poll(events_.get(), timeout_ms);
+  if (n < 0 && n != -EINTR) return make_error(-n, "polling wait events");
+  return n < 0 ? 0 : n;
+}
+
 RunqBpf::~RunqBpf() {
+  events_.reset();
   for (const auto& path : pinned_) ::unlink(path.c_str());
   if (!pinned_.empty())  // ours, if nothing else was put there
     ::rmdir(std::filesystem::path(pinned_.front()).parent_path().c_str());

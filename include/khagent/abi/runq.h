@@ -105,6 +105,25 @@ struct kh_throttle_stats {
 };
 KH_STATIC_ASSERT(sizeof(struct kh_throttle_stats) == 16, "kh_throttle_stats layout");
 
+/* Value of the protected map: a cgroup whose long waits are reported at once. */
+struct kh_protect {
+	__u64 threshold_ns;   /* a single wait at least this long is an event */
+	__u64 last_event_ns;  /* written by BPF: rate limit per cgroup */
+};
+KH_STATIC_ASSERT(sizeof(struct kh_protect) == 16, "kh_protect layout");
+
+/* Ring buffer record: one over-threshold wait of a protected cgroup. */
+struct kh_wait_event {
+	__u64 ts_ns;         /* when the wait ended (bpf_ktime_get_ns, CLOCK_MONOTONIC) */
+	__u64 cgroup_id;     /* the cgroup that waited */
+	__u64 wait_ns;
+	__u64 aggressor_id;  /* the cgroup that held the CPU longest meanwhile; 0 = none */
+	__u64 aggressor_ns;
+	__u32 cause;         /* enum kh_wait_cause with the largest share of the wait */
+	__u32 cpu;
+};
+KH_STATIC_ASSERT(sizeof(struct kh_wait_event) == 48, "kh_wait_event layout");
+
 /* Global counters of the BPF side itself, indexed by enum kh_counter. */
 enum kh_counter {
 	KH_CNT_SWITCHES = 0,        /* sched_switch events seen */
@@ -113,6 +132,8 @@ enum kh_counter {
 	KH_CNT_RING_OVERFLOW,       /* waits older than the slice ring */
 	KH_CNT_STATS_FULL,          /* cgroup_stats insert failed */
 	KH_CNT_PAIRS_FULL,          /* interference insert failed */
+	KH_CNT_EVENTS,              /* wait events sent to userspace */
+	KH_CNT_EVENTS_DROPPED,      /* wait events lost: ring buffer full */
 	KH_NR_COUNTERS,
 };
 

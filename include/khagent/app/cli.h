@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,7 +12,7 @@
 
 namespace khagent {
 
-enum class Command { Observe, Version };
+enum class Command { Observe, Run, Restore, ConfigCheck, Version };
 
 struct CliOptions {
   Command command = Command::Observe;
@@ -21,6 +22,12 @@ struct CliOptions {
   std::string cgroup_prefix;
   bool json = false;
   size_t limit = 25;
+  // run, restore, config check
+  std::string config_path;        // "" = built-in defaults
+  bool dry_run = false;
+  std::string state_file;         // overrides the configuration's
+  std::string node_name;          // for per-node overrides ("" = $NODE_NAME, else hostname)
+  std::map<std::string, std::string> node_labels;
   // common
   std::string log_level = "info";
   LoaderOptions loader;

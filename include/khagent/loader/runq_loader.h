@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "khagent/collect/bpf_maps.h"
@@ -12,6 +14,8 @@
 #include "khagent/util/result.h"
 
 struct runq_bpf;
+struct ring_buffer;
+struct kh_wait_event;
 
 namespace khagent {
 
@@ -22,6 +26,10 @@ struct LoaderOptions {
   uint32_t max_cgroups = 4096;    // entries of cgroup_stats / throttle_stats
   uint32_t max_pairs = 16384;     // entries of interference
   bool allow_fentry = true;       // false: always use cpu.stat for throttling
+  // Fast path: waits of protected cgroups at least this long are reported
+  // through the ring buffer (UINT64_MAX: never), at most once per interval.
+  uint64_t event_min_ns = UINT64_MAX;
+  uint64_t event_interval_ns = 50'000'000;
 };
 
 struct ProgStats {
@@ -50,12 +58,27 @@ class RunqBpf {
   std::vector<ProgStats> prog_stats() const;
   const std::vector<std::string>& pinned() const { return pinned_; }
 
+  // Makes the protected map hold exactly `want` (cgroup id -> threshold ns),
+  // keeping the rate-limit state of entries that stay.
+  Result<void> sync_protected(const std::unordered_map<uint64_t, uint64_t>& want);
+
+  // Over-threshold waits of protected cgroups. `poll` calls `on_event` for
+  // each record that arrived, waiting up to timeout_ms for the first one.
+  using EventFn = std::function<void(const kh_wait_event&)>;
+  Result<void> open_events(EventFn on_event);
+  Result<int> poll_events(int timeout_ms);
+
  private:
   RunqBpf() = default;
   Result<void> attach();
   Result<void> pin(const std::string& dir);
 
   runq_bpf* skel_ = nullptr;
+  struct RingDeleter {
+    void operator()(ring_buffer* rb) const;
+  };
+  std::unique_ptr<ring_buffer, RingDeleter> events_;
+  EventFn on_event_;
   ThrottleSource throttle_source_ = ThrottleSource::CpuStat;
   std::vector<std::string> pinned_;
 };

@@ -1,0 +1,787 @@
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "khagent/config/config.h"
+#include "test_util.h"
+
+using namespace khagent;
+
+namespace {
+
+const char* const kSource = "test.yaml";
+
+Result<Config> load(const std::string& text, const NodeIdentity& node = {}) {
+  return load_config_text(text, kSource, node);
+}
+
+// The message of a load that must fail with EINVAL ("" and a test failure if it loads).
+std::string load_error(const std::string& text, const NodeIdentity& node = {}) {
+  auto r = load(text, node);
+  if (r.ok()) {
+    ADD_FAILURE() << "loaded without error:\n" << text;
+    return "";
+  }
+  EXPECT_EQ(r.error().err, EINVAL) << r.error().message;
+  return r.error().message;
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+void expect_same_rule(const ClassRule& a, const ClassRule& b) {
+  EXPECT_EQ(a.qos, b.qos);
+  EXPECT_EQ(a.path_glob, b.path_glob);
+  EXPECT_EQ(a.priority_class, b.priority_class);
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_EQ(a.annotations, b.annotations);
+  EXPECT_EQ(a.yarn, b.yarn);
+  EXPECT_EQ(a.cls, b.cls);
+}
+
+// Field by field (Config has no operator==); doubles must be bit-for-bit equal.
+void expect_same(const Config& a, const Config& b) {
+  EXPECT_EQ(a.tick_ns, b.tick_ns);
+  EXPECT_EQ(a.dry_run, b.dry_run);
+  EXPECT_EQ(a.state_file, b.state_file);
+  EXPECT_EQ(a.kubelet_pods_url, b.kubelet_pods_url);
+
+  EXPECT_EQ(a.classes.default_pod_class, b.classes.default_pod_class);
+  EXPECT_EQ(a.classes.default_class, b.classes.default_class);
+  ASSERT_EQ(a.classes.rules.size(), b.classes.rules.size());
+  for (size_t i = 0; i < a.classes.rules.size(); i++) {
+    SCOPED_TRACE("rule " + std::to_string(i));
+    expect_same_rule(a.classes.rules[i], b.classes.rules[i]);
+  }
+
+  EXPECT_EQ(a.online.wait_p99_target_us, b.online.wait_p99_target_us);
+  EXPECT_EQ(a.online.interference_share_limit, b.online.interference_share_limit);
+  EXPECT_EQ(a.online.min_offline_share, b.online.min_offline_share);
+  EXPECT_EQ(a.online.self_throttle_share, b.online.self_throttle_share);
+  EXPECT_EQ(a.online.min_waits, b.online.min_waits);
+
+  EXPECT_EQ(a.budget.floor_cores, b.budget.floor_cores);
+  EXPECT_EQ(a.budget.allow_zero, b.budget.allow_zero);
+  EXPECT_EQ(a.budget.reserve_cores, b.budget.reserve_cores);
+  EXPECT_EQ(a.budget.initial_cores, b.budget.initial_cores);
+  EXPECT_EQ(a.budget.decrease_factor, b.budget.decrease_factor);
+  EXPECT_EQ(a.budget.min_decrease_interval_ns, b.budget.min_decrease_interval_ns);
+  EXPECT_EQ(a.budget.increase_step_cores, b.budget.increase_step_cores);
+  EXPECT_EQ(a.budget.increase_interval_ns, b.budget.increase_interval_ns);
+  EXPECT_EQ(a.budget.calm_period_ns, b.budget.calm_period_ns);
+  EXPECT_EQ(a.budget.deadband_cores, b.budget.deadband_cores);
+  EXPECT_EQ(a.budget.cpu_max_period_us, b.budget.cpu_max_period_us);
+
+  EXPECT_EQ(a.cpuset.enabled, b.cpuset.enabled);
+  EXPECT_EQ(a.cpuset.reserved_cpus, b.cpuset.reserved_cpus);
+  EXPECT_EQ(a.cpuset.cpu_manager_state, b.cpuset.cpu_manager_state);
+
+  EXPECT_EQ(a.offline.targets, b.offline.targets);
+  EXPECT_EQ(a.offline.besteffort, b.offline.besteffort);
+  EXPECT_EQ(a.offline.yarn, b.offline.yarn);
+  EXPECT_EQ(a.offline.yarn_hierarchy, b.offline.yarn_hierarchy);
+  EXPECT_EQ(a.offline.idle, b.offline.idle);
+  EXPECT_EQ(a.offline.weight, b.offline.weight);
+
+  EXPECT_EQ(a.fast_path.enabled, b.fast_path.enabled);
+  EXPECT_EQ(a.fast_path.wait_threshold_ns, b.fast_path.wait_threshold_ns);
+  EXPECT_EQ(a.fast_path.min_interval_ns, b.fast_path.min_interval_ns);
+}
+
+}  // namespace
+
+// --- Loading ------------------------------------------------------------------
+
+TEST(ConfigLoad, EmptyInputGivesDefaults) {
+  for (const char* text : {"", "\n", "# only a comment\n   # and another\n", "---\n", "{}\n"}) {
+    SCOPED_TRACE(text);
+    auto c = load(text);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    expect_same(*c, default_config());
+  }
+}
+
+TEST(ConfigLoad, DefaultRulesArePriorityClassYarnBestEffort) {
+  // What an empty file classifies with; the round trip tests rely on it having rules.
+  auto c = load("");
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->classes.rules.size(), 4u);
+  EXPECT_EQ(c->classes.rules[0].priority_class, "high-priority-online");
+  EXPECT_EQ(c->classes.rules[3].qos, "besteffort");
+  EXPECT_EQ(c->classes.rules[3].cls, CgroupClass::Offline);
+}
+
+TEST(ConfigLoad, EveryKeyOverrides) {
+  const char* text = R"(
+tick: 1.5s
+dry_run: true
+state_file: /run/khagent/state.json
+kubelet_pods_url: https://127.0.0.1:10250/pods
+classes:
+  default_pod_class: offline
+  default_class: online
+  rules:
+    - class: online
+      qos: guaranteed
+      path: "/kubepods.slice/*"
+      priority_class: high-priority-online
+      labels: {app: web, tier: front}
+      annotations: {"colocation.io/class": online}
+      yarn: false
+    - class: system
+online:
+  wait_p99_target: 500us
+  interference_share_limit: 0.4
+  min_offline_share: 0.1
+  self_throttle_share: 0.7
+  min_waits: 50
+budget:
+  floor: 2
+  allow_zero: true
+  reserve: 1.5
+  initial: 4
+  decrease_factor: 0.75
+  min_decrease_interval: 250ms
+  increase_step: 0.5
+  increase_interval: 2m
+  calm_period: 30s
+  deadband: 0.05
+  cpu_max_period: 50ms
+cpuset:
+  enabled: true
+  reserved_cpus: "0-1,4"
+  cpu_manager_state: /tmp/cpu_manager_state
+offline:
+  targets: ["/batch.slice", "/yarn/extra"]
+  besteffort: false
+  yarn: false
+  yarn_hierarchy: yarn-root
+  idle: true
+  weight: 10
+fast_path:
+  enabled: false
+  wait_threshold: 10ms
+  min_interval: 100ms
+)";
+  auto r = load(text);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const Config& c = *r;
+  EXPECT_EQ(c.tick_ns, 1'500'000'000u);
+  EXPECT_TRUE(c.dry_run);
+  EXPECT_EQ(c.state_file, "/run/khagent/state.json");
+  EXPECT_EQ(c.kubelet_pods_url, "https://127.0.0.1:10250/pods");
+
+  EXPECT_EQ(c.classes.default_pod_class, CgroupClass::Offline);
+  EXPECT_EQ(c.classes.default_class, CgroupClass::Online);
+  ASSERT_EQ(c.classes.rules.size(), 2u);
+  const ClassRule& r0 = c.classes.rules[0];
+  EXPECT_EQ(r0.cls, CgroupClass::Online);
+  EXPECT_EQ(r0.qos, "guaranteed");
+  EXPECT_EQ(r0.path_glob, "/kubepods.slice/*");
+  EXPECT_EQ(r0.priority_class, "high-priority-online");
+  EXPECT_EQ(r0.labels, (std::map<std::string, std::string>{{"app", "web"}, {"tier", "front"}}));
+  EXPECT_EQ(r0.annotations,
+            (std::map<std::string, std::string>{{"colocation.io/class", "online"}}));
+  EXPECT_EQ(r0.yarn, false);
+  // A rule with only a class has every matcher unset (it matches everything).
+  const ClassRule& r1 = c.classes.rules[1];
+  EXPECT_EQ(r1.cls, CgroupClass::System);
+  EXPECT_FALSE(r1.qos || r1.path_glob || r1.priority_class || r1.yarn);
+  EXPECT_TRUE(r1.labels.empty() && r1.annotations.empty());
+
+  EXPECT_EQ(c.online.wait_p99_target_us, 500.0);
+  EXPECT_EQ(c.online.interference_share_limit, 0.4);
+  EXPECT_EQ(c.online.min_offline_share, 0.1);
+  EXPECT_EQ(c.online.self_throttle_share, 0.7);
+  EXPECT_EQ(c.online.min_waits, 50u);
+
+  EXPECT_EQ(c.budget.floor_cores, 2.0);
+  EXPECT_TRUE(c.budget.allow_zero);
+  EXPECT_EQ(c.budget.reserve_cores, 1.5);
+  EXPECT_EQ(c.budget.initial_cores, 4.0);
+  EXPECT_EQ(c.budget.decrease_factor, 0.75);
+  EXPECT_EQ(c.budget.min_decrease_interval_ns, 250'000'000u);
+  EXPECT_EQ(c.budget.increase_step_cores, 0.5);
+  EXPECT_EQ(c.budget.increase_interval_ns, 120'000'000'000u);
+  EXPECT_EQ(c.budget.calm_period_ns, 30'000'000'000u);
+  EXPECT_EQ(c.budget.deadband_cores, 0.05);
+  EXPECT_EQ(c.budget.cpu_max_period_us, 50'000u);
+
+  EXPECT_TRUE(c.cpuset.enabled);
+  EXPECT_EQ(c.cpuset.reserved_cpus, "0-1,4");
+  EXPECT_EQ(c.cpuset.cpu_manager_state, "/tmp/cpu_manager_state");
+
+  EXPECT_EQ(c.offline.targets, (std::vector<std::string>{"/batch.slice", "/yarn/extra"}));
+  EXPECT_FALSE(c.offline.besteffort);
+  EXPECT_FALSE(c.offline.yarn);
+  EXPECT_EQ(c.offline.yarn_hierarchy, "yarn-root");
+  EXPECT_TRUE(c.offline.idle);
+  EXPECT_EQ(c.offline.weight, 10u);
+
+  EXPECT_FALSE(c.fast_path.enabled);
+  EXPECT_EQ(c.fast_path.wait_threshold_ns, 10'000'000u);
+  EXPECT_EQ(c.fast_path.min_interval_ns, 100'000'000u);
+}
+
+TEST(ConfigLoad, UnsetKeysKeepDefaults) {
+  auto c = load("budget:\n  floor: 2\noffline:\n");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  Config want = default_config();
+  want.budget.floor_cores = 2;
+  expect_same(*c, want);
+}
+
+TEST(ConfigLoad, DurationUnits) {
+  struct Case {
+    const char* text;
+    uint64_t ns;
+  } cases[] = {
+      {"0s", 0},
+      {"250ns", 250},
+      {"500us", 500'000},
+      {"200ms", 200'000'000},
+      {"5s", 5'000'000'000},
+      {"1.5s", 1'500'000'000},
+      {"1.1s", 1'100'000'000},  // exact, not 1099999999
+      {".5s", 500'000'000},
+      {"0.001s", 1'000'000},
+      {"2m", 120'000'000'000},
+      {"1h", 3'600'000'000'000},
+      {"'3s'", 3'000'000'000},  // quoted is fine for a duration
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    auto r = load(std::string("budget: {calm_period: ") + c.text + "}");
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->budget.calm_period_ns, c.ns);
+  }
+}
+
+TEST(ConfigLoad, MicrosecondDurations) {
+  auto r = load("online: {wait_p99_target: 1.5ms}\nbudget: {cpu_max_period: 1.5ms}\n");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->online.wait_p99_target_us, 1500.0);
+  EXPECT_EQ(r->budget.cpu_max_period_us, 1500u);
+  // The p99 target is a double: finer than a microsecond is kept.
+  r = load("online: {wait_p99_target: 250ns}");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_DOUBLE_EQ(r->online.wait_p99_target_us, 0.25);
+}
+
+TEST(ConfigLoad, BooleansAndNulls) {
+  auto r = load("dry_run: yes\nkubelet_pods_url:\noffline:\n  targets:\n");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->dry_run);
+  EXPECT_EQ(r->kubelet_pods_url, "");
+  EXPECT_TRUE(r->offline.targets.empty());
+}
+
+TEST(ConfigLoad, RulesReplaceTheDefaults) {
+  auto r = load("classes:\n  rules:\n    - {class: offline, path: '/batch/*'}\n");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_EQ(r->classes.rules.size(), 1u);
+  EXPECT_EQ(r->classes.rules[0].cls, CgroupClass::Offline);
+  EXPECT_EQ(r->classes.rules[0].path_glob, "/batch/*");
+
+  r = load("classes: {rules: []}");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->classes.rules.empty());
+
+  // Other keys of `classes` leave the default rules alone.
+  r = load("classes: {default_class: offline}");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->classes.rules.size(), default_config().classes.rules.size());
+}
+
+TEST(ConfigLoad, AnchorsAndAliasesWork) {
+  auto r = load("classes:\n  rules:\n    - &web {class: online, labels: {app: web}}\n    - *web\n");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_EQ(r->classes.rules.size(), 2u);
+  EXPECT_EQ(r->classes.rules[1].labels.at("app"), "web");
+}
+
+// --- Errors while loading -------------------------------------------------------
+
+TEST(ConfigErrors, NameTheFileTheKeyAndTheProblem) {
+  struct Case {
+    std::string text;
+    std::vector<std::string> says;
+  } cases[] = {
+      // Syntax.
+      {"tick: [200ms\n", {"test.yaml:", "YAML syntax error"}},
+      {"tick: 1s\n---\ntick: 2s\n", {"one YAML document"}},
+      {"- a\n- b\n", {"expected a map at the top level"}},
+      {"just words\n", {"expected a map at the top level"}},
+      // Unknown keys at every level.
+      {"tik: 200ms\n", {"test.yaml:1: tik: unknown key (known: tick, dry_run, state_file"}},
+      {"budget:\n  flor: 1\n",
+       {"test.yaml:2: budget.flor: unknown key (known: floor, allow_zero, reserve"}},
+      {"classes:\n  rules:\n    - class: online\n      qoss: x\n",
+       {"test.yaml:4: classes.rules[0].qoss: unknown key"}},
+      {"fast_path: {enable: true}\n", {"fast_path.enable: unknown key"}},
+      {"budget: {floor: 1}\nbudget: {floor: 2}\n", {"test.yaml:2: budget: duplicate key"}},
+      // Wrong types.
+      {"budget: {floor: abc}\n", {"budget.floor: expected a number, got \"abc\""}},
+      {"budget: {floor: '2'}\n", {"budget.floor: expected a number"}},
+      {"budget:\n  floor:\n  reserve: 1\n",
+       {"test.yaml:2: budget.floor: expected a number, got nothing"}},
+      {"budget: {floor: .inf}\n", {"budget.floor: expected a number"}},
+      {"dry_run: maybe\n", {"dry_run: expected true or false, got \"maybe\""}},
+      {"dry_run: 'true'\n", {"dry_run: expected true or false"}},
+      {"online: {min_waits: 2.5}\n", {"online.min_waits: expected a whole number"}},
+      {"online: {min_waits: -3}\n", {"online.min_waits: must not be negative"}},
+      {"online: {min_waits: 99999999999999999999999}\n", {"online.min_waits:", "out of range"}},
+      {"offline: {weight: 4294967296}\n", {"offline.weight:", "out of range"}},
+      {"budget: 5\n", {"budget: expected a map, got \"5\""}},
+      {"budget: [1]\n", {"budget: expected a map, got a list"}},
+      {"state_file: {a: 1}\n", {"state_file: expected a string, got a map"}},
+      {"offline: {targets: /x}\n", {"offline.targets: expected a list"}},
+      {"offline: {targets: [[a]]}\n", {"offline.targets[0]: expected a string"}},
+      {"classes: {rules: {class: online}}\n", {"classes.rules: expected a list"}},
+      {"classes: {rules: [online]}\n", {"classes.rules[0]: expected a map"}},
+      {"classes: {rules: [{class: online, labels: {app: [a]}}]}\n",
+       {"classes.rules[0].labels.app: expected a string"}},
+      {"classes: {rules: [{class: online, yarn: sometimes}]}\n",
+       {"classes.rules[0].yarn: expected true or false"}},
+      // Durations.
+      {"tick: fast\n", {"tick: not a duration: \"fast\""}},
+      {"tick: 5\n", {"tick: duration \"5\" needs a unit"}},
+      {"tick: 5d\n", {"tick: unknown unit in duration \"5d\""}},
+      {"tick: 5 s\n", {"tick: unknown unit"}},
+      {"tick: -5s\n", {"tick: must not be negative"}},
+      {"tick: {a: 1}\n", {"tick: expected a duration"}},
+      {"tick: 99999999999999999999s\n", {"tick:", "too long"}},
+      {"fast_path: {wait_threshold: 1.5ns}\n", {"fast_path.wait_threshold:", "whole number of ns"}},
+      {"budget: {cpu_max_period: 1500ns}\n",
+       {"budget.cpu_max_period: must be a whole number of microseconds"}},
+      {"online: {wait_p99_target: -2ms}\n", {"online.wait_p99_target: must not be negative"}},
+      // Classes and QoS names.
+      {"classes: {default_class: batch}\n", {"classes.default_class: unknown class \"batch\""}},
+      {"classes: {default_pod_class: Online}\n", {"classes.default_pod_class: unknown class"}},
+      {"classes: {rules: [{class: batch}]}\n", {"classes.rules[0].class: unknown class \"batch\""}},
+      {"classes:\n  rules:\n    - class: online\n    - qos: besteffort\n",
+       {"test.yaml:4: classes.rules[1]: a rule needs a class"}},
+      {"classes: {rules: [{class: online, qos: premium}]}\n",
+       {"classes.rules[0].qos: unknown qos \"premium\""}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    std::string msg = load_error(c.text);
+    EXPECT_TRUE(contains(msg, kSource)) << msg;
+    for (const auto& s : c.says)
+      EXPECT_TRUE(contains(msg, s)) << "want \"" << s << "\" in: " << msg;
+  }
+}
+
+TEST(ConfigErrors, LineNumberPointsAtTheValue) {
+  std::string msg =
+      load_error("tick: 200ms\ndry_run: false\n\nbudget:\n  reserve: 1\n  floor: x\n");
+  EXPECT_TRUE(contains(msg, "test.yaml:6: budget.floor")) << msg;
+}
+
+TEST(ConfigErrors, UnknownKeyListsTheKnownOnes) {
+  std::string msg = load_error("cpuset: {enable: true}");
+  EXPECT_TRUE(contains(msg, "(known: enabled, reserved_cpus, cpu_manager_state)")) << msg;
+}
+
+// --- Validation -----------------------------------------------------------------
+
+TEST(ConfigValidate, DefaultsAreValid) {
+  auto v = validate_config(default_config());
+  EXPECT_TRUE(v.ok()) << v.error().message;
+}
+
+TEST(ConfigValidate, RejectsImpossibleValues) {
+  struct Case {
+    std::string text;
+    std::vector<std::string> says;
+  } cases[] = {
+      {"tick: 5ms", {"tick: must be between 10ms and 60s, got 5ms"}},
+      {"tick: 61s", {"tick: must be between 10ms and 60s"}},
+      {"state_file: ''", {"state_file: must not be empty"}},
+      {"budget: {floor: -1}", {"budget.floor: must not be negative"}},
+      {"budget: {floor: 0}", {"budget.floor:", "budget.allow_zero: true"}},
+      {"budget: {reserve: -0.5}", {"budget.reserve: must not be negative"}},
+      {"budget: {decrease_factor: 0}", {"budget.decrease_factor: must be between 0 and 1"}},
+      {"budget: {decrease_factor: 1}", {"budget.decrease_factor:"}},
+      {"budget: {decrease_factor: 1.5}", {"budget.decrease_factor:"}},
+      {"budget: {increase_step: 0}", {"budget.increase_step: must be positive"}},
+      {"budget: {increase_step: -0.25}", {"budget.increase_step:"}},
+      {"budget: {deadband: -0.1}", {"budget.deadband: must not be negative"}},
+      {"budget: {cpu_max_period: 999us}", {"budget.cpu_max_period:", "kernel limits", "999us"}},
+      {"budget: {cpu_max_period: 2s}", {"budget.cpu_max_period:", "kernel limits"}},
+      {"budget: {initial: 0.2}", {"budget.initial: 0.2 is below budget.floor (0.5)"}},
+      {"budget: {initial: 0, floor: 0, allow_zero: true, decrease_factor: 0}",
+       {"budget.decrease_factor"}},
+      {"online: {wait_p99_target: 0s}", {"online.wait_p99_target: must be positive"}},
+      {"online: {interference_share_limit: 1.5}",
+       {"online.interference_share_limit: must be between 0 and 1"}},
+      {"online: {min_offline_share: -0.1}", {"online.min_offline_share:"}},
+      {"online: {self_throttle_share: 2}", {"online.self_throttle_share:"}},
+      {"offline: {weight: 10001}", {"offline.weight:", "10001"}},
+      {"fast_path: {wait_threshold: 0s}", {"fast_path.wait_threshold: must be positive"}},
+      {"cpuset: {reserved_cpus: 3-1}", {"cpuset.reserved_cpus: not a cpu list"}},
+      {"cpuset: {reserved_cpus: abc}", {"cpuset.reserved_cpus:"}},
+      {"cpuset: {reserved_cpus: '0,,1'}", {"cpuset.reserved_cpus:"}},
+      {"offline: {targets: [relative/x]}", {"offline.targets[0]:", "absolute"}},
+      {"offline: {targets: [/ok, /a/../b]}", {"offline.targets[1]:", "\"..\""}},
+      {"offline: {targets: [/a/..]}", {"offline.targets[0]:", "\"..\""}},
+      {"offline: {targets: ['']}", {"offline.targets[0]:", "absolute"}},
+      {"offline: {targets: [/]}", {"offline.targets[0]:", "root"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    std::string msg = load_error(c.text);
+    EXPECT_TRUE(contains(msg, std::string(kSource) + ": ")) << msg;
+    for (const auto& s : c.says)
+      EXPECT_TRUE(contains(msg, s)) << "want \"" << s << "\" in: " << msg;
+  }
+}
+
+TEST(ConfigValidate, AcceptsTheEdgesOfEachRange) {
+  const char* texts[] = {
+      "tick: 10ms",
+      "tick: 60s",
+      "budget: {floor: 0, allow_zero: true}",
+      "budget: {floor: 0, allow_zero: true, initial: 0}",
+      "budget: {initial: 0.5}",  // == floor
+      "budget: {initial: -1}",
+      "budget: {reserve: 0, deadband: 0, decrease_factor: 0.999}",
+      "budget: {cpu_max_period: 1ms}",
+      "budget: {cpu_max_period: 1s}",
+      "online: {interference_share_limit: 0, min_offline_share: 1, self_throttle_share: 1}",
+      "offline: {weight: 0}",
+      "offline: {weight: 1}",
+      "offline: {weight: 10000}",
+      "offline: {targets: [/a/..b, /x.slice/y]}",  // "..b" is a name, not a ".." component
+      "fast_path: {enabled: false, wait_threshold: 0s}",
+      "cpuset: {reserved_cpus: ''}",
+      "cpuset: {reserved_cpus: '0-3,8'}",
+  };
+  for (const char* text : texts) {
+    auto r = load(text);
+    EXPECT_TRUE(r.ok()) << text << ": " << r.error().message;
+  }
+}
+
+TEST(ConfigValidate, ChecksConfigsBuiltInCode) {
+  Config c = default_config();
+  c.budget.decrease_factor = std::nan("");
+  auto v = validate_config(c);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.error().err, EINVAL);
+  EXPECT_TRUE(contains(v.error().message, "budget.decrease_factor")) << v.error().message;
+
+  c = default_config();
+  c.classes.rules[0].qos = "premium";
+  v = validate_config(c);
+  ASSERT_FALSE(v.ok());
+  EXPECT_TRUE(contains(v.error().message, "classes.rules[0].qos")) << v.error().message;
+
+  c = default_config();
+  c.offline.weight = 20000;
+  EXPECT_FALSE(validate_config(c).ok());
+
+  c = default_config();
+  c.tick_ns = 0;
+  EXPECT_FALSE(validate_config(c).ok());
+}
+
+// --- Per-node overrides -----------------------------------------------------------
+
+namespace {
+
+const char* const kNodesDoc = R"(
+budget:
+  floor: 1
+  reserve: 0.75
+offline:
+  targets: ["/a", "/b"]
+nodes:
+  - match: {name: node-7}
+    set: {budget: {floor: 2}}
+  - match: {name: "gpu-*"}
+    set: {offline: {targets: ["/gpu"]}}
+  - match: {labels: {pool: colo, zone: a}}
+    set:
+      tick: 500ms
+      offline: {idle: true}
+  - match: {name: node-7, labels: {pool: colo}}
+    set: {budget: {floor: 3}}
+)";
+
+Config load_for(const NodeIdentity& node) {
+  auto r = load(kNodesDoc, node);
+  EXPECT_TRUE(r.ok()) << r.error().message;
+  return r.ok() ? *r : Config{};
+}
+
+}  // namespace
+
+TEST(ConfigNodes, NoMatchKeepsTheBase) {
+  Config c = load_for({"node-1", {{"pool", "other"}}});
+  EXPECT_EQ(c.budget.floor_cores, 1.0);
+  EXPECT_EQ(c.budget.reserve_cores, 0.75);
+  EXPECT_EQ(c.offline.targets, (std::vector<std::string>{"/a", "/b"}));
+  EXPECT_FALSE(c.offline.idle);
+  EXPECT_EQ(c.tick_ns, 200'000'000u);
+  // An unnamed node matches no name pattern either.
+  c = load_for({});
+  EXPECT_EQ(c.budget.floor_cores, 1.0);
+}
+
+TEST(ConfigNodes, ByNameMergesMapsKeyByKey) {
+  Config c = load_for({"node-7", {}});
+  EXPECT_EQ(c.budget.floor_cores, 2.0);
+  EXPECT_EQ(c.budget.reserve_cores, 0.75);  // from the base, not reset by the override
+  EXPECT_EQ(c.offline.targets, (std::vector<std::string>{"/a", "/b"}));
+}
+
+TEST(ConfigNodes, ByGlobAndListsReplace) {
+  Config c = load_for({"gpu-12", {}});
+  EXPECT_EQ(c.offline.targets, (std::vector<std::string>{"/gpu"}));
+  EXPECT_EQ(c.budget.floor_cores, 1.0);
+  c = load_for({"xgpu-12", {}});  // the glob is anchored
+  EXPECT_EQ(c.offline.targets, (std::vector<std::string>{"/a", "/b"}));
+}
+
+TEST(ConfigNodes, ByLabelsAllMustMatch) {
+  Config c = load_for({"n1", {{"pool", "colo"}, {"zone", "a"}, {"extra", "x"}}});
+  EXPECT_TRUE(c.offline.idle);
+  EXPECT_EQ(c.tick_ns, 500'000'000u);
+  EXPECT_EQ(c.offline.targets, (std::vector<std::string>{"/a", "/b"}));
+
+  c = load_for({"n1", {{"pool", "colo"}}});  // zone missing
+  EXPECT_FALSE(c.offline.idle);
+  c = load_for({"n1", {{"pool", "colo"}, {"zone", "b"}}});  // zone differs
+  EXPECT_FALSE(c.offline.idle);
+}
+
+TEST(ConfigNodes, NameAndLabelsTogetherMustBothMatch) {
+  // node-7 without the label: only the first entry (floor 2), not the last (floor 3).
+  EXPECT_EQ(load_for({"node-7", {{"zone", "a"}}}).budget.floor_cores, 2.0);
+  EXPECT_EQ(load_for({"node-8", {{"pool", "colo"}}}).budget.floor_cores, 1.0);
+}
+
+TEST(ConfigNodes, LaterEntriesWin) {
+  Config c = load_for({"node-7", {{"pool", "colo"}, {"zone", "a"}}});
+  EXPECT_EQ(c.budget.floor_cores, 3.0);  // entries 0 and 3 both set it; 3 is applied last
+  EXPECT_TRUE(c.offline.idle);           // entry 2 applies too
+  EXPECT_EQ(c.budget.reserve_cores, 0.75);
+
+  // The same two overrides in the other order: the other value wins.
+  const char* reversed = R"(
+nodes:
+  - match: {labels: {pool: colo}}
+    set: {budget: {floor: 3}}
+  - match: {name: node-7}
+    set: {budget: {floor: 2}}
+)";
+  auto r = load(reversed, {"node-7", {{"pool", "colo"}}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->budget.floor_cores, 2.0);
+}
+
+TEST(ConfigNodes, RulesInAnOverrideReplaceTheBaseRules) {
+  const char* text = R"(
+classes:
+  default_class: offline
+  rules: [{class: online, qos: guaranteed}, {class: offline, qos: besteffort}]
+nodes:
+  - match: {name: a}
+    set: {classes: {rules: [{class: offline, yarn: true}]}}
+  - match: {name: b}
+    set: {classes: {default_pod_class: system}}
+)";
+  auto a = load(text, {"a", {}});
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  ASSERT_EQ(a->classes.rules.size(), 1u);
+  EXPECT_EQ(a->classes.rules[0].yarn, true);
+  EXPECT_EQ(a->classes.default_class, CgroupClass::Offline);
+
+  auto b = load(text, {"b", {}});
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_EQ(b->classes.rules.size(), 2u);
+  EXPECT_EQ(b->classes.default_pod_class, CgroupClass::System);
+  EXPECT_EQ(b->classes.default_class, CgroupClass::Offline);
+}
+
+TEST(ConfigNodes, OverrideResultIsValidated) {
+  const char* text = "nodes:\n  - match: {name: z}\n    set: {budget: {floor: 0}}\n";
+  EXPECT_TRUE(load(text, {"a", {}}).ok());
+  std::string msg = load_error(text, {"z", {}});
+  EXPECT_TRUE(contains(msg, "budget.floor") && contains(msg, "allow_zero")) << msg;
+}
+
+TEST(ConfigNodes, BadEntriesAreErrorsOnEveryNode) {
+  struct Case {
+    std::string text;
+    std::string says;
+  } cases[] = {
+      {"nodes: [{match: {}, set: {}}]", "nodes[0].match: empty match"},
+      {"nodes: [{match: {labels: {}}, set: {}}]", "nodes[0].match: empty match"},
+      {"nodes:\n  - match:\n    set: {}\n", "nodes[0].match: empty match"},
+      {"nodes: [{set: {tick: 1s}}]", "nodes[0]: missing match"},
+      {"nodes: [{match: {name: x}}]", "nodes[0]: missing set"},
+      {"nodes: [{match: {nam: x}, set: {}}]", "nodes[0].match.nam: unknown key"},
+      {"nodes: [{match: {name: x}, set: {}, when: now}]", "nodes[0].when: unknown key"},
+      {"nodes: {match: {name: x}}", "nodes: expected a list"},
+      {"nodes: [x]", "nodes[0]: expected a map"},
+      {"nodes: [{match: {name: x}, set: 5}]", "nodes[0].set: expected a map"},
+      // The same checks as the base document, even though "x" never matches here.
+      {"nodes:\n  - match: {name: x}\n    set: {budget: {flor: 1}}\n",
+       "test.yaml:3: nodes[0].set.budget.flor: unknown key"},
+      {"nodes: [{match: {name: x}, set: {tick: soon}}]", "nodes[0].set.tick: not a duration"},
+      {"nodes: [{match: {name: x}, set: {nodes: []}}]", "nodes[0].set.nodes: unknown key"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    std::string msg = load_error(c.text, {"node-1", {{"pool", "colo"}}});
+    EXPECT_TRUE(contains(msg, c.says)) << "want \"" << c.says << "\" in: " << msg;
+  }
+}
+
+// --- Files ------------------------------------------------------------------------
+
+TEST(ConfigFile, LoadsAFile) {
+  TempDir dir;
+  dir.write("khagent.yaml",
+            "budget:\n  floor: 2\nnodes:\n  - match: {name: n1}\n    set: {dry_run: true}\n");
+  auto r = load_config_file((dir.path / "khagent.yaml").string(), {"n1", {}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->budget.floor_cores, 2.0);
+  EXPECT_TRUE(r->dry_run);
+}
+
+TEST(ConfigFile, ErrorsNameThePath) {
+  TempDir dir;
+  std::string path = (dir.path / "khagent.yaml").string();
+  dir.write("khagent.yaml", "\nbudget: {flor: 2}\n");
+  auto r = load_config_file(path, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().err, EINVAL);
+  EXPECT_TRUE(contains(r.error().message, path + ":2: budget.flor")) << r.error().message;
+
+  dir.write("khagent.yaml", "tick: 1ms\n");
+  r = load_config_file(path, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(contains(r.error().message, path + ": tick")) << r.error().message;
+}
+
+TEST(ConfigFile, UnreadableFileGivesErrnoAndPath) {
+  TempDir dir;
+  std::string missing = (dir.path / "nope.yaml").string();
+  auto r = load_config_file(missing, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().err, ENOENT);
+  EXPECT_TRUE(contains(r.error().message, missing)) << r.error().message;
+
+  r = load_config_file(dir.path.string(), {});  // a directory
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().err, EISDIR);
+  EXPECT_TRUE(contains(r.error().message, dir.path.string())) << r.error().message;
+}
+
+// --- Emitting -----------------------------------------------------------------------
+
+TEST(ConfigYaml, DefaultsRoundTripWithReadableDurations) {
+  std::string text = config_to_yaml(default_config());
+  for (const char* s : {"tick: 200ms", "wait_p99_target: 2ms", "min_decrease_interval: 100ms",
+                        "increase_interval: 5s", "calm_period: 10s", "cpu_max_period: 100ms",
+                        "wait_threshold: 5ms", "min_interval: 50ms", "kubelet_pods_url: \"\""}) {
+    EXPECT_TRUE(contains(text, s)) << "want \"" << s << "\" in:\n" << text;
+  }
+  auto r = load(text);
+  ASSERT_TRUE(r.ok()) << r.error().message << "\n" << text;
+  expect_same(*r, default_config());
+}
+
+TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
+  YAML::Node doc = YAML::Load(config_to_yaml(default_config()));
+  EXPECT_EQ(doc.size(), 10u);  // tick dry_run state_file kubelet_pods_url + 6 sections
+  EXPECT_EQ(doc["classes"].size(), 3u);
+  EXPECT_EQ(doc["online"].size(), 5u);
+  EXPECT_EQ(doc["budget"].size(), 11u);
+  EXPECT_EQ(doc["cpuset"].size(), 3u);
+  EXPECT_EQ(doc["offline"].size(), 6u);
+  EXPECT_EQ(doc["fast_path"].size(), 3u);
+  EXPECT_FALSE(doc["nodes"]);
+
+  YAML::Node yarn = doc["classes"]["rules"][2];  // default rule: {yarn: true} -> offline
+  ASSERT_TRUE(yarn.IsMap());
+  EXPECT_EQ(yarn.size(), 2u);
+  EXPECT_EQ(yarn["class"].as<std::string>(), "offline");
+  EXPECT_EQ(yarn["yarn"].as<bool>(), true);
+}
+
+TEST(ConfigYaml, EverythingChangedRoundTrips) {
+  Config c = default_config();
+  c.tick_ns = 1'500'000'000;
+  c.dry_run = true;
+  c.state_file = "/tmp/state #1: x.json";
+  c.kubelet_pods_url = "https://127.0.0.1:10250/pods";
+  c.classes.default_pod_class = CgroupClass::System;
+  c.classes.default_class = CgroupClass::Offline;
+  ClassRule full;
+  full.cls = CgroupClass::Online;
+  full.qos = "burstable";
+  full.path_glob = "*/web/*";
+  full.priority_class = "~";
+  full.labels = {{"app", "true"}, {"n", "123"}, {"empty", ""}, {"null", "null"}};
+  full.annotations = {{"colocation.io/class", "online"}, {"x", "a: b"}};
+  full.yarn = false;
+  ClassRule only_yarn;
+  only_yarn.cls = CgroupClass::Offline;
+  only_yarn.yarn = false;
+  c.classes.rules = {full, only_yarn, ClassRule{}};
+  c.online.wait_p99_target_us = 1234.5678;        // not whole nanoseconds
+  c.online.interference_share_limit = 0.1 + 0.2;  // 0.30000000000000004
+  c.online.min_offline_share = 1e-5;
+  c.online.self_throttle_share = 1;
+  c.online.min_waits = 123456789012;
+  c.budget.floor_cores = 1.0 / 3;
+  c.budget.allow_zero = true;
+  c.budget.reserve_cores = 0;
+  c.budget.initial_cores = 7.25;
+  c.budget.decrease_factor = 0.9;
+  c.budget.min_decrease_interval_ns = 1;
+  c.budget.increase_step_cores = 2;
+  c.budget.increase_interval_ns = 2 * 3'600'000'000'000ULL;
+  c.budget.calm_period_ns = 90'000'000'000;
+  c.budget.deadband_cores = 0;
+  c.budget.cpu_max_period_us = 12'345;
+  c.cpuset.enabled = true;
+  c.cpuset.reserved_cpus = "0-1,8";
+  c.cpuset.cpu_manager_state = "/x/cms";
+  c.offline.targets = {"/with space", "/x.slice/y"};
+  c.offline.besteffort = false;
+  c.offline.yarn = false;
+  c.offline.yarn_hierarchy = "null";
+  c.offline.idle = true;
+  c.offline.weight = 10000;
+  c.fast_path.enabled = false;
+  c.fast_path.wait_threshold_ns = 0;
+  c.fast_path.min_interval_ns = 50'000'001;
+  auto v = validate_config(c);
+  ASSERT_TRUE(v.ok()) << v.error().message;
+
+  std::string text = config_to_yaml(c);
+  auto r = load(text);
+  ASSERT_TRUE(r.ok()) << r.error().message << "\n" << text;
+  SCOPED_TRACE(text);
+  expect_same(*r, c);
+  EXPECT_EQ(config_to_yaml(*r), text);
+}
+
+TEST(ConfigYaml, OverriddenConfigRoundTrips) {
+  // The effective config of a node no longer has `nodes`, and loads back the same.
+  Config c = load_for({"node-7", {{"pool", "colo"}, {"zone", "a"}}});
+  auto r = load(config_to_yaml(c), {"other", {}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  expect_same(*r, c);
+}

@@ -1,0 +1,484 @@
+#include "khagent/app/agent.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <iostream>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include <spdlog/spdlog.h>
+
+#include "khagent/abi/runq.h"
+#include "khagent/actuate/actuator.h"
+#include "khagent/collect/bpf_maps.h"
+#include "khagent/collect/cgroupfs.h"
+#include "khagent/collect/collector.h"
+#include "khagent/collect/cpustat.h"
+#include "khagent/collect/topology.h"
+#include "khagent/loader/runq_loader.h"
+#include "khagent/policy/controller.h"
+#include "khagent/policy/cpuset.h"
+#include "khagent/signals/workload.h"
+
+namespace khagent {
+
+volatile std::sig_atomic_t g_stop = 0;
+
+namespace {
+
+uint64_t mono_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+bool under(const std::string& path, const std::string& parent) {
+  if (parent == "/") return true;
+  return path == parent || (path.size() > parent.size() && path.compare(0, parent.size(), parent) == 0 &&
+                            path[parent.size()] == '/');
+}
+
+// The QoS cgroups the kubelet owns cpu.weight of (it re-applies CPU shares).
+bool kubelet_owned_weight(const std::string& cgroup) {
+  auto id = identify_cgroup(cgroup, "");
+  return id.k8s && id.pod_uid.empty();
+}
+
+}  // namespace
+
+NodeIdentity node_identity(const CliOptions& o) {
+  NodeIdentity n;
+  n.name = o.node_name;
+  if (n.name.empty()) {
+    if (const char* env = std::getenv("NODE_NAME"); env && *env) n.name = env;
+  }
+  if (n.name.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) == 0) n.name = host;
+  }
+  n.labels = o.node_labels;
+  return n;
+}
+
+Result<Config> effective_config(const CliOptions& o) {
+  NodeIdentity node = node_identity(o);
+  Result<Config> c = o.config_path.empty() ? Result<Config>(default_config())
+                                           : load_config_file(o.config_path, node);
+  if (!c) return c;
+  if (o.dry_run) c->dry_run = true;
+  if (!o.state_file.empty()) c->state_file = o.state_file;
+  if (auto v = validate_config(*c); !v) return v.error();
+  return c;
+}
+
+int run_config_check(const CliOptions& o) {
+  auto c = effective_config(o);
+  if (!c) {
+    std::cerr << "khagent: " << c.error().message << "\n";
+    return 2;
+  }
+  std::cout << "# " << o.config_path << ": OK (node " << node_identity(o).name << ")\n"
+            << config_to_yaml(*c);
+  return 0;
+}
+
+int run_restore(const CliOptions& o) {
+  auto c = effective_config(o);
+  if (!c) {
+    spdlog::error("{}", c.error().message);
+    return 2;
+  }
+  auto mounts = find_mounts();
+  if (!mounts) {
+    spdlog::error("{}", mounts.error().str());
+    return 2;
+  }
+  StateStore store(c->state_file);
+  if (auto r = store.load(); !r) {
+    spdlog::error("{}", r.error().str());
+    return 1;
+  }
+  spdlog::info("{}", store.note());
+  RealCgroupFs cgfs(mounts->cgroup2);
+  auto topo = read_topology();
+  Actuator act(cgfs, store, false, topo ? topo->all() : CpuSet{});
+  int failed = 0;
+  for (const auto& r : act.restore()) {
+    if (r.outcome == ActionOutcome::Rejected) failed++;
+    spdlog::info("{} {} {}: '{}' -> '{}' {}", outcome_name(r.outcome), r.cgroup, cgroup_file_name(r.file),
+                 r.from, r.to, r.message);
+  }
+  return failed ? 1 : 0;
+}
+
+namespace {
+
+class Agent {
+ public:
+  Agent(Config cfg, const CliOptions& o) : cfg_(std::move(cfg)), opts_(o) {}
+  int run();
+
+ private:
+  void tick();
+  void fast_step();
+  std::vector<std::string> targets(const NodeSignals& node);
+  std::vector<DesiredValue> desired(const Decision& d, bool fast);
+  void apply(const Decision& d, bool fast, uint64_t first_event_ns);
+  void log_records(const std::vector<ActionRecord>& recs, const std::string& why);
+
+  Config cfg_;
+  CliOptions opts_;
+  Mounts mounts_;
+  Topology topo_;
+  std::unique_ptr<RunqBpf> bpf_;
+  std::unique_ptr<BpfMapSource> maps_;
+  std::unique_ptr<CgroupIndex> index_;
+  std::unique_ptr<CpuStatThrottleReader> cpu_stat_;
+  std::unique_ptr<Collector> collector_;
+  std::unique_ptr<Classifier> classifier_;
+  std::unique_ptr<RealCgroupFs> cgfs_;
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<Actuator> actuator_;
+  ControllerState state_;
+  ControllerInput last_input_;
+  std::vector<std::string> targets_;
+  std::map<std::string, double> target_usage_;  // cores, last tick
+  std::unordered_map<uint64_t, CgroupClass> class_of_;
+  std::vector<kh_wait_event> pending_;
+  std::map<std::string, uint64_t> quota_warned_;  // pod -> last log
+  std::map<std::string, uint64_t> warned_;        // problem -> last log (one a minute)
+  uint64_t ticks_ = 0;
+  // Reaction time: first over-threshold wait to the cgroup write.
+  uint64_t reactions_ = 0;
+  double reaction_max_ms_ = 0, reaction_sum_ms_ = 0;
+};
+
+int Agent::run() {
+  if (auto r = preflight(); !r) {
+    spdlog::error("{}", r.error().str());
+    return 2;
+  }
+  auto m = find_mounts();
+  if (!m) {
+    spdlog::error("{}", m.error().str());
+    return 2;
+  }
+  mounts_ = *m;
+  auto topo = read_topology();
+  if (!topo) {
+    spdlog::error("reading the CPU topology: {}", topo.error().str());
+    return 1;
+  }
+  topo_ = *topo;
+  spdlog::info("node: {} CPUs ({} threads per core), cgroup2 at {}", topo_.cpus.size(),
+               topo_.threads_per_core(), mounts_.cgroup2);
+
+  LoaderOptions lo = opts_.loader;
+  if (cfg_.fast_path.enabled) {
+    lo.event_min_ns = cfg_.fast_path.wait_threshold_ns;
+    lo.event_interval_ns = cfg_.fast_path.min_interval_ns;
+  }
+  auto bpf = RunqBpf::open_and_load(lo);
+  if (!bpf) {
+    spdlog::error("{}", bpf.error().str());
+    return 1;
+  }
+  bpf_ = std::move(bpf.value());
+  if (auto r = bpf_->open_events([this](const kh_wait_event& e) { pending_.push_back(e); }); !r) {
+    spdlog::error("{}", r.error().str());
+    return 1;
+  }
+  maps_ = std::make_unique<BpfMapSource>(bpf_->map_fds());
+  index_ = std::make_unique<CgroupIndex>(mounts_.cgroup2);
+  cpu_stat_ = std::make_unique<CpuStatThrottleReader>(mounts_.cgroup2, mounts_.cpu_v1);
+  collector_ = std::make_unique<Collector>(*maps_, *index_, cpu_stat_.get(), bpf_->throttle_source());
+  classifier_ = std::make_unique<Classifier>(cfg_.classes, cfg_.offline.yarn_hierarchy);
+  cgfs_ = std::make_unique<RealCgroupFs>(mounts_.cgroup2);
+
+  store_ = std::make_unique<StateStore>(cfg_.state_file);
+  if (auto r = store_->load(); !r) {
+    // Both generations damaged: keep the file for an operator and start a new
+    // record; the values now in place are taken as the originals.
+    std::string aside = cfg_.state_file + ".corrupt-" + std::to_string(time(nullptr));
+    spdlog::error("{}; moved to {} and starting a new state file (originals recorded there may "
+                  "include values khagent wrote before)", r.error().str(), aside);
+    if (::rename(cfg_.state_file.c_str(), aside.c_str()) != 0)
+      spdlog::error("cannot move {} aside: {}", cfg_.state_file, std::strerror(errno));
+  } else {
+    spdlog::info("{}", store_->note());
+  }
+  actuator_ = std::make_unique<Actuator>(*cgfs_, *store_, cfg_.dry_run, topo_.all());
+  if (cfg_.dry_run) spdlog::warn("dry run: actions are logged, nothing is written");
+
+  if (auto first = collector_->tick(); !first) {
+    spdlog::error("{}", first.error().str());
+    return 1;
+  }
+  uint64_t next_tick = mono_ns() + cfg_.tick_ns;
+  while (!g_stop) {
+    uint64_t now = mono_ns();
+    int timeout_ms = now >= next_tick ? 0 : static_cast<int>((next_tick - now + 999999) / 1000000);
+    auto n = bpf_->poll_events(timeout_ms);
+    if (!n) spdlog::warn("{}", n.error().str());
+    if (g_stop) break;
+    if (!pending_.empty()) fast_step();
+    now = mono_ns();
+    if (now >= next_tick) {
+      tick();
+      next_tick += cfg_.tick_ns;
+      if (next_tick < now) next_tick = now + cfg_.tick_ns;  // fell behind: skip, do not burst
+    }
+  }
+
+  spdlog::info("stopping: restoring original values");
+  int failed = 0;
+  auto recs = actuator_->restore();
+  for (const auto& r : recs) {
+    if (r.outcome == ActionOutcome::Rejected) failed++;
+    if (r.outcome != ActionOutcome::Unchanged)
+      spdlog::info("restore {} {}: '{}' -> '{}' ({}){}", r.cgroup, cgroup_file_name(r.file), r.from, r.to,
+                   outcome_name(r.outcome), r.message.empty() ? "" : ": " + r.message);
+  }
+  if (reactions_)
+    spdlog::info("fast path: {} reactions, mean {:.2f} ms, max {:.2f} ms (wait event to cgroup write)",
+                 reactions_, reaction_sum_ms_ / static_cast<double>(reactions_), reaction_max_ms_);
+  spdlog::info("stopped after {} ticks{}", ticks_, failed ? "; some originals could not be restored" : "");
+  return failed ? 1 : 0;
+}
+
+std::vector<std::string> Agent::targets(const NodeSignals& node) {
+  std::set<std::string> out;
+  auto add_if_exists = [&](const std::string& p) {
+    if (cgfs_->exists(p)) out.insert(p);
+  };
+  for (const auto& t : cfg_.offline.targets) {
+    auto c = confine_cgroup_path(mounts_.cgroup2, t);
+    if (!c) {
+      spdlog::error("offline target '{}' ignored: {}", t, c.error().message);
+      continue;
+    }
+    add_if_exists(*c);
+  }
+  if (cfg_.offline.besteffort) {
+    add_if_exists("/kubepods.slice/kubepods-besteffort.slice");
+    add_if_exists("/kubepods/besteffort");
+  }
+  if (cfg_.offline.yarn) add_if_exists("/" + cfg_.offline.yarn_hierarchy);
+  for (const auto& p : node.offline_parents) {
+    auto id = identify_cgroup(p, cfg_.offline.yarn_hierarchy);
+    if ((id.yarn && cfg_.offline.yarn) || (id.qos == QosTier::BestEffort && cfg_.offline.besteffort))
+      add_if_exists(p);
+  }
+  return {out.begin(), out.end()};
+}
+
+std::vector<DesiredValue> Agent::desired(const Decision& d, bool fast) {
+  std::vector<DesiredValue> want;
+  if (targets_.empty()) return want;
+  double total = 0;
+  for (const auto& t : targets_) total += target_usage_[t];
+  double cpus = static_cast<double>(topo_.cpus.size());
+  for (const auto& t : targets_) {
+    // Split the budget by recent use, each target keeping a small share.
+    double share = targets_.size() == 1 ? 1.0
+                   : total > 0          ? std::max(target_usage_[t] / total, 0.1)
+                                        : 1.0 / static_cast<double>(targets_.size());
+    want.push_back({t, CgroupFile::CpuMax,
+                    budget_to_cpu_max(d.budget_cores * share, cpus, cfg_.budget.cpu_max_period_us)});
+    if (fast) continue;
+    if (cfg_.offline.idle) want.push_back({t, CgroupFile::CpuIdle, "1"});
+    if (cfg_.offline.weight && !kubelet_owned_weight(t))
+      want.push_back({t, CgroupFile::CpuWeight, std::to_string(cfg_.offline.weight)});
+  }
+  if (!fast && cfg_.cpuset.enabled) {
+    PartitionInput pi;
+    pi.topo = topo_;
+    pi.offline_budget_cores = d.budget_cores;
+    pi.online_demand_cores = last_input_.online_cpu_cores + cfg_.budget.reserve_cores;
+    if (auto r = parse_cpu_list(cfg_.cpuset.reserved_cpus)) pi.reserved = *r;
+    if (auto cms = read_cpu_manager_state(cfg_.cpuset.cpu_manager_state)) {
+      pi.exclusive = cms->exclusive;
+    } else {
+      spdlog::warn("cpuset partition skipped: {}", cms.error().str());
+      return want;
+    }
+    Partition p = partition_cpus(pi);
+    if (!p.note.empty()) spdlog::debug("cpuset: {}", p.note);
+    if (!p.offline.empty())
+      for (const auto& t : targets_) want.push_back({t, CgroupFile::CpusetCpus, format_cpu_list(p.offline)});
+  }
+  return want;
+}
+
+void Agent::log_records(const std::vector<ActionRecord>& recs, const std::string& why) {
+  for (const auto& r : recs) {
+    switch (r.outcome) {
+      case ActionOutcome::Unchanged:
+      case ActionOutcome::Backoff:
+        break;
+      case ActionOutcome::Written:
+        spdlog::info("{} {}: '{}' -> '{}' ({})", r.cgroup, cgroup_file_name(r.file), r.from, r.to, why);
+        break;
+      case ActionOutcome::DryRun:
+        spdlog::info("dry run: would write {} {}: '{}' -> '{}' ({})", r.cgroup, cgroup_file_name(r.file),
+                     r.from, r.to, why);
+        break;
+      default: {
+        // The same problem every tick is logged once a minute.
+        std::string key = r.cgroup + " " + cgroup_file_name(r.file) + " " + outcome_name(r.outcome);
+        uint64_t now = mono_ns();
+        auto& last = warned_[key];
+        if (last && now - last < 60'000'000'000ULL) break;
+        last = now;
+        spdlog::warn("{} {} '{}': {}: {}", r.cgroup, cgroup_file_name(r.file), r.to, outcome_name(r.outcome),
+                     r.message);
+      }
+    }
+  }
+}
+
+void Agent::apply(const Decision& d, bool fast, uint64_t first_event_ns) {
+  auto recs = actuator_->apply(desired(d, fast), mono_ns());
+  bool wrote = std::any_of(recs.begin(), recs.end(), [](const ActionRecord& r) {
+    return r.file == CgroupFile::CpuMax && (r.outcome == ActionOutcome::Written || r.outcome == ActionOutcome::DryRun);
+  });
+  std::string why = fmt::format("{}: {}", action_name(d.action), d.reason);
+  if (wrote && first_event_ns) {
+    double ms = static_cast<double>(mono_ns() - first_event_ns) / 1e6;
+    reactions_++;
+    reaction_sum_ms_ += ms;
+    reaction_max_ms_ = std::max(reaction_max_ms_, ms);
+    why += fmt::format("; reaction {:.2f} ms from the first over-threshold wait", ms);
+  }
+  log_records(recs, why);
+}
+
+void Agent::fast_step() {
+  std::vector<kh_wait_event> events;
+  events.swap(pending_);
+  if (!state_.initialized) return;  // no tick yet: nothing to compare with
+  ControllerInput in = last_input_;
+  in.now_ns = mono_ns();
+  in.online_pods.clear();
+  uint64_t first = UINT64_MAX;
+  for (const auto& e : events) {
+    FastEvent f;
+    f.cgroup_id = e.cgroup_id;
+    f.wait_ns = e.wait_ns;
+    f.throttled = e.cause == KH_WAIT_THROTTLED;
+    auto a = class_of_.find(e.aggressor_id);
+    f.aggressor_offline = a != class_of_.end() && a->second == CgroupClass::Offline;
+    in.fast_events.push_back(f);
+    first = std::min<uint64_t>(first, e.ts_ns);
+  }
+  Decision d = controller_step(in, cfg_, state_);
+  if (d.changed) apply(d, true, first);
+}
+
+void Agent::tick() {
+  ticks_++;
+  auto sample = collector_->tick();
+  if (!sample) {
+    spdlog::error("collecting: {}", sample.error().str());
+    return;
+  }
+  NodeSignals node = rollup(*sample, *classifier_);
+  class_of_.clear();
+  for (const auto& c : sample->cgroups) class_of_[c.id] = classifier_->get(c.id, c.path).cls;
+
+  if (cfg_.fast_path.enabled) {
+    std::unordered_map<uint64_t, uint64_t> prot;
+    for (auto id : node.online_cgroups) prot[id] = cfg_.fast_path.wait_threshold_ns;
+    if (auto r = bpf_->sync_protected(prot); !r) spdlog::warn("{}", r.error().str());
+  }
+
+  targets_ = targets(node);
+  target_usage_.clear();
+  for (const auto& c : sample->cgroups)
+    for (const auto& t : targets_)
+      if (under(c.path, t) && sample->interval_ns)
+        target_usage_[t] += static_cast<double>(c.interval.cpu_ns) / static_cast<double>(sample->interval_ns);
+
+  ControllerInput in;
+  in.now_ns = mono_ns();
+  in.node_cpus = static_cast<double>(topo_.cpus.size());
+  in.online_cpu_cores = node.classes[static_cast<size_t>(CgroupClass::Online)].cpu_cores;
+  in.offline_cpu_cores = node.classes[static_cast<size_t>(CgroupClass::Offline)].cpu_cores;
+  for (const auto& p : node.pods) {
+    if (p.cls != CgroupClass::Online) continue;
+    OnlinePodLoad l;
+    l.uid = p.uid;
+    l.path = p.path;
+    l.waits = p.interval.waits;
+    l.wait_ns = p.interval.wait_ns;
+    l.throttled_wait_ns = p.interval.cause_ns[KH_WAIT_THROTTLED];
+    l.offline_wait_ns = p.offline_wait_ns;
+    l.wait_p99_us = p.wait_p99_us;
+    in.online_pods.push_back(std::move(l));
+  }
+  // Online work outside pods (configured by path rules) counts as one.
+  const auto& on = node.classes[static_cast<size_t>(CgroupClass::Online)];
+  uint64_t pod_waits = 0;
+  for (const auto& p : in.online_pods) pod_waits += p.waits;
+  if (on.interval.waits > pod_waits) {
+    OnlinePodLoad l;
+    l.uid = "";
+    l.path = "(online cgroups outside pods)";
+    CgroupCounters rest = on.interval;
+    l.waits = on.interval.waits - pod_waits;
+    l.wait_ns = rest.wait_ns;
+    l.throttled_wait_ns = rest.cause_ns[KH_WAIT_THROTTLED];
+    l.offline_wait_ns = on.wait_by_aggressor_class_ns[static_cast<size_t>(CgroupClass::Offline)];
+    for (const auto& p : in.online_pods) {
+      l.wait_ns -= std::min(l.wait_ns, p.wait_ns);
+      l.offline_wait_ns -= std::min(l.offline_wait_ns, p.offline_wait_ns);
+      l.throttled_wait_ns -= std::min(l.throttled_wait_ns, p.throttled_wait_ns);
+    }
+    l.wait_p99_us = on.wait_p99_us;
+    in.online_pods.push_back(std::move(l));
+  }
+  last_input_ = in;
+
+  Decision d = controller_step(in, cfg_, state_);
+  for (const auto& v : d.verdicts) {
+    if (v.kind == PodVerdictKind::SelfThrottled) {
+      auto& last = quota_warned_[v.path];
+      if (last == 0 || in.now_ns - last > 60'000'000'000ULL) {
+        spdlog::warn("online {}: {} (not acted on)", v.path, v.why);
+        last = in.now_ns;
+      }
+    }
+  }
+  if (d.changed || ticks_ == 1) {
+    spdlog::info("budget {:.2f} cores ({}): {}; online {:.2f} cores, offline {:.2f} cores, targets [{}]",
+                 d.budget_cores, action_name(d.action), d.reason, in.online_cpu_cores, in.offline_cpu_cores,
+                 fmt::join(targets_, ", "));
+  }
+  apply(d, false, 0);
+  // Restore what is no longer a target (configuration changed, cgroup left).
+  if (!store_->empty()) {
+    std::set<std::string> keep(targets_.begin(), targets_.end());
+    if (keep.empty()) keep.insert("\x01");  // restore() treats an empty set as "all"
+    auto recs = actuator_->restore(keep);
+    log_records(recs, "no longer an offline target");
+  }
+}
+
+}  // namespace
+
+int run_agent(const CliOptions& o) {
+  auto c = effective_config(o);
+  if (!c) {
+    spdlog::error("{}", c.error().message);
+    return 2;
+  }
+  spdlog::info("effective configuration (node {}):\n{}", node_identity(o).name, config_to_yaml(*c));
+  Agent agent(*c, o);
+  return agent.run();
+}
+
+}  // namespace khagent

@@ -1,0 +1,832 @@
+// The YAML side of the configuration: loading a file over default_config(),
+// per-node overrides, validation and emitting the effective configuration.
+//
+// Loading walks the document against a schema written as tables of known keys
+// (Loader::section), so unknown keys and wrong types are caught where they are,
+// with the key path and line. Inside this file a problem is thrown as
+// ConfigError and turned into an Error at the public entry points.
+#include <fnmatch.h>
+#include <stdio.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "khagent/config/config.h"
+#include "khagent/util/cpuset.h"
+
+namespace khagent {
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Numbers and durations as text.
+
+constexpr uint64_t kNsPerUs = 1'000;
+constexpr uint64_t kNsPerMs = 1'000'000;
+constexpr uint64_t kNsPerS = 1'000'000'000;
+constexpr uint64_t kNsPerMin = 60 * kNsPerS;
+constexpr uint64_t kNsPerHour = 60 * kNsPerMin;
+
+// Shortest text that reads back as the same double ("0.5", "2", "1e-05").
+std::string format_double(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+
+// The whole of `s` as a finite double, or nothing.
+std::optional<double> parse_double(std::string_view s) {
+  double v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v)) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+// A duration split into its number ("1.5") and unit size in ns ("s" -> 1e9).
+struct DurationText {
+  std::string_view integer;   // digits before the point, maybe empty (".5s")
+  std::string_view fraction;  // digits after the point, maybe empty
+  uint64_t unit_ns = 0;
+};
+
+// "<digits>[.<digits>]<unit>" with unit ns, us, ms, s, m or h. Returns an
+// error text (empty on success) so both parsers below word problems alike.
+std::string split_duration(std::string_view s, DurationText& out) {
+  static const char* const kHint = " (use e.g. 500us, 200ms, 1.5s, 2m)";
+  if (s.empty()) return std::string("empty duration") + kHint;
+  if (s.front() == '-') return "must not be negative, got \"" + std::string(s) + "\"";
+  size_t i = 0;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') i++;
+  out.integer = s.substr(0, i);
+  out.fraction = {};
+  if (i < s.size() && s[i] == '.') {
+    size_t start = ++i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') i++;
+    out.fraction = s.substr(start, i - start);
+  }
+  if (out.integer.empty() && out.fraction.empty()) {
+    return "not a duration: \"" + std::string(s) + "\"" + kHint;
+  }
+  std::string_view unit = s.substr(i);
+  if (unit.empty()) return "duration \"" + std::string(s) + "\" needs a unit" + kHint;
+  static const std::pair<std::string_view, uint64_t> kUnits[] = {
+      {"ns", 1},      {"us", kNsPerUs}, {"ms", kNsPerMs},
+      {"s", kNsPerS}, {"m", kNsPerMin}, {"h", kNsPerHour},
+  };
+  out.unit_ns = 0;
+  for (const auto& [name, ns] : kUnits) {
+    if (unit == name) out.unit_ns = ns;
+  }
+  if (out.unit_ns == 0) return "unknown unit in duration \"" + std::string(s) + "\"" + kHint;
+  return "";
+}
+
+// Exact integer arithmetic, so "1.1s" is 1100000000ns and not 1099999999.
+std::string parse_duration_ns(std::string_view s, uint64_t& ns) {
+  DurationText d;
+  if (auto err = split_duration(s, d); !err.empty()) return err;
+  const std::string too_long = "duration \"" + std::string(s) + "\" is too long";
+  uint64_t whole = 0;
+  if (!d.integer.empty()) {
+    auto [end, ec] = std::from_chars(d.integer.data(), d.integer.data() + d.integer.size(), whole);
+    if (ec != std::errc() || end != d.integer.data() + d.integer.size()) return too_long;
+  }
+  if (__builtin_mul_overflow(whole, d.unit_ns, &ns)) return too_long;
+  // The fraction: F / 10^digits units; trailing zeros do not count.
+  std::string_view frac = d.fraction;
+  while (!frac.empty() && frac.back() == '0') frac.remove_suffix(1);
+  if (frac.empty()) return "";
+  const std::string not_whole = "duration \"" + std::string(s) + "\" is not a whole number of ns";
+  if (frac.size() > 18) return not_whole;
+  uint64_t f = 0, scale = 1;
+  std::from_chars(frac.data(), frac.data() + frac.size(), f);
+  for (size_t k = 0; k < frac.size(); k++) scale *= 10;
+  unsigned __int128 part = static_cast<unsigned __int128>(f) * d.unit_ns;  // < 10^18 * 3.6e12
+  if (part % scale != 0) return not_whole;
+  if (__builtin_add_overflow(ns, static_cast<uint64_t>(part / scale), &ns)) return too_long;
+  return "";
+}
+
+// For the one duration stored as a double (microseconds): any precision.
+std::string parse_duration_us(std::string_view s, double& us) {
+  DurationText d;
+  if (auto err = split_duration(s, d); !err.empty()) return err;
+  // Re-join the number; parse_double wants "0.5", not ".5".
+  std::string number = (d.integer.empty() ? "0" : std::string(d.integer));
+  if (!d.fraction.empty()) number += "." + std::string(d.fraction);
+  auto v = parse_double(number);
+  if (!v) return "duration \"" + std::string(s) + "\" is too long";
+  // Units of 1us and up are whole multiples of 1us: one exact multiplication.
+  us = d.unit_ns >= kNsPerUs ? *v * static_cast<double>(d.unit_ns / kNsPerUs)
+                             : *v / static_cast<double>(kNsPerUs / d.unit_ns);
+  return "";
+}
+
+// The largest unit that divides the value exactly: "200ms", "5s", "2m".
+std::string format_duration_ns(uint64_t ns) {
+  if (ns == 0) return "0s";
+  struct Unit {
+    uint64_t ns;
+    const char* name;
+  };
+  static const Unit kUnits[] = {{kNsPerHour, "h"}, {kNsPerMin, "m"}, {kNsPerS, "s"},
+                                {kNsPerMs, "ms"},  {kNsPerUs, "us"}, {1, "ns"}};
+  for (const auto& u : kUnits) {
+    if (ns % u.ns == 0) return std::to_string(ns / u.ns) + u.name;
+  }
+  return std::to_string(ns) + "ns";  // not reached: the last unit divides everything
+}
+
+std::string format_duration_us(uint64_t us) {
+  if (us > UINT64_MAX / kNsPerUs) return std::to_string(us) + "us";
+  return format_duration_ns(us * kNsPerUs);
+}
+
+// A duration kept as a double in microseconds. Shown in the nicest unit when
+// that reads back as the same double (see parse_duration_us), otherwise as
+// the exact number of microseconds in fixed notation ("1234.5678us").
+std::string format_duration_us(double us) {
+  double ns = us * static_cast<double>(kNsPerUs);
+  if (std::isfinite(ns) && ns >= 0 && ns < 1.8e19 && ns == std::floor(ns)) {
+    auto whole = static_cast<uint64_t>(ns);
+    double back = whole % kNsPerUs == 0
+                      ? static_cast<double>(whole / kNsPerUs)
+                      : static_cast<double>(whole) / static_cast<double>(kNsPerUs);
+    if (back == us) return format_duration_ns(whole);
+  }
+  std::string buf(1100, '\0');  // enough for any double in fixed notation
+  auto [end, ec] = std::to_chars(buf.data(), buf.data() + buf.size(), us, std::chars_format::fixed);
+  buf.resize(ec == std::errc() ? end - buf.data() : 0);
+  return buf + "us";
+}
+
+const char* const kQosClasses[] = {"guaranteed", "burstable", "besteffort"};
+
+bool known_qos(const std::string& qos) {
+  for (const char* q : kQosClasses) {
+    if (qos == q) return true;
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------
+// Walking the document.
+
+struct ConfigError {
+  std::string message;
+};
+
+// Where a value sits: the key path ("budget.floor", "classes.rules[1].qos")
+// and its place in the file, if known.
+struct Where {
+  std::string path;
+  YAML::Mark mark = YAML::Mark::null_mark();
+
+  Where key(const std::string& k, const YAML::Mark& m) const {
+    return {path.empty() ? k : path + "." + k, m};
+  }
+  Where item(size_t i, const YAML::Mark& m) const {
+    return {path + "[" + std::to_string(i) + "]", m};
+  }
+};
+
+// A null value (`floor:` with nothing after it) carries the mark of whatever
+// follows it, so the key's line is the better place to point at.
+YAML::Mark mark_of(const YAML::Node& value, const YAML::Mark& fallback) {
+  return value.IsNull() ? fallback : value.Mark();
+}
+
+// What a node is, for "expected X, got Y".
+std::string describe(const YAML::Node& n) {
+  if (n.IsMap()) return "a map";
+  if (n.IsSequence()) return "a list";
+  if (n.IsNull()) return "nothing";
+  return "\"" + n.Scalar() + "\"";
+}
+
+// A plain (unquoted) scalar; quoted ones are strings, never numbers or bools.
+bool is_plain_scalar(const YAML::Node& n) { return n.IsScalar() && n.Tag() != "!"; }
+
+using Handler = std::function<void(const YAML::Node& value, const Where& at)>;
+
+struct Field {
+  const char* key;
+  Handler apply;
+};
+
+class Loader {
+ public:
+  explicit Loader(std::string source) : source_(std::move(source)) {}
+
+  [[noreturn]] void fail(const Where& at, const std::string& what) const {
+    std::string msg = source_;
+    if (!at.mark.is_null()) msg += ":" + std::to_string(at.mark.line + 1);
+    msg += ": ";
+    if (!at.path.empty()) msg += at.path + ": ";
+    throw ConfigError{msg + what};
+  }
+
+  // A map whose keys must all be in `fields`; each value goes to its handler.
+  // A null section (`budget:` with nothing) is an empty one.
+  void section(const YAML::Node& n, const Where& at, const std::vector<Field>& fields) const {
+    if (n.IsNull()) return;
+    if (!n.IsMap()) fail(at, "expected a map, got " + describe(n));
+    std::set<std::string> seen;
+    for (const auto& kv : n) {
+      if (!kv.first.IsScalar()) fail(at.key("?", kv.first.Mark()), "keys must be strings");
+      const std::string& key = kv.first.Scalar();
+      Where here = at.key(key, kv.first.Mark());
+      if (!seen.insert(key).second) fail(here, "duplicate key");
+      const Field* field = nullptr;
+      for (const auto& f : fields) {
+        if (key == f.key) field = &f;
+      }
+      if (field == nullptr) {
+        std::string known;
+        for (const auto& f : fields) known += (known.empty() ? "" : ", ") + std::string(f.key);
+        fail(here, "unknown key (known: " + known + ")");
+      }
+      here.mark = mark_of(kv.second, kv.first.Mark());
+      field->apply(kv.second, here);
+    }
+  }
+
+  // --- Scalars -------------------------------------------------------------
+
+  bool boolean(const YAML::Node& n, const Where& at) const {
+    bool v = false;
+    if (!is_plain_scalar(n) || !YAML::convert<bool>::decode(n, v)) {
+      fail(at, "expected true or false, got " + describe(n));
+    }
+    return v;
+  }
+
+  double number(const YAML::Node& n, const Where& at) const {
+    std::optional<double> v;
+    if (is_plain_scalar(n)) v = parse_double(n.Scalar());
+    if (!v) fail(at, "expected a number, got " + describe(n));
+    return *v;
+  }
+
+  uint64_t count(const YAML::Node& n, const Where& at, uint64_t max) const {
+    if (!is_plain_scalar(n)) fail(at, "expected a whole number, got " + describe(n));
+    const std::string& s = n.Scalar();
+    if (!s.empty() && s.front() == '-') fail(at, "must not be negative, got " + s);
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    const std::string too_big = s + " is out of range (at most " + std::to_string(max) + ")";
+    if (ec == std::errc::result_out_of_range) fail(at, too_big);
+    if (s.empty() || ec != std::errc() || end != s.data() + s.size()) {
+      fail(at, "expected a whole number, got " + describe(n));
+    }
+    if (v > max) fail(at, too_big);
+    return v;
+  }
+
+  // Any scalar is a string; nothing is the empty string.
+  std::string string(const YAML::Node& n, const Where& at) const {
+    if (n.IsNull()) return "";
+    if (!n.IsScalar()) fail(at, "expected a string, got " + describe(n));
+    return n.Scalar();
+  }
+
+  uint64_t duration_ns(const YAML::Node& n, const Where& at) const {
+    if (!n.IsScalar()) fail(at, "expected a duration (e.g. 200ms), got " + describe(n));
+    uint64_t ns = 0;
+    if (auto err = parse_duration_ns(n.Scalar(), ns); !err.empty()) fail(at, err);
+    return ns;
+  }
+
+  uint64_t duration_whole_us(const YAML::Node& n, const Where& at) const {
+    uint64_t ns = duration_ns(n, at);
+    if (ns % kNsPerUs != 0) fail(at, "must be a whole number of microseconds, got " + n.Scalar());
+    return ns / kNsPerUs;
+  }
+
+  double duration_us(const YAML::Node& n, const Where& at) const {
+    if (!n.IsScalar()) fail(at, "expected a duration (e.g. 2ms), got " + describe(n));
+    double us = 0;
+    if (auto err = parse_duration_us(n.Scalar(), us); !err.empty()) fail(at, err);
+    return us;
+  }
+
+  CgroupClass cls(const YAML::Node& n, const Where& at) const {
+    auto c = parse_class(string(n, at));
+    if (!c) fail(at, "unknown class " + describe(n) + " (known: online, offline, system)");
+    return *c;
+  }
+
+  // A list of scalars; nothing is the empty list.
+  std::vector<std::string> string_list(const YAML::Node& n, const Where& at) const {
+    std::vector<std::string> out;
+    if (n.IsNull()) return out;
+    if (!n.IsSequence()) fail(at, "expected a list, got " + describe(n));
+    for (size_t i = 0; i < n.size(); i++) {
+      const YAML::Node item = n[i];
+      Where here = at.item(i, mark_of(item, at.mark));
+      if (!item.IsScalar()) fail(here, "expected a string, got " + describe(item));
+      out.push_back(item.Scalar());
+    }
+    return out;
+  }
+
+  // A map of string to string (labels, annotations).
+  std::map<std::string, std::string> string_map(const YAML::Node& n, const Where& at) const {
+    std::map<std::string, std::string> out;
+    if (n.IsNull()) return out;
+    if (!n.IsMap()) fail(at, "expected a map, got " + describe(n));
+    for (const auto& kv : n) {
+      if (!kv.first.IsScalar()) fail(at.key("?", kv.first.Mark()), "keys must be strings");
+      Where here = at.key(kv.first.Scalar(), mark_of(kv.second, kv.first.Mark()));
+      if (!kv.second.IsScalar()) fail(here, "expected a string, got " + describe(kv.second));
+      if (!out.emplace(kv.first.Scalar(), kv.second.Scalar()).second) fail(here, "duplicate key");
+    }
+    return out;
+  }
+
+  // --- Field builders: one line per key in the schema tables below ----------
+
+  Field flag(const char* key, bool& dst) const {
+    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = boolean(n, at); }};
+  }
+  Field num(const char* key, double& dst) const {
+    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = number(n, at); }};
+  }
+  template <typename T>
+  Field whole(const char* key, T& dst) const {
+    return {key, [this, &dst](const YAML::Node& n, const Where& at) {
+              dst = static_cast<T>(count(n, at, std::numeric_limits<T>::max()));
+            }};
+  }
+  Field text(const char* key, std::string& dst) const {
+    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = string(n, at); }};
+  }
+  Field ns(const char* key, uint64_t& dst) const {
+    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = duration_ns(n, at); }};
+  }
+  Field us(const char* key, uint64_t& dst) const {
+    return {key,
+            [this, &dst](const YAML::Node& n, const Where& at) { dst = duration_whole_us(n, at); }};
+  }
+  Field us(const char* key, double& dst) const {
+    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = duration_us(n, at); }};
+  }
+  Field klass(const char* key, CgroupClass& dst) const {
+    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = cls(n, at); }};
+  }
+  Field strings(const char* key, std::vector<std::string>& dst) const {
+    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = string_list(n, at); }};
+  }
+  Field dict(const char* key, std::map<std::string, std::string>& dst) const {
+    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = string_map(n, at); }};
+  }
+  template <typename T>
+  Field optional(const char* key, std::optional<T>& dst,
+                 T (Loader::*read)(const YAML::Node&, const Where&) const) const {
+    return {key, [this, &dst, read](const YAML::Node& n, const Where& at) {
+              dst = (this->*read)(n, at);
+            }};
+  }
+
+  // --- The schema ----------------------------------------------------------
+
+  ClassRule rule(const YAML::Node& n, const Where& at) const {
+    ClassRule r;
+    bool has_class = false;
+    section(
+        n, at,
+        {{"class",
+          [&](const YAML::Node& v, const Where& w) {
+            r.cls = cls(v, w);
+            has_class = true;
+          }},
+         {"qos",
+          [&](const YAML::Node& v, const Where& w) {
+            r.qos = string(v, w);
+            if (!known_qos(*r.qos)) {
+              fail(w, "unknown qos " + describe(v) + " (known: guaranteed, burstable, besteffort)");
+            }
+          }},
+         optional("path", r.path_glob, &Loader::string),
+         optional("priority_class", r.priority_class, &Loader::string),
+         dict("labels", r.labels),
+         dict("annotations", r.annotations),
+         optional("yarn", r.yarn, &Loader::boolean)});
+    if (!has_class) fail(at, "a rule needs a class (online, offline or system)");
+    return r;
+  }
+
+  void classes(const YAML::Node& n, const Where& at, ClassConfig& c) const {
+    section(n, at,
+            {klass("default_pod_class", c.default_pod_class),
+             klass("default_class", c.default_class),
+             {"rules", [&](const YAML::Node& v, const Where& w) {
+                // Given rules replace the defaults entirely; the order is the priority.
+                c.rules.clear();
+                if (v.IsNull()) return;
+                if (!v.IsSequence()) fail(w, "expected a list, got " + describe(v));
+                for (size_t i = 0; i < v.size(); i++) {
+                  const YAML::Node item = v[i];
+                  c.rules.push_back(rule(item, w.item(i, mark_of(item, w.mark))));
+                }
+              }}});
+  }
+
+  // Everything but `nodes`, which only the base document may have.
+  std::vector<Field> top_fields(Config& c) const {
+    return {
+        ns("tick", c.tick_ns),
+        flag("dry_run", c.dry_run),
+        text("state_file", c.state_file),
+        text("kubelet_pods_url", c.kubelet_pods_url),
+        {"classes",
+         [this, &c](const YAML::Node& n, const Where& at) { classes(n, at, c.classes); }},
+        {"online",
+         [this, &c](const YAML::Node& n, const Where& at) {
+           auto& o = c.online;
+           section(n, at,
+                   {us("wait_p99_target", o.wait_p99_target_us),
+                    num("interference_share_limit", o.interference_share_limit),
+                    num("min_offline_share", o.min_offline_share),
+                    num("self_throttle_share", o.self_throttle_share),
+                    whole("min_waits", o.min_waits)});
+         }},
+        {"budget",
+         [this, &c](const YAML::Node& n, const Where& at) {
+           auto& b = c.budget;
+           section(n, at,
+                   {num("floor", b.floor_cores), flag("allow_zero", b.allow_zero),
+                    num("reserve", b.reserve_cores), num("initial", b.initial_cores),
+                    num("decrease_factor", b.decrease_factor),
+                    ns("min_decrease_interval", b.min_decrease_interval_ns),
+                    num("increase_step", b.increase_step_cores),
+                    ns("increase_interval", b.increase_interval_ns),
+                    ns("calm_period", b.calm_period_ns), num("deadband", b.deadband_cores),
+                    us("cpu_max_period", b.cpu_max_period_us)});
+         }},
+        {"cpuset",
+         [this, &c](const YAML::Node& n, const Where& at) {
+           auto& s = c.cpuset;
+           section(n, at,
+                   {flag("enabled", s.enabled), text("reserved_cpus", s.reserved_cpus),
+                    text("cpu_manager_state", s.cpu_manager_state)});
+         }},
+        {"offline",
+         [this, &c](const YAML::Node& n, const Where& at) {
+           auto& o = c.offline;
+           section(n, at,
+                   {strings("targets", o.targets), flag("besteffort", o.besteffort),
+                    flag("yarn", o.yarn), text("yarn_hierarchy", o.yarn_hierarchy),
+                    flag("idle", o.idle), whole("weight", o.weight)});
+         }},
+        {"fast_path",
+         [this, &c](const YAML::Node& n, const Where& at) {
+           auto& f = c.fast_path;
+           section(n, at,
+                   {flag("enabled", f.enabled), ns("wait_threshold", f.wait_threshold_ns),
+                    ns("min_interval", f.min_interval_ns)});
+         }},
+    };
+  }
+
+  // --- Per-node overrides ----------------------------------------------------
+
+  struct Override {
+    std::optional<std::string> name;  // fnmatch(3) pattern
+    std::map<std::string, std::string> labels;
+    YAML::Node set;
+  };
+
+  static bool matches(const Override& o, const NodeIdentity& node) {
+    if (o.name && fnmatch(o.name->c_str(), node.name.c_str(), 0) != 0) return false;
+    for (const auto& [k, v] : o.labels) {
+      auto it = node.labels.find(k);
+      if (it == node.labels.end() || it->second != v) return false;
+    }
+    return true;
+  }
+
+  // Checks every entry, matching or not, so a mistake shows on every node.
+  std::vector<Override> overrides(const YAML::Node& n, const Where& at) const {
+    std::vector<Override> out;
+    if (n.IsNull()) return out;
+    if (!n.IsSequence()) fail(at, "expected a list, got " + describe(n));
+    for (size_t i = 0; i < n.size(); i++) {
+      const YAML::Node entry = n[i];
+      const Where here = at.item(i, mark_of(entry, at.mark));
+      if (!entry.IsMap()) fail(here, "expected a map with match and set, got " + describe(entry));
+      Override o;
+      bool has_match = false, has_set = false;
+      section(
+          entry, here,
+          {{"match",
+            [&](const YAML::Node& v, const Where& w) {
+              has_match = true;
+              section(v, w, {optional("name", o.name, &Loader::string), dict("labels", o.labels)});
+              if (!o.name && o.labels.empty()) {
+                fail(w, "empty match would apply to every node (give name and/or labels)");
+              }
+            }},
+           {"set", [&](const YAML::Node& v, const Where& w) {
+              has_set = true;
+              Config scratch = default_config();  // only for the key and type checks
+              section(v, w, top_fields(scratch));
+              o.set = v.IsNull() ? YAML::Node(YAML::NodeType::Map) : v;
+            }}});
+      if (!has_match) fail(here, "missing match (give name and/or labels)");
+      if (!has_set) fail(here, "missing set");
+      out.push_back(std::move(o));
+    }
+    return out;
+  }
+
+ private:
+  std::string source_;
+};
+
+// Deep merge: maps merge key by key, anything else in `over` replaces. New
+// map nodes are built and the leaves of both documents reused as they are, so
+// neither input changes and line numbers survive for later errors. Keys are
+// known to be unique strings (checked before merging).
+YAML::Node merge(const YAML::Node& base, const YAML::Node& over) {
+  if (!base.IsMap() || !over.IsMap()) return over;
+  auto find = [](const YAML::Node& map, const std::string& key) -> std::optional<YAML::Node> {
+    for (const auto& kv : map) {
+      if (kv.first.Scalar() == key) return kv.second;
+    }
+    return std::nullopt;
+  };
+  YAML::Node out(YAML::NodeType::Map);
+  for (const auto& kv : base) {
+    auto o = find(over, kv.first.Scalar());
+    out.force_insert(kv.first, o ? merge(kv.second, *o) : kv.second);
+  }
+  for (const auto& kv : over) {
+    if (!find(base, kv.first.Scalar())) out.force_insert(kv.first, kv.second);
+  }
+  return out;
+}
+
+// Writes one rule with only the fields it sets.
+void emit_rule(YAML::Emitter& out, const ClassRule& r) {
+  out << YAML::BeginMap << YAML::Key << "class" << YAML::Value << class_name(r.cls);
+  if (r.qos) out << YAML::Key << "qos" << YAML::Value << *r.qos;
+  if (r.path_glob) out << YAML::Key << "path" << YAML::Value << *r.path_glob;
+  if (r.priority_class) out << YAML::Key << "priority_class" << YAML::Value << *r.priority_class;
+  if (!r.labels.empty()) out << YAML::Key << "labels" << YAML::Value << r.labels;
+  if (!r.annotations.empty()) out << YAML::Key << "annotations" << YAML::Value << r.annotations;
+  if (r.yarn) out << YAML::Key << "yarn" << YAML::Value << *r.yarn;
+  out << YAML::EndMap;
+}
+
+bool in_unit_range(double v) { return v >= 0 && v <= 1; }  // false for NaN too
+
+// "/a/b" in the cgroup2 mount: absolute, no ".." components, not the root.
+std::string check_cgroup_path(const std::string& p) {
+  if (p.empty() || p.front() != '/') return "must be an absolute path in the cgroup2 mount";
+  if (p.find_first_not_of('/') == std::string::npos) return "must not be the root cgroup";
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find('/', start);
+    if (end == std::string::npos) end = p.size();
+    if (p.compare(start, end - start, "..") == 0) return "must not contain \"..\"";
+    start = end + 1;
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<void> validate_config(const Config& c) {
+  auto bad = [](const std::string& key, const std::string& what) {
+    return make_error(EINVAL, key + ": " + what);
+  };
+  const auto& b = c.budget;
+  const auto& o = c.online;
+
+  if (c.tick_ns < 10 * kNsPerMs || c.tick_ns > 60 * kNsPerS) {
+    return bad("tick", "must be between 10ms and 60s, got " + format_duration_ns(c.tick_ns));
+  }
+  if (c.state_file.empty()) return bad("state_file", "must not be empty");
+  for (size_t i = 0; i < c.classes.rules.size(); i++) {
+    const auto& qos = c.classes.rules[i].qos;
+    if (qos && !known_qos(*qos)) {
+      return bad("classes.rules[" + std::to_string(i) + "].qos",
+                 "unknown qos \"" + *qos + "\" (known: guaranteed, burstable, besteffort)");
+    }
+  }
+
+  if (!(o.wait_p99_target_us > 0)) {
+    return bad("online.wait_p99_target",
+               "must be positive, got " + format_duration_us(o.wait_p99_target_us));
+  }
+  const std::pair<const char*, double> shares[] = {
+      {"online.interference_share_limit", o.interference_share_limit},
+      {"online.min_offline_share", o.min_offline_share},
+      {"online.self_throttle_share", o.self_throttle_share},
+  };
+  for (const auto& [key, v] : shares) {
+    if (!in_unit_range(v)) return bad(key, "must be between 0 and 1, got " + format_double(v));
+  }
+
+  if (!(b.floor_cores >= 0)) {
+    return bad("budget.floor", "must not be negative, got " + format_double(b.floor_cores));
+  }
+  if (b.floor_cores == 0 && !b.allow_zero) {
+    return bad("budget.floor",
+               "0 lets offline work starve; set budget.allow_zero: true if that is intended");
+  }
+  if (!(b.reserve_cores >= 0)) {
+    return bad("budget.reserve", "must not be negative, got " + format_double(b.reserve_cores));
+  }
+  if (!std::isfinite(b.initial_cores)) return bad("budget.initial", "must be a number");
+  if (b.initial_cores >= 0 && b.initial_cores < b.floor_cores) {
+    return bad("budget.initial", format_double(b.initial_cores) + " is below budget.floor (" +
+                                     format_double(b.floor_cores) +
+                                     "); use a negative value to start at the ceiling");
+  }
+  if (!(b.decrease_factor > 0 && b.decrease_factor < 1)) {
+    return bad("budget.decrease_factor",
+               "must be between 0 and 1 (exclusive), got " + format_double(b.decrease_factor));
+  }
+  if (!(b.increase_step_cores > 0)) {
+    return bad("budget.increase_step",
+               "must be positive, got " + format_double(b.increase_step_cores));
+  }
+  if (!(b.deadband_cores >= 0)) {
+    return bad("budget.deadband", "must not be negative, got " + format_double(b.deadband_cores));
+  }
+  // The kernel accepts cpu.max periods of 1ms to 1s.
+  if (b.cpu_max_period_us < 1000 || b.cpu_max_period_us > 1'000'000) {
+    return bad("budget.cpu_max_period", "must be between 1ms and 1s (kernel limits), got " +
+                                            format_duration_us(b.cpu_max_period_us));
+  }
+
+  if (auto cpus = parse_cpu_list(c.cpuset.reserved_cpus); !cpus.ok()) {
+    return bad("cpuset.reserved_cpus", "not a cpu list: " + cpus.error().message);
+  }
+
+  for (size_t i = 0; i < c.offline.targets.size(); i++) {
+    if (auto err = check_cgroup_path(c.offline.targets[i]); !err.empty()) {
+      return bad("offline.targets[" + std::to_string(i) + "]",
+                 "\"" + c.offline.targets[i] + "\" " + err);
+    }
+  }
+  if (c.offline.weight > 10000) {  // 0 = leave cpu.weight alone
+    return bad("offline.weight", "must be 0 (leave as is) or between 1 and 10000, got " +
+                                     std::to_string(c.offline.weight));
+  }
+
+  if (c.fast_path.enabled && c.fast_path.wait_threshold_ns == 0) {
+    return bad("fast_path.wait_threshold", "must be positive while fast_path.enabled is true");
+  }
+  return {};
+}
+
+Result<Config> load_config_text(const std::string& text, const std::string& source,
+                                const NodeIdentity& node) {
+  Loader loader(source);
+  try {
+    std::vector<YAML::Node> docs;
+    try {
+      docs = YAML::LoadAll(text);
+    } catch (const YAML::ParserException& e) {
+      loader.fail({"", e.mark}, "YAML syntax error: " + e.msg);
+    }
+    if (docs.size() > 1) {
+      loader.fail({"", docs[1].Mark()},
+                  "expected one YAML document, found " + std::to_string(docs.size()));
+    }
+    // Nothing (or only comments) is an empty map: all defaults.
+    YAML::Node doc = docs.empty() || docs[0].IsNull() ? YAML::Node(YAML::NodeType::Map) : docs[0];
+    if (!doc.IsMap()) {
+      loader.fail({"", doc.Mark()}, "expected a map at the top level, got " + describe(doc));
+    }
+
+    // First pass: check the base document on its own and collect `nodes`.
+    Config checked = default_config();
+    std::vector<Loader::Override> overrides;
+    std::vector<Field> fields = loader.top_fields(checked);
+    fields.push_back({"nodes", [&](const YAML::Node& n, const Where& at) {
+                        overrides = loader.overrides(n, at);
+                      }});
+    loader.section(doc, {}, fields);
+
+    // Then merge the matching overrides into the document, in order, and
+    // convert the result; a map is merged key by key, so an override only
+    // changes what it names.
+    YAML::Node merged(YAML::NodeType::Map);
+    for (const auto& kv : doc) {
+      if (kv.first.Scalar() != "nodes") merged.force_insert(kv.first, kv.second);
+    }
+    for (const auto& o : overrides) {
+      if (Loader::matches(o, node)) merged = merge(merged, o.set);
+    }
+    Config c = default_config();
+    loader.section(merged, {}, loader.top_fields(c));
+
+    if (auto v = validate_config(c); !v.ok()) {
+      return make_error(EINVAL, source + ": " + v.error().message);
+    }
+    return c;
+  } catch (const ConfigError& e) {
+    return make_error(EINVAL, e.message);
+  } catch (const YAML::Exception& e) {  // not expected: the walk above checks types first
+    return make_error(EINVAL, source + ": " + e.what());
+  }
+}
+
+Result<Config> load_config_file(const std::string& path, const NodeIdentity& node) {
+  FILE* f = fopen(path.c_str(), "re");
+  if (f == nullptr) return make_error(errno, "cannot open config file " + path);
+  std::string text;
+  char buf[8192];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  int err = ferror(f) ? errno : 0;  // e.g. EISDIR for a directory
+  fclose(f);
+  if (err != 0) return make_error(err, "cannot read config file " + path);
+  return load_config_text(text, path, node);
+}
+
+std::string config_to_yaml(const Config& c) {
+  YAML::Emitter out;
+  auto key = [&out](const char* k) -> YAML::Emitter& {
+    return out << YAML::Key << k << YAML::Value;
+  };
+  out << YAML::BeginMap;
+  key("tick") << format_duration_ns(c.tick_ns);
+  key("dry_run") << c.dry_run;
+  key("state_file") << c.state_file;
+  key("kubelet_pods_url") << c.kubelet_pods_url;
+
+  key("classes") << YAML::BeginMap;
+  key("default_pod_class") << class_name(c.classes.default_pod_class);
+  key("default_class") << class_name(c.classes.default_class);
+  key("rules") << YAML::BeginSeq;
+  for (const auto& r : c.classes.rules) emit_rule(out, r);
+  out << YAML::EndSeq << YAML::EndMap;
+
+  const auto& o = c.online;
+  key("online") << YAML::BeginMap;
+  key("wait_p99_target") << format_duration_us(o.wait_p99_target_us);
+  key("interference_share_limit") << format_double(o.interference_share_limit);
+  key("min_offline_share") << format_double(o.min_offline_share);
+  key("self_throttle_share") << format_double(o.self_throttle_share);
+  key("min_waits") << o.min_waits;
+  out << YAML::EndMap;
+
+  const auto& b = c.budget;
+  key("budget") << YAML::BeginMap;
+  key("floor") << format_double(b.floor_cores);
+  key("allow_zero") << b.allow_zero;
+  key("reserve") << format_double(b.reserve_cores);
+  key("initial") << format_double(b.initial_cores);
+  key("decrease_factor") << format_double(b.decrease_factor);
+  key("min_decrease_interval") << format_duration_ns(b.min_decrease_interval_ns);
+  key("increase_step") << format_double(b.increase_step_cores);
+  key("increase_interval") << format_duration_ns(b.increase_interval_ns);
+  key("calm_period") << format_duration_ns(b.calm_period_ns);
+  key("deadband") << format_double(b.deadband_cores);
+  key("cpu_max_period") << format_duration_us(b.cpu_max_period_us);
+  out << YAML::EndMap;
+
+  key("cpuset") << YAML::BeginMap;
+  key("enabled") << c.cpuset.enabled;
+  key("reserved_cpus") << c.cpuset.reserved_cpus;
+  key("cpu_manager_state") << c.cpuset.cpu_manager_state;
+  out << YAML::EndMap;
+
+  key("offline") << YAML::BeginMap;
+  key("targets") << YAML::Flow << c.offline.targets;
+  key("besteffort") << c.offline.besteffort;
+  key("yarn") << c.offline.yarn;
+  key("yarn_hierarchy") << c.offline.yarn_hierarchy;
+  key("idle") << c.offline.idle;
+  key("weight") << c.offline.weight;
+  out << YAML::EndMap;
+
+  key("fast_path") << YAML::BeginMap;
+  key("enabled") << c.fast_path.enabled;
+  key("wait_threshold") << format_duration_ns(c.fast_path.wait_threshold_ns);
+  key("min_interval") << format_duration_ns(c.fast_path.min_interval_ns);
+  out << YAML::EndMap;
+
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace khagent
