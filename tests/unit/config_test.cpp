@@ -162,7 +162,7 @@ offline:
   yarn: false
   yarn_hierarchy: yarn-root
   idle: true
-  weight: 10
+  weight: 0  # idle cgroups have no weight (a weight with idle is an error)
 fast_path:
   enabled: false
   wait_threshold: 10ms
@@ -221,7 +221,7 @@ fast_path:
   EXPECT_FALSE(c.offline.yarn);
   EXPECT_EQ(c.offline.yarn_hierarchy, "yarn-root");
   EXPECT_TRUE(c.offline.idle);
-  EXPECT_EQ(c.offline.weight, 10u);
+  EXPECT_EQ(c.offline.weight, 0u);
 
   EXPECT_FALSE(c.fast_path.enabled);
   EXPECT_EQ(c.fast_path.wait_threshold_ns, 10'000'000u);
@@ -703,7 +703,7 @@ TEST(ConfigYaml, DefaultsRoundTripWithReadableDurations) {
 
 TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   YAML::Node doc = YAML::Load(config_to_yaml(default_config()));
-  EXPECT_EQ(doc.size(), 10u);  // tick dry_run state_file kubelet_pods_url + 6 sections
+  EXPECT_EQ(doc.size(), 13u);  // tick dry_run state_file, 4 kubelet_* keys, 6 sections
   EXPECT_EQ(doc["classes"].size(), 3u);
   EXPECT_EQ(doc["online"].size(), 5u);
   EXPECT_EQ(doc["budget"].size(), 11u);
@@ -762,7 +762,7 @@ TEST(ConfigYaml, EverythingChangedRoundTrips) {
   c.offline.besteffort = false;
   c.offline.yarn = false;
   c.offline.yarn_hierarchy = "null";
-  c.offline.idle = true;
+  c.offline.idle = false;
   c.offline.weight = 10000;
   c.fast_path.enabled = false;
   c.fast_path.wait_threshold_ns = 0;
@@ -784,4 +784,16 @@ TEST(ConfigYaml, OverriddenConfigRoundTrips) {
   auto r = load(config_to_yaml(c), {"other", {}});
   ASSERT_TRUE(r.ok()) << r.error().message;
   expect_same(*r, c);
+}
+
+TEST(ConfigValidate, IdleAndWeightConflict) {
+  Config c = default_config();
+  c.offline.idle = true;
+  c.offline.weight = 10;
+  auto r = validate_config(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("offline.weight"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("idle"), std::string::npos);
+  c.offline.weight = 0;
+  EXPECT_TRUE(validate_config(c).ok());
 }

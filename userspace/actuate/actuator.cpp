@@ -24,6 +24,19 @@ namespace {
 
 size_t depth(const std::string& cgroup) { return static_cast<size_t>(std::count(cgroup.begin(), cgroup.end(), '/')); }
 
+// cpu.weight cannot be written while cpu.idle is 1 (the kernel says EINVAL
+// and reads the weight as 0): weight goes before idle when applying, and idle
+// is restored first.
+int apply_rank(CgroupFile f) {
+  switch (f) {
+    case CgroupFile::CpuWeight: return 0;
+    case CgroupFile::CpuMax: return 1;
+    case CgroupFile::CpuIdle: return 2;
+    case CgroupFile::CpusetCpus: return 3;
+  }
+  return 4;
+}
+
 }  // namespace
 
 Actuator::Actuator(CgroupFs& fs, StateStore& store, bool dry_run, CpuSet node_cpus, uint64_t revert_backoff_ns)
@@ -52,9 +65,12 @@ std::vector<ActionRecord> Actuator::apply(const std::vector<DesiredValue>& want,
   std::stable_sort(narrow.begin(), narrow.end(),
                    [](const DesiredValue& a, const DesiredValue& b) { return depth(a.cgroup) > depth(b.cgroup); });
 
+  std::stable_sort(other.begin(), other.end(), [](const DesiredValue& a, const DesiredValue& b) {
+    return apply_rank(a.file) < apply_rank(b.file);
+  });
   std::vector<ActionRecord> out;
   bool dirty = false;
-  for (const auto* list : {&widen, &narrow, &other})
+  for (const auto* list : {&other, &widen, &narrow})
     for (const auto& d : *list) out.push_back(apply_one(d, now_ns, dirty));
   if (dirty && !dry_run_) {
     if (auto r = store_.save(); !r) spdlog::error("saving state: {}", r.error().str());
@@ -156,8 +172,10 @@ std::vector<ActionRecord> Actuator::restore(const std::set<std::string>& keep) {
   auto entries = store_.entries();
   // cpusets: restore children before parents would narrow-then-widen wrongly;
   // restoring originals widens in general, so parents first.
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const OriginalValue& a, const OriginalValue& b) { return depth(a.cgroup) < depth(b.cgroup); });
+  std::stable_sort(entries.begin(), entries.end(), [](const OriginalValue& a, const OriginalValue& b) {
+    if (depth(a.cgroup) != depth(b.cgroup)) return depth(a.cgroup) < depth(b.cgroup);
+    return (a.file == CgroupFile::CpuIdle) > (b.file == CgroupFile::CpuIdle);
+  });
   bool changed = false;
   for (const auto& e : entries) {
     if (!keep.empty() && keep.count(e.cgroup)) continue;

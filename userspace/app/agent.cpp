@@ -18,7 +18,9 @@
 #include "khagent/collect/cgroupfs.h"
 #include "khagent/collect/collector.h"
 #include "khagent/collect/cpustat.h"
+#include "khagent/collect/kubelet_pods.h"
 #include "khagent/collect/topology.h"
+#include "khagent/export/metrics.h"
 #include "khagent/loader/runq_loader.h"
 #include "khagent/policy/controller.h"
 #include "khagent/policy/cpuset.h"
@@ -143,6 +145,8 @@ class Agent {
   std::unique_ptr<RealCgroupFs> cgfs_;
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<Actuator> actuator_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<KubeletPodsWatcher> pods_;
   ControllerState state_;
   ControllerInput last_input_;
   std::vector<std::string> targets_;
@@ -177,6 +181,27 @@ int Agent::run() {
   spdlog::info("node: {} CPUs ({} threads per core), cgroup2 at {}", topo_.cpus.size(),
                topo_.threads_per_core(), mounts_.cgroup2);
 
+  if (opts_.metrics) {
+    MetricsOptions mo;
+    mo.address = opts_.metrics_address;
+    mo.port = opts_.metrics_port;
+    mo.stall_seconds = std::max(10.0, 20.0 * static_cast<double>(cfg_.tick_ns) / 1e9);
+    metrics_ = std::make_unique<Metrics>(mo);
+    if (auto r = metrics_->start(); !r) {
+      spdlog::error("{}", r.error().str());
+      return 2;
+    }
+    spdlog::info("serving /metrics, /healthz and /readyz on {}:{}", opts_.metrics_address, metrics_->port());
+  }
+  if (!cfg_.kubelet_pods_url.empty()) {
+    KubeletPodsOptions ko;
+    ko.url = cfg_.kubelet_pods_url;
+    ko.token_file = cfg_.kubelet_token_file;
+    ko.ca_file = cfg_.kubelet_ca_file;
+    ko.insecure_skip_verify = cfg_.kubelet_insecure_skip_verify;
+    pods_ = std::make_unique<KubeletPodsWatcher>(ko);
+    spdlog::info("pod metadata from {} (priority classes, labels, annotations)", ko.url);
+  }
   LoaderOptions lo = opts_.loader;
   if (cfg_.fast_path.enabled) {
     lo.event_min_ns = cfg_.fast_path.wait_threshold_ns;
@@ -188,6 +213,10 @@ int Agent::run() {
     return 1;
   }
   bpf_ = std::move(bpf.value());
+  if (metrics_) {
+    metrics_->set_bpf_attached(true);
+    metrics_->set_throttle_source(throttle_source_name(bpf_->throttle_source()));
+  }
   if (auto r = bpf_->open_events([this](const kh_wait_event& e) { pending_.push_back(e); }); !r) {
     spdlog::error("{}", r.error().str());
     return 1;
@@ -234,6 +263,7 @@ int Agent::run() {
     }
   }
 
+  if (pods_) pods_->stop();
   spdlog::info("stopping: restoring original values");
   int failed = 0;
   auto recs = actuator_->restore();
@@ -343,12 +373,17 @@ void Agent::log_records(const std::vector<ActionRecord>& recs, const std::string
 
 void Agent::apply(const Decision& d, bool fast, uint64_t first_event_ns) {
   auto recs = actuator_->apply(desired(d, fast), mono_ns());
+  if (metrics_) {
+    metrics_->record_decision(d);
+    metrics_->record_actions(recs);
+  }
   bool wrote = std::any_of(recs.begin(), recs.end(), [](const ActionRecord& r) {
     return r.file == CgroupFile::CpuMax && (r.outcome == ActionOutcome::Written || r.outcome == ActionOutcome::DryRun);
   });
   std::string why = fmt::format("{}: {}", action_name(d.action), d.reason);
   if (wrote && first_event_ns) {
     double ms = static_cast<double>(mono_ns() - first_event_ns) / 1e6;
+    if (metrics_) metrics_->record_reaction(ms / 1e3);
     reactions_++;
     reaction_sum_ms_ += ms;
     reaction_max_ms_ = std::max(reaction_max_ms_, ms);
@@ -386,7 +421,17 @@ void Agent::tick() {
     spdlog::error("collecting: {}", sample.error().str());
     return;
   }
+  if (pods_) {
+    if (auto p = pods_->take_if_new()) {
+      spdlog::info("pod metadata: {} pods", p->size());
+      classifier_->set_pods(std::move(*p));
+    }
+  }
   NodeSignals node = rollup(*sample, *classifier_);
+  if (metrics_) {
+    metrics_->update(node, *sample);
+    if (ticks_ % 5 == 1) metrics_->update_bpf_cost(bpf_->prog_stats());
+  }
   class_of_.clear();
   for (const auto& c : sample->cgroups) class_of_[c.id] = classifier_->get(c.id, c.path).cls;
 
@@ -459,6 +504,7 @@ void Agent::tick() {
                  fmt::join(targets_, ", "));
   }
   apply(d, false, 0);
+  if (metrics_) metrics_->set_ready();
   // Restore what is no longer a target (configuration changed, cgroup left).
   if (!store_->empty()) {
     std::set<std::string> keep(targets_.begin(), targets_.end());

@@ -63,6 +63,11 @@ CliParse parse_cli(const std::vector<std::string>& args) {
   run->add_option("--node-name", o.node_name,
                   "this node's name for per-node overrides (default: $NODE_NAME or the hostname)");
   run->add_option("--node-label", labels, "a label of this node (key=value), for per-node overrides");
+  run->add_option("--metrics-address", o.metrics_address, "address for /metrics, /healthz and /readyz");
+  run->add_option("--metrics-port", o.metrics_port, "port for /metrics, /healthz and /readyz")
+      ->check(CLI::Range(0, 65535));
+  bool no_metrics = false;
+  run->add_flag("--no-metrics", no_metrics, "serve no HTTP endpoints");
   auto* restore = app.add_subcommand("restore", "restore every original value from the state file and exit");
   restore->add_option("--config", o.config_path, "YAML configuration (for state_file)")->check(CLI::ExistingFile);
   restore->add_option("--state-file", o.state_file, "the state file (default: the configuration's)");
@@ -104,6 +109,7 @@ CliParse parse_cli(const std::vector<std::string>& args) {
     return out;
   }
   if (app.got_subcommand("run")) {
+    o.metrics = !no_metrics;
     o.command = Command::Run;
     out.options = o;
     return out;

@@ -452,6 +452,9 @@ class Loader {
         flag("dry_run", c.dry_run),
         text("state_file", c.state_file),
         text("kubelet_pods_url", c.kubelet_pods_url),
+        text("kubelet_token_file", c.kubelet_token_file),
+        text("kubelet_ca_file", c.kubelet_ca_file),
+        flag("kubelet_insecure_skip_verify", c.kubelet_insecure_skip_verify),
         {"classes",
          [this, &c](const YAML::Node& n, const Where& at) { classes(n, at, c.classes); }},
         {"online",
@@ -689,6 +692,10 @@ Result<void> validate_config(const Config& c) {
     return bad("offline.weight", "must be 0 (leave as is) or between 1 and 10000, got " +
                                      std::to_string(c.offline.weight));
   }
+  if (c.offline.idle && c.offline.weight != 0) {
+    // The kernel ignores (and refuses writes to) cpu.weight of idle cgroups.
+    return bad("offline.weight", "must be 0 when offline.idle is true: an idle cgroup has no weight");
+  }
 
   if (c.fast_path.enabled && c.fast_path.wait_threshold_ns == 0) {
     return bad("fast_path.wait_threshold", "must be positive while fast_path.enabled is true");
@@ -772,6 +779,9 @@ std::string config_to_yaml(const Config& c) {
   key("dry_run") << c.dry_run;
   key("state_file") << c.state_file;
   key("kubelet_pods_url") << c.kubelet_pods_url;
+  key("kubelet_token_file") << c.kubelet_token_file;
+  key("kubelet_ca_file") << c.kubelet_ca_file;
+  key("kubelet_insecure_skip_verify") << c.kubelet_insecure_skip_verify;
 
   key("classes") << YAML::BeginMap;
   key("default_pod_class") << class_name(c.classes.default_pod_class);

@@ -28,6 +28,9 @@ struct CliOptions {
   std::string state_file;         // overrides the configuration's
   std::string node_name;          // for per-node overrides ("" = $NODE_NAME, else hostname)
   std::map<std::string, std::string> node_labels;
+  std::string metrics_address = "0.0.0.0";  // /metrics, /healthz, /readyz
+  int metrics_port = 9464;
+  bool metrics = true;
   // common
   std::string log_level = "info";
   LoaderOptions loader;

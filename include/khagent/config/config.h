@@ -82,6 +82,9 @@ struct Config {
   bool dry_run = false;
   std::string state_file = "/var/lib/khagent/state.json";
   std::string kubelet_pods_url;       // e.g. https://127.0.0.1:10250/pods; "" = not used
+  std::string kubelet_token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+  std::string kubelet_ca_file;        // "" = the system CAs
+  bool kubelet_insecure_skip_verify = false;  // the kubelet's self-signed serving cert
   ClassConfig classes;
   OnlineConfig online;
   BudgetConfig budget;

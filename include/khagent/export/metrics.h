@@ -1,0 +1,86 @@
+// Prometheus metrics and health endpoints. The agent feeds plain data in
+// once per tick; an HTTP thread serves
+//   /metrics  the text exposition format (version 0.0.4)
+//   /healthz  200 "ok" while the BPF programs are attached (and ticks come),
+//             else 503 with the reason
+//   /readyz   503 until the first tick has been recorded, then 200
+// Every method is thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "khagent/signals/histogram.h"
+#include "khagent/util/result.h"
+
+namespace khagent {
+
+struct NodeSignals;
+struct Sample;
+struct Decision;
+struct ActionRecord;
+struct ProgStats;
+
+struct MetricsOptions {
+  std::string address = "0.0.0.0";
+  int port = 9464;               // 0: any free port (see Metrics::port())
+  size_t max_pod_series = 50;    // pods with a runq wait histogram of their own
+  size_t top_aggressors = 5;     // YARN containers with an interference counter of their own
+  std::string version = "0.1.0";  // khagent_build_info{version}
+  // /healthz fails when update() has not been called for this long after its
+  // first call (a wedged main loop); 0 turns the check off.
+  double stall_seconds = 0;
+};
+
+// Upper bounds (seconds) of the khagent_runq_wait_seconds buckets, +Inf excluded.
+const std::vector<double>& runq_wait_bounds();
+
+// The kernel's log-linear histogram re-bucketed onto runq_wait_bounds(): one
+// (non-cumulative) count per bound plus a last one for +Inf. Each kernel
+// bucket goes to the smallest bound at or above its upper edge, so a wait is
+// never counted below its true value (at most one kernel bucket, <= 25%, above).
+std::vector<uint64_t> runq_wait_buckets(const WaitHistogram& h);
+
+class Metrics {
+ public:
+  explicit Metrics(MetricsOptions o);
+  ~Metrics();  // stops the server
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // Binds address:port (the error names both) and serves on a thread.
+  Result<void> start();
+  // The bound port once started (the configured one before).
+  int port() const;
+  // Stops serving and joins the thread; idempotent.
+  void stop();
+
+  void set_bpf_attached(bool attached);
+  void set_ready();
+  // khagent_throttle_source_info{source} 1 ("fentry" | "cpu.stat").
+  void set_throttle_source(const std::string& source);
+
+  // Per tick: runq wait histograms, wait by cause, interference, CPU and
+  // throttling by class, per-pod histograms, top aggressors, BPF counters.
+  void update(const NodeSignals& node, const Sample& sample);
+  // Budget, ceiling and floor gauges; decisions counted by action.
+  void record_decision(const Decision& d);
+  // Actuator results counted by cgroup file and outcome.
+  void record_actions(const std::vector<ActionRecord>& recs);
+  // Time from a breach (fast-path event) to the budget being applied.
+  void record_reaction(double seconds);
+  // Cumulative per-program run time and count (kernel.bpf_stats_enabled).
+  void update_bpf_cost(const std::vector<ProgStats>& progs);
+
+  // What /metrics serves.
+  std::string render();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace khagent

@@ -1,0 +1,366 @@
+#include "khagent/collect/kubelet_pods.h"
+
+#include <curl/curl.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string_view>
+#include <utility>
+
+namespace khagent {
+
+namespace {
+
+using nlohmann::json;
+
+// obj[key] if it is a string, else "".
+std::string string_field(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// obj[key] as a string map; non-string values are skipped.
+std::map<std::string, std::string> string_map_field(const json& obj, const char* key) {
+  std::map<std::string, std::string> out;
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_object()) return out;
+  for (const auto& [k, v] : it->items()) {
+    if (v.is_string()) out.emplace(k, v.get<std::string>());
+  }
+  return out;
+}
+
+// obj[key] if it is an object, else nullptr.
+const json* object_field(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_object() ? &*it : nullptr;
+}
+
+// --- libcurl plumbing ---
+
+struct CurlEasyDeleter {
+  void operator()(CURL* h) const { curl_easy_cleanup(h); }
+};
+using CurlEasy = std::unique_ptr<CURL, CurlEasyDeleter>;
+
+struct CurlSlistDeleter {
+  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
+};
+using CurlSlist = std::unique_ptr<curl_slist, CurlSlistDeleter>;
+
+// curl_global_init is not to be raced with other curl calls: once per process,
+// never cleaned up (other users of libcurl in the process may still need it).
+CURLcode curl_global() {
+  static std::once_flag once;
+  static CURLcode rc = CURLE_OK;
+  std::call_once(once, [] { rc = curl_global_init(CURL_GLOBAL_DEFAULT); });
+  return rc;
+}
+
+struct Sink {
+  std::string body;
+  size_t cap = 0;
+  bool overflow = false;
+};
+
+size_t on_write(char* data, size_t size, size_t nmemb, void* userdata) {
+  auto* sink = static_cast<Sink*>(userdata);
+  size_t len = size * nmemb;
+  if (len > sink->cap - sink->body.size()) {
+    sink->overflow = true;
+    return 0;  // anything but len aborts the transfer (CURLE_WRITE_ERROR)
+  }
+  sink->body.append(data, len);
+  return len;
+}
+
+int on_progress(void* userdata, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto* abort = static_cast<const std::atomic<bool>*>(userdata);
+  return abort != nullptr && abort->load() ? 1 : 0;  // non-zero: CURLE_ABORTED_BY_CALLBACK
+}
+
+enum class TokenRead { Absent, Ok, Invalid };
+
+// The bearer token, surrounding whitespace trimmed. Absent if the file cannot
+// be opened or read (no token mounted: anonymous access). Invalid if what is
+// left has bytes that cannot go into a header (CR/LF would inject headers).
+TokenRead read_token(const std::string& path, std::string& token) {
+  if (path.empty()) return TokenRead::Absent;
+  std::ifstream f(path);
+  if (!f) return TokenRead::Absent;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad() || ss.fail()) return TokenRead::Absent;  // e.g. a directory
+  token = ss.str();
+  const char* ws = " \t\r\n";
+  auto b = token.find_first_not_of(ws);
+  if (b == std::string::npos) return TokenRead::Absent;
+  token = token.substr(b, token.find_last_not_of(ws) - b + 1);
+  bool printable = std::all_of(token.begin(), token.end(),
+                               [](unsigned char c) { return c > 0x20 && c < 0x7f; });
+  return printable ? TokenRead::Ok : TokenRead::Invalid;
+}
+
+// The first `max` bytes of a body for an error message, on one line: control
+// characters become spaces, runs of spaces one.
+std::string body_excerpt(const std::string& body, size_t max = 200) {
+  std::string s;
+  for (char c : std::string_view(body).substr(0, max)) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = ' ';
+    if (c == ' ' && (s.empty() || s.back() == ' ')) continue;
+    s += c;
+  }
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  if (body.size() > max) s += "...";
+  return s;
+}
+
+}  // namespace
+
+Result<PodMetaMap> parse_pod_list(const std::string& text) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return make_error(EINVAL, std::string("pod list: malformed JSON: ") + e.what());
+  }
+  if (!doc.is_object()) {
+    return make_error(EINVAL, std::string("pod list: expected a JSON object, got ") + doc.type_name());
+  }
+  PodMetaMap pods;
+  auto items = doc.find("items");
+  // A Go nil slice is serialized as null: no pods.
+  if (items == doc.end() || items->is_null()) return pods;
+  if (!items->is_array()) {
+    return make_error(EINVAL, std::string("pod list: \"items\" is not an array but ") +
+                                  items->type_name());
+  }
+  for (const auto& item : *items) {
+    if (!item.is_object()) continue;
+    const json* md = object_field(item, "metadata");
+    if (md == nullptr) continue;
+    std::string uid = string_field(*md, "uid");
+    if (uid.empty()) continue;
+    PodMeta meta;
+    meta.name = string_field(*md, "name");
+    meta.ns = string_field(*md, "namespace");
+    meta.labels = string_map_field(*md, "labels");
+    meta.annotations = string_map_field(*md, "annotations");
+    if (const json* spec = object_field(item, "spec")) {
+      meta.priority_class = string_field(*spec, "priorityClassName");
+    }
+    pods.insert_or_assign(std::move(uid), std::move(meta));
+  }
+  return pods;
+}
+
+bool pods_equal(const PodMeta& a, const PodMeta& b) {
+  return a.name == b.name && a.ns == b.ns && a.priority_class == b.priority_class &&
+         a.labels == b.labels && a.annotations == b.annotations;
+}
+
+bool pods_equal(const PodMetaMap& a, const PodMetaMap& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [uid, meta] : a) {
+    auto it = b.find(uid);
+    if (it == b.end() || !pods_equal(meta, it->second)) return false;
+  }
+  return true;
+}
+
+KubeletPodsClient::KubeletPodsClient(KubeletPodsOptions opts) : opts_(std::move(opts)) {
+  if (opts_.insecure_skip_verify && opts_.url.rfind("https:", 0) == 0) {
+    spdlog::warn("kubelet pod list {}: TLS certificate verification is disabled", opts_.url);
+  }
+}
+
+Result<PodMetaMap> KubeletPodsClient::fetch(const std::atomic<bool>* abort) {
+  const std::string what = "kubelet pod list " + opts_.url;
+  if (opts_.url.empty()) return make_error(EINVAL, "kubelet pod list: no URL configured");
+  if (opts_.timeout_ms <= 0) return make_error(EINVAL, what + ": timeout must be positive");
+  if (CURLcode g = curl_global(); g != CURLE_OK) {
+    return make_error(EIO, what + ": curl_global_init: " + curl_easy_strerror(g));
+  }
+
+  CurlEasy h(curl_easy_init());
+  if (!h) return make_error(ENOMEM, what + ": curl_easy_init failed");
+
+  CurlSlist headers;
+  auto add_header = [&headers](const std::string& line) {
+    curl_slist* l = curl_slist_append(headers.get(), line.c_str());
+    if (l == nullptr) return false;
+    (void)headers.release();  // now owned by the list head `l`
+    headers.reset(l);
+    return true;
+  };
+  std::string token;
+  switch (read_token(opts_.token_file, token)) {
+    case TokenRead::Absent:
+      break;
+    case TokenRead::Ok:
+      if (!add_header("Authorization: Bearer " + token)) return make_error(ENOMEM, what);
+      break;
+    case TokenRead::Invalid:
+      return make_error(EINVAL, what + ": token file " + opts_.token_file +
+                                    " holds characters not allowed in a bearer token");
+  }
+  if (!add_header("Accept: application/json")) return make_error(ENOMEM, what);
+
+  Sink sink;
+  sink.cap = opts_.max_body_bytes;
+  char errbuf[CURL_ERROR_SIZE] = {};
+
+  // Each setopt can fail (out of memory, option not built in): keep the first.
+  CURLcode rc = CURLE_OK;
+  auto set = [&rc](CURLcode c) {
+    if (rc == CURLE_OK) rc = c;
+  };
+  CURL* c = h.get();
+  set(curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf));
+  set(curl_easy_setopt(c, CURLOPT_URL, opts_.url.c_str()));
+#if LIBCURL_VERSION_NUM >= 0x075500  // 7.85.0
+  set(curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https"));
+#endif
+  set(curl_easy_setopt(c, CURLOPT_HTTPGET, 1L));
+  set(curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get()));
+  set(curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, ""));  // whatever curl can decode
+  // No redirects (the default, stated): the token must not go to another host.
+  set(curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L));
+  // Timeouts without SIGALRM: we run on a thread of a multi-threaded process.
+  set(curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L));
+  set(curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, opts_.timeout_ms));
+  long connect_ms = opts_.connect_timeout_ms > 0 ? std::min(opts_.connect_timeout_ms, opts_.timeout_ms)
+                                                 : opts_.timeout_ms;
+  set(curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect_ms));
+  if (opts_.insecure_skip_verify) {
+    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L));
+    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L));
+  } else {
+    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L));
+    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L));
+    if (!opts_.ca_file.empty()) set(curl_easy_setopt(c, CURLOPT_CAINFO, opts_.ca_file.c_str()));
+  }
+  // Size cap: early when Content-Length announces too much, else while writing.
+  set(curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(sink.cap)));
+  set(curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write));
+  set(curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink));
+  if (abort != nullptr) {
+    set(curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress));
+    set(curl_easy_setopt(c, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(abort)));
+    set(curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L));
+  }
+  if (rc != CURLE_OK) {
+    return make_error(EINVAL, what + ": setting up the request: " + curl_easy_strerror(rc));
+  }
+
+  rc = curl_easy_perform(c);
+  if (rc != CURLE_OK) {
+    if (sink.overflow || rc == CURLE_FILESIZE_EXCEEDED) {
+      return make_error(EFBIG, what + ": response larger than " + std::to_string(sink.cap) + " bytes");
+    }
+    if (rc == CURLE_ABORTED_BY_CALLBACK) return make_error(ECANCELED, what);
+    long os_errno = 0;
+    curl_easy_getinfo(c, CURLINFO_OS_ERRNO, &os_errno);
+    int err = os_errno != 0 ? static_cast<int>(os_errno)
+              : rc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT
+                                               : EIO;
+    std::string msg = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
+    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+    return make_error(err, what + ": " + msg);
+  }
+
+  long status = 0;
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  if (status < 200 || status > 299) {
+    std::string msg = what + ": HTTP " + std::to_string(status);
+    if (!sink.body.empty()) msg += ": " + body_excerpt(sink.body);
+    // Rejected credentials get an errno of their own; other statuses speak for themselves.
+    return make_error(status == 401 || status == 403 ? EACCES : 0, std::move(msg));
+  }
+
+  auto pods = parse_pod_list(sink.body);
+  if (!pods) return make_error(pods.error().err, what + ": " + pods.error().message);
+  return pods;
+}
+
+KubeletPodsWatcher::KubeletPodsWatcher(KubeletPodsOptions opts, std::chrono::milliseconds refresh)
+    : client_(std::move(opts)), refresh_(refresh) {
+  thread_ = std::thread([this] { run(); });
+}
+
+KubeletPodsWatcher::~KubeletPodsWatcher() { stop(); }
+
+void KubeletPodsWatcher::stop() {
+  {
+    // Under the lock, so the thread cannot miss it between its check and wait.
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::optional<PodMetaMap> KubeletPodsWatcher::take_if_new() {
+  std::lock_guard lk(mu_);
+  if (!fresh_) return std::nullopt;
+  fresh_ = false;
+  return latest_;  // a copy: latest_ stays the reference for the next comparison
+}
+
+std::string KubeletPodsWatcher::last_error() const {
+  std::lock_guard lk(mu_);
+  return last_error_;
+}
+
+void KubeletPodsWatcher::run() {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kWarnEvery = std::chrono::minutes(1);
+  bool failing = false;
+  Clock::time_point last_warn{};
+  unsigned unlogged = 0;  // failures since the last warning
+
+  for (;;) {
+    auto r = client_.fetch(&stopping_);
+    if (stopping_) break;
+    if (r) {
+      if (failing) spdlog::info("kubelet pod list OK again ({} pods)", r->size());
+      failing = false;
+      unlogged = 0;
+      std::lock_guard lk(mu_);
+      last_error_.clear();
+      if (!have_latest_ || !pods_equal(latest_, *r)) {
+        latest_ = std::move(r).value();
+        have_latest_ = true;
+        fresh_ = true;
+      }
+    } else {
+      std::string msg = r.error().str();
+      auto now = Clock::now();
+      if (!failing || now - last_warn >= kWarnEvery) {
+        if (unlogged > 0) {
+          spdlog::warn("{} ({} more failures since the last report)", msg, unlogged);
+        } else {
+          spdlog::warn("{}", msg);
+        }
+        last_warn = now;
+        unlogged = 0;
+      } else {
+        ++unlogged;
+      }
+      failing = true;
+      std::lock_guard lk(mu_);
+      last_error_ = std::move(msg);
+    }
+    std::unique_lock lk(mu_);
+    if (cv_.wait_for(lk, refresh_, [this] { return stopping_.load(); })) break;
+  }
+}
+
+}  // namespace khagent
