@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The agent acting, without a cluster: boots Debian's 6.1 kernel in QEMU and
+# runs the end-to-end case there. An online wake-up latency probe (1 ms
+# period, like cyclictest in SCHED_OTHER mode) sits in a cgroup laid out like
+# a Kubernetes Burstable pod; four CPU hogs sit in a YARN NodeManager-style
+# hadoop-yarn/container_* tree. Three runs, side by side: the probe alone,
+# with the hogs and khagent off, with the hogs and khagent on.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/scripts/setup.sh" >/dev/null
+"$root/scripts/build.sh" "$root/build" >/dev/null
+log="$root/build/demo-console.log"
+set +e
+out=$("$root/vmtest/run.sh" --log "$log" \
+  --include "$root/build/khagent" --include "$root/build/tests/khagent_vm_tests" \
+  -- "$root/build/tests/khagent_vm_tests" --gtest_filter='VmSuite.AgentProtectsTheOnlineProbe' 2>&1)
+rc=$?
+set -e
+echo "$out" | grep -E '^(online alone|hogs, khagent|online probe|reaction)' || true
+echo
+grep -E 'budget [0-9.]+ cores|cpu.max:' "$log" | sed 's/^[^ ]* //' | cut -c1-200 | head -8 || true
+if ((rc != 0)); then
+  echo "demo: the run failed (exit $rc); the guest's console is in $log" >&2
+  exit "$rc"
+fi
