@@ -53,3 +53,32 @@ TEST(CpuStat, NothingToReadIsNullopt) {
   EXPECT_FALSE(r.read("/empty").has_value());
   EXPECT_FALSE(r.read("/missing").has_value());
 }
+
+TEST(CpuStat, SharedV1FileIsReadOncePerRound) {
+  TempDir t;
+  t.write("v2/cgroup.controllers", "memory pids\n");
+  for (const char* cg : {"a", "b"}) {
+    t.write(std::string("v2/") + cg + "/cgroup.procs", "7\n");
+  }
+  t.write("proc/7/cgroup", "4:cpu,cpuacct:/shared\n");
+  t.write("v1/shared/cpu.stat", "nr_throttled 1\nthrottled_time 10\n");
+  CpuStatThrottleReader r((t.path / "v2").string(), (t.path / "v1").string(), (t.path / "proc").string());
+  r.new_round();
+  EXPECT_EQ(r.read("/a")->events, 1u);
+  t.write("v1/shared/cpu.stat", "nr_throttled 2\nthrottled_time 20\n");
+  EXPECT_EQ(r.read("/b")->events, 1u);  // same round: the value read for /a
+  r.new_round();
+  EXPECT_EQ(r.read("/b")->events, 2u);
+}
+
+TEST(CpuStat, HybridHostSkipsV2CpuStat) {
+  TempDir t;
+  // No cpu controller on v2: a v2 cpu.stat (made up here) is not consulted.
+  t.write("v2/cgroup.controllers", "memory\n");
+  t.write("v2/job/cpu.stat", "nr_throttled 99\nthrottled_usec 99\n");
+  t.write("v2/job/cgroup.procs", "8\n");
+  t.write("proc/8/cgroup", "3:cpu:/lim\n");
+  t.write("v1/lim/cpu.stat", "nr_throttled 5\nthrottled_time 50\n");
+  CpuStatThrottleReader r((t.path / "v2").string(), (t.path / "v1").string(), (t.path / "proc").string());
+  EXPECT_EQ(r.read("/job")->events, 5u);
+}

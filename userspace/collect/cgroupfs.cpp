@@ -105,12 +105,13 @@ Result<size_t> CgroupIndex::rescan() {
       continue;
     }
     if (!it->is_directory(ec)) continue;
-    if (::lstat(it->path().c_str(), &st) != 0) continue;
-    std::string rel = "/" + fs::relative(it->path(), root_, ec).generic_string();
-    if (ec) {
-      ec.clear();
-      continue;
-    }
+    const std::string& full = it->path().native();
+    if (::lstat(full.c_str(), &st) != 0) continue;
+    // The iterator's paths start with root_: cut it off (no syscalls, unlike
+    // fs::relative, which matters with thousands of cgroups).
+    if (full.size() <= root_.size() || full.compare(0, root_.size(), root_) != 0) continue;
+    std::string rel = full.substr(root_.size());
+    if (rel.front() != '/') rel.insert(rel.begin(), '/');
     found[st.st_ino] = std::move(rel);
   }
   paths_ = std::move(found);

@@ -64,6 +64,7 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     if (!n) spdlog::warn("cgroup rescan failed: {}", n.error().str());
   }
 
+  if (cpu_stat_) cpu_stat_->new_round();
   std::vector<uint64_t> dead;
   std::unordered_set<uint64_t> seen;
   Sample out;

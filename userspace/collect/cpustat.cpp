@@ -1,5 +1,8 @@
 #include "khagent/collect/cpustat.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -8,13 +11,18 @@ namespace khagent {
 
 namespace {
 
+// Small kernel files: one open and read(2), no streams (this runs for every
+// active cgroup every tick).
 std::optional<std::string> slurp(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return std::nullopt;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return std::nullopt;
-  return ss.str();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  if (n < 0) return std::nullopt;
+  return out;
 }
 
 std::string join(const std::string& root, const std::string& rel) {
@@ -90,25 +98,41 @@ std::optional<std::string> CpuStatThrottleReader::v1_stat_file(const std::string
 }
 
 std::optional<ThrottleCounters> CpuStatThrottleReader::read(const std::string& path) {
-  if (auto text = slurp(join(v2_root_, path) + "/cpu.stat")) {
-    auto kv = parse_flat_keyed(*text);
-    auto n = kv.find("nr_throttled");
-    auto t = kv.find("throttled_usec");
-    if (n != kv.end() && t != kv.end()) return ThrottleCounters{n->second, t->second * 1000};
+  if (v2_has_cpu_ < 0) {
+    // Hybrid hosts have no cpu controller on v2: then no v2 cpu.stat has
+    // throttling keys, and reading them would be wasted work.
+    v2_has_cpu_ = 0;
+    if (auto ctrls = slurp(v2_root_ + "/cgroup.controllers")) {
+      std::istringstream in(*ctrls);
+      std::string c;
+      while (in >> c)
+        if (c == "cpu") v2_has_cpu_ = 1;
+    }
+  }
+  if (v2_has_cpu_ || v1_root_.empty()) {
+    if (auto text = slurp(join(v2_root_, path) + "/cpu.stat")) {
+      auto kv = parse_flat_keyed(*text);
+      auto n = kv.find("nr_throttled");
+      auto t = kv.find("throttled_usec");
+      if (n != kv.end() && t != kv.end()) return ThrottleCounters{n->second, t->second * 1000};
+    }
   }
   if (v1_root_.empty()) return std::nullopt;
   auto file = v1_stat_file(path);
   if (!file) return std::nullopt;
-  auto text = slurp(*file);
-  if (!text) {
+  auto cached = round_.find(*file);
+  if (cached != round_.end()) return cached->second;
+  std::optional<ThrottleCounters> out;
+  if (auto text = slurp(*file)) {
+    auto kv = parse_flat_keyed(*text);
+    auto n = kv.find("nr_throttled");
+    auto t = kv.find("throttled_time");
+    if (n != kv.end() && t != kv.end()) out = ThrottleCounters{n->second, t->second};
+  } else {
     v1_cache_.erase(path);
-    return std::nullopt;
   }
-  auto kv = parse_flat_keyed(*text);
-  auto n = kv.find("nr_throttled");
-  auto t = kv.find("throttled_time");
-  if (n == kv.end() || t == kv.end()) return std::nullopt;
-  return ThrottleCounters{n->second, t->second};
+  round_[*file] = out;
+  return out;
 }
 
 }  // namespace khagent

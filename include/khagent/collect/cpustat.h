@@ -24,6 +24,8 @@ class ThrottleStatReader {
   virtual ~ThrottleStatReader() = default;
   // Cumulative throttling of the cgroup at `path`; nullopt if unreadable.
   virtual std::optional<ThrottleCounters> read(const std::string& path) = 0;
+  // Called before each tick's reads.
+  virtual void new_round() {}
 };
 
 class CpuStatThrottleReader : public ThrottleStatReader {
@@ -41,6 +43,10 @@ class CpuStatThrottleReader : public ThrottleStatReader {
   // Drops cached v2 -> v1 mappings (they are refreshed every 10 s anyway).
   void forget(const std::string& path) { v1_cache_.erase(path); }
 
+  // Starts a new round of reads: a v1 cpu.stat shared by many cgroups is read
+  // once per round.
+  void new_round() override { round_.clear(); }
+
  private:
   struct V1Entry {
     std::string stat_file;  // "" = the cgroup has no task to map through
@@ -52,6 +58,8 @@ class CpuStatThrottleReader : public ThrottleStatReader {
   std::string v1_root_;
   std::string proc_root_;
   std::unordered_map<std::string, V1Entry> v1_cache_;
+  std::unordered_map<std::string, std::optional<ThrottleCounters>> round_;  // v1 file -> value
+  int v2_has_cpu_ = -1;  // does the cgroup2 root offer the cpu controller? (-1: not known yet)
 };
 
 }  // namespace khagent
