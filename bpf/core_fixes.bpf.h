@@ -22,8 +22,9 @@ static __always_inline long kh_task_state(struct task_struct *p)
 {
 	struct task_struct___pre_5_14 *old = (void *)p;
 
+	/* A direct load: in tp_btf programs p is a BTF pointer (no helper call). */
 	if (bpf_core_field_exists(p->__state))
-		return BPF_CORE_READ(p, __state);
+		return p->__state;
 	return BPF_CORE_READ(old, state);
 }
 
@@ -41,10 +42,11 @@ static __always_inline int kh_task_throttled(struct task_struct *p)
 	if (!bpf_core_field_exists(p->se.cfs_rq) ||
 	    !bpf_core_field_exists(struct cfs_rq, throttle_count))
 		return 0;
-	cfs_rq = BPF_CORE_READ(p, se.cfs_rq);
+	/* Direct loads through BTF pointers: the verifier makes them fault-safe. */
+	cfs_rq = p->se.cfs_rq;
 	if (!cfs_rq)
 		return 0;
-	return BPF_CORE_READ(cfs_rq, throttle_count) > 0;
+	return cfs_rq->throttle_count > 0;
 }
 
 #endif /* KHAGENT_CORE_FIXES_BPF_H */

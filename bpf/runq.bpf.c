@@ -132,9 +132,15 @@ static __always_inline void count(__u32 c)
 		(*v)++;
 }
 
+/*
+ * The cgroup v2 id of a task: the kernfs id of its default-hierarchy cgroup.
+ * Walked directly through BTF pointers (tp_btf arguments are trusted): the
+ * verifier turns each load into a fault-safe one, with no helper calls, which
+ * matters on sched_switch. CO-RE relocates every field offset.
+ */
 static __always_inline __u64 task_cgid(struct task_struct *p)
 {
-	return BPF_CORE_READ(p, cgroups, dfl_cgrp, kn, id);
+	return p->cgroups->dfl_cgrp->kn->id;
 }
 
 static __always_inline struct kh_cgroup_stats *stats_of(__u64 cgid)
