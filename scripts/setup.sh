@@ -14,7 +14,7 @@ PACKAGES=(
   prometheus-cpp-dev libcurl4-openssl-dev
   # tests
   libgtest-dev libgmock-dev libcpp-httplib-dev
-  bc stress-ng rt-tests libbpf-tools linux-perf hyperfine
+  bc stress-ng rt-tests libbpf-tools linux-perf hyperfine jq
   # vmtest
   qemu-system-x86 busybox-static cpio
 )

@@ -85,3 +85,47 @@ TEST(Cli, HelpExitsZero) {
   EXPECT_EQ(p.exit_code, 0);
   EXPECT_NE(p.output.find("observe"), std::string::npos);
 }
+
+TEST(Cli, TopStatusAndDoctor) {
+  auto t = parse_cli({"top", "--interval", "250ms", "--cgroup", "/kubepods.slice", "--online-only"});
+  ASSERT_TRUE(t.options.has_value()) << t.output;
+  EXPECT_EQ(t.options->command, Command::Top);
+  EXPECT_EQ(t.options->interval_ns, 250000000ULL);
+  EXPECT_EQ(t.options->cgroup_prefix, "/kubepods.slice");
+  EXPECT_TRUE(t.options->online_only);
+  auto td = parse_cli({"top"});
+  ASSERT_TRUE(td.options.has_value()) << td.output;
+  EXPECT_EQ(td.options->interval_ns, 1000000000ULL);
+  EXPECT_FALSE(td.options->online_only);
+  auto tbad = parse_cli({"top", "-i", "5ms"});
+  EXPECT_EQ(tbad.exit_code, 2);
+  EXPECT_NE(tbad.output.find("at least 10ms"), std::string::npos) << tbad.output;
+
+  auto s = parse_cli({"--pin-dir", "/sys/fs/bpf/other", "status", "--json", "--state-file", "/tmp/s.json"});
+  ASSERT_TRUE(s.options.has_value()) << s.output;
+  EXPECT_EQ(s.options->command, Command::Status);
+  EXPECT_TRUE(s.options->json);
+  EXPECT_EQ(s.options->loader.pin_dir, "/sys/fs/bpf/other");
+  EXPECT_EQ(s.options->state_file, "/tmp/s.json");
+  auto sm = parse_cli({"status", "--config", "/nonexistent/khagent.yaml"});
+  EXPECT_EQ(sm.exit_code, 2);
+  EXPECT_NE(sm.output.find("/nonexistent/khagent.yaml"), std::string::npos) << sm.output;
+
+  auto d = parse_cli({"doctor", "--state-file", "/tmp/d.json"});
+  ASSERT_TRUE(d.options.has_value()) << d.output;
+  EXPECT_EQ(d.options->command, Command::Doctor);
+  EXPECT_EQ(d.options->state_file, "/tmp/d.json");
+  EXPECT_EQ(parse_cli({"doctor", "--json"}).exit_code, 2);
+
+  struct Help {
+    std::string cmd, says;
+  } helps[] = {{"top", "q quit"}, {"status", "--json"}, {"doctor", "FAIL"}};
+  for (const auto& h : helps) {
+    auto p = parse_cli({h.cmd, "--help"});
+    EXPECT_FALSE(p.options.has_value());
+    EXPECT_EQ(p.exit_code, 0);
+    EXPECT_NE(p.output.find(h.says), std::string::npos) << h.cmd << ":\n" << p.output;
+  }
+  auto all = parse_cli({"--help"});
+  for (const char* c : {"top", "status", "doctor"}) EXPECT_NE(all.output.find(c), std::string::npos) << all.output;
+}

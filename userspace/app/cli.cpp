@@ -78,6 +78,28 @@ CliParse parse_cli(const std::vector<std::string>& args) {
   check->add_option("--node-name", o.node_name, "evaluate per-node overrides for this node name");
   check->add_option("--node-label", labels, "a label of the node (key=value)");
 
+  auto* top = app.add_subcommand("top", "full-screen live view of run-queue latency by cgroup, online first");
+  top->add_option("-i,--interval", interval, "refresh interval (e.g. 500ms, 1s)");
+  top->add_option("--config", o.config_path, "YAML configuration (for classes; default: built-in defaults)")
+      ->check(CLI::ExistingFile);
+  top->add_option("--cgroup", o.cgroup_prefix, "only cgroups at or below this path (relative to the cgroup2 mount)");
+  top->add_flag("--online-only", o.online_only, "start showing online cgroups only (key o toggles)");
+  top->footer("Keys: q quit (also Ctrl-C), o online only on/off, s sort by p99 -> wait -> cpu.\n"
+              "Needs a terminal; for pipes and files use `khagent observe` (or --json).");
+
+  auto* status = app.add_subcommand("status", "what a running agent sees (its pinned maps) and what it changed");
+  status->add_option("--config", o.config_path, "YAML configuration (for state_file and offline targets)")
+      ->check(CLI::ExistingFile);
+  status->add_option("--state-file", o.state_file, "the state file (default: the configuration's)");
+  status->add_flag("--json", o.json, "one JSON object");
+  status->footer("Exit code: 0 an agent's maps are pinned and in use under --pin-dir, 1 none found.");
+
+  auto* doctor = app.add_subcommand("doctor", "check that this node can run khagent, and say what to fix");
+  doctor->add_option("--config", o.config_path, "YAML configuration (YARN hierarchy, state_file, cpuset)")
+      ->check(CLI::ExistingFile);
+  doctor->add_option("--state-file", o.state_file, "the state file to check (default: the configuration's)");
+  doctor->footer("One line per check: OK, WARN or FAIL with the fix. Exit code 1 if any check FAILs.");
+
   app.add_subcommand("version", "print the version");
 
   CliParse out;
@@ -124,6 +146,16 @@ CliParse parse_cli(const std::vector<std::string>& args) {
     out.options = o;
     return out;
   }
+  if (app.got_subcommand("status")) {
+    o.command = Command::Status;
+    out.options = o;
+    return out;
+  }
+  if (app.got_subcommand("doctor")) {
+    o.command = Command::Doctor;
+    out.options = o;
+    return out;
+  }
   auto d = parse_duration_ns(interval);
   if (!d) {
     out.exit_code = 2;
@@ -136,7 +168,7 @@ CliParse parse_cli(const std::vector<std::string>& args) {
     return out;
   }
   o.interval_ns = *d;
-  o.command = Command::Observe;
+  o.command = app.got_subcommand("top") ? Command::Top : Command::Observe;
   out.options = o;
   return out;
 }

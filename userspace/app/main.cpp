@@ -12,6 +12,7 @@
 
 #include "khagent/app/agent.h"
 #include "khagent/app/cli.h"
+#include "khagent/app/tools.h"
 #include "khagent/collect/bpf_maps.h"
 #include "khagent/collect/cgroupfs.h"
 #include "khagent/collect/collector.h"
@@ -47,7 +48,9 @@ int run_observe(const khagent::CliOptions& o) {
   spdlog::info("cgroup2 at {}{}", mounts->cgroup2,
                mounts->cpu_v1.empty() ? "" : " (cpu controller on cgroup v1 at " + mounts->cpu_v1 + ")");
 
-  auto bpf = RunqBpf::open_and_load(o.loader);
+  LoaderOptions lo = o.loader;
+  lo.replace_pins = false;  // a running agent's pins stay its own
+  auto bpf = RunqBpf::open_and_load(lo);
   if (!bpf) {
     spdlog::error("{}", bpf.error().str());
     return 1;
@@ -127,6 +130,9 @@ int main(int argc, char** argv) {
     case khagent::Command::Run: return khagent::run_agent(o);
     case khagent::Command::Restore: return khagent::run_restore(o);
     case khagent::Command::ConfigCheck: return khagent::run_config_check(o);
+    case khagent::Command::Top: return khagent::run_top(o);
+    case khagent::Command::Status: return khagent::run_status(o);
+    case khagent::Command::Doctor: return khagent::run_doctor(o);
     default: return run_observe(o);
   }
 }

@@ -39,8 +39,10 @@ int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list args) {
   return 0;
 }
 
-// Minimum kernel: task storage in tracing programs (v5.11).
-constexpr int kMinMajor = 5, kMinMinor = 11;
+// Minimum kernel: task storage in tracing programs (commit a10787e6d58c,
+// "bpf: Enable task local storage for tracing programs", v5.13); before it
+// task storage was for BPF LSM programs only.
+constexpr int kMinMajor = 5, kMinMinor = 13;
 
 }  // namespace
 
@@ -130,6 +132,7 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   spdlog::info("throttling source: {}{}", throttle_source_name(self->throttle_source_),
                fentry ? " (fentry on throttle_cfs_rq/unthrottle_cfs_rq)"
                       : " (fentry unavailable on this kernel; reading cpu.stat each tick)");
+  self->replace_ = o.replace_pins;
   if (o.pin) {
     if (auto r = self->pin(o.pin_dir); !r) spdlog::warn("maps not pinned: {}", r.error().str());
   }
@@ -187,6 +190,10 @@ Result<void> RunqBpf::pin(const std::string& dir) {
   }
   std::filesystem::create_directories(d, ec);
   if (ec) return make_error(ec.value(), "cannot create " + dir);
+  if (!replace_ && ::access((dir + "/cgroup_stats").c_str(), F_OK) == 0) {
+    spdlog::info("{} already has pinned maps (another khagent?): not pinning", dir);
+    return {};
+  }
   bpf_map* maps[] = {skel_->maps.cgroup_stats, skel_->maps.interference, skel_->maps.throttle_stats,
                      skel_->maps.cpu_state, skel_->maps.counters, skel_->maps.protected_cgroups};
   for (bpf_map* m : maps) {

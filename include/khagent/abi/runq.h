@@ -94,13 +94,14 @@ KH_STATIC_ASSERT(sizeof(struct kh_pair) == 16, "kh_pair layout");
 /* Value of the interference map, per CPU. */
 struct kh_pair_stats {
 	__u64 wait_ns;  /* part of the victim's waits during which the aggressor ran */
-	__u64 count;    /* waits in which the aggressor ran at least once */
+	__u64 count;    /* stretches of the victim's waits in which the aggressor ran
+	                 * (a wait interleaving A, B, A counts twice for A) */
 };
 KH_STATIC_ASSERT(sizeof(struct kh_pair_stats) == 16, "kh_pair_stats layout");
 
 /* Value of the throttle_stats map (fentry source), per CPU. */
 struct kh_throttle_stats {
-	__u64 events;        /* throttle_cfs_rq calls on this cgroup's cfs_rq */
+	__u64 events;        /* throttle periods ended (counted at unthrottle_cfs_rq) */
 	__u64 throttled_ns;  /* time from throttle to unthrottle, summed over CPUs */
 };
 KH_STATIC_ASSERT(sizeof(struct kh_throttle_stats) == 16, "kh_throttle_stats layout");

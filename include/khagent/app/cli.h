@@ -12,7 +12,7 @@
 
 namespace khagent {
 
-enum class Command { Observe, Run, Restore, ConfigCheck, Version };
+enum class Command { Observe, Run, Restore, ConfigCheck, Version, Top, Status, Doctor };
 
 struct CliOptions {
   Command command = Command::Observe;
@@ -22,7 +22,9 @@ struct CliOptions {
   std::string cgroup_prefix;
   bool json = false;
   size_t limit = 25;
-  // run, restore, config check
+  // top (also interval_ns, cgroup_prefix, config_path)
+  bool online_only = false;       // start with online cgroups only
+  // run, restore, config check; status and doctor take config_path and state_file
   std::string config_path;        // "" = built-in defaults
   bool dry_run = false;
   std::string state_file;         // overrides the configuration's

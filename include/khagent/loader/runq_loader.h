@@ -22,6 +22,10 @@ namespace khagent {
 struct LoaderOptions {
   std::string pin_dir = "/sys/fs/bpf/khagent";
   bool pin = true;
+  // Pins already there: replace them (the agent: they are stale, or ours from
+  // before a restart) or leave them and do not pin (observe: another khagent
+  // may own them).
+  bool replace_pins = true;
   bool interference = true;       // record (victim, aggressor) pairs
   uint32_t max_cgroups = 4096;    // entries of cgroup_stats / throttle_stats
   uint32_t max_pairs = 16384;     // entries of interference
@@ -81,6 +85,7 @@ class RunqBpf {
   EventFn on_event_;
   ThrottleSource throttle_source_ = ThrottleSource::CpuStat;
   std::vector<std::string> pinned_;
+  bool replace_ = true;
 };
 
 // Routes libbpf's messages to the agent's log (warnings and above by default,
