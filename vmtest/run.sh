@@ -120,6 +120,8 @@ export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts
+mount -t devpts devpts /dev/pts
 # / is the initramfs (in RAM, writable): /tmp needs no mount of its own, and
 # one would hide binaries included from a build directory under /tmp.
 mkdir -p /tmp
