@@ -16,7 +16,7 @@ out=$("$root/vmtest/run.sh" --log "$log" \
   -- "$root/build/tests/khagent_vm_tests" --gtest_filter='VmSuite.AgentProtectsTheOnlineProbe' 2>&1)
 rc=$?
 set -e
-echo "$out" | grep -E '^(online alone|hogs, khagent|online probe|reaction)' || true
+echo "$out" | grep -E '^(online alone|hogs, khagent|online probe|reaction|p99 protection)' || true
 echo
 grep -E 'budget [0-9.]+ cores|cpu.max:' "$log" | sed 's/^[^ ]* //' | cut -c1-200 | head -8 || true
 if ((rc != 0)); then
