@@ -149,15 +149,21 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   EXPECT_GE(ours_ns, 0.98 * kernel_delay) << "below the kernel's own run_delay";
   EXPECT_NEAR(ours_ns / tracer_ns, 1.0, 0.05) << "disagrees with the reference tracer";
 
-  // (2) B's interference is A's.
+  // (2) B's interference is A's. Kernel threads and daemons in the root
+  // cgroup (kdamond, kworkers) also run on CPU 0 now and then and are
+  // rightly blamed for their share; A must have the rest.
   double other = static_cast<double>(bd.cause_ns[KH_WAIT_OTHER_CGROUP]);
   double by_a = static_cast<double>(pair_ns(r1, b.id(), a.id()) - pair_ns(r0, b.id(), a.id()));
-  std::printf("B: other-cgroup wait %.3f ms, of which A %.3f ms; same %.3f ms unattributed %.3f ms\n",
-              other / 1e6, by_a / 1e6, static_cast<double>(bd.cause_ns[KH_WAIT_SAME_CGROUP]) / 1e6,
+  uint64_t root_id = inode_of(m_.cgroup2);
+  double by_root = static_cast<double>(pair_ns(r1, b.id(), root_id) - pair_ns(r0, b.id(), root_id));
+  std::printf("B: other-cgroup wait %.3f ms, of which A %.3f ms, root cgroup %.3f ms; same %.3f ms "
+              "unattributed %.3f ms\n",
+              other / 1e6, by_a / 1e6, by_root / 1e6, static_cast<double>(bd.cause_ns[KH_WAIT_SAME_CGROUP]) / 1e6,
               static_cast<double>(bd.cause_ns[KH_WAIT_UNATTRIBUTED]) / 1e6);
   ASSERT_GT(other, 0);
-  EXPECT_GE(by_a / other, 0.95);
-  EXPECT_GE(other / ours_ns, 0.8) << "most of B's wait should be A running";
+  EXPECT_GE(by_a / (other - by_root), 0.95);
+  EXPECT_LE(by_root / other, 0.25) << "the root cgroup held CPU 0 unusually long";
+  EXPECT_GE(other / ours_ns, 0.8) << "most of B's wait should be other cgroups running";
 
   // A ran and was preempted by B's wakeups.
   CgroupCounters ad = counters_delta(of(r1, a.id()), of(r0, a.id()));
