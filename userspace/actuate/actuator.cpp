@@ -167,7 +167,7 @@ ActionRecord Actuator::apply_one(const DesiredValue& d, uint64_t now_ns, bool& d
   return rec;
 }
 
-std::vector<ActionRecord> Actuator::restore(const std::set<std::string>& keep) {
+std::vector<ActionRecord> Actuator::restore_except(const std::set<std::string>& keep) {
   std::vector<ActionRecord> out;
   auto entries = store_.entries();
   // cpusets: restore children before parents would narrow-then-widen wrongly;
@@ -178,7 +178,7 @@ std::vector<ActionRecord> Actuator::restore(const std::set<std::string>& keep) {
   });
   bool changed = false;
   for (const auto& e : entries) {
-    if (!keep.empty() && keep.count(e.cgroup)) continue;
+    if (keep.count(e.cgroup)) continue;
     ActionRecord rec;
     rec.cgroup = e.cgroup;
     rec.file = e.file;

@@ -507,9 +507,7 @@ void Agent::tick() {
   if (metrics_) metrics_->set_ready();
   // Restore what is no longer a target (configuration changed, cgroup left).
   if (!store_->empty()) {
-    std::set<std::string> keep(targets_.begin(), targets_.end());
-    if (keep.empty()) keep.insert("\x01");  // restore() treats an empty set as "all"
-    auto recs = actuator_->restore(keep);
+    auto recs = actuator_->restore_except({targets_.begin(), targets_.end()});
     log_records(recs, "no longer an offline target");
   }
 }

@@ -44,9 +44,10 @@ class Actuator {
   // to each file; if they cannot be saved, nothing is written to that file.
   std::vector<ActionRecord> apply(const std::vector<DesiredValue>& want, uint64_t now_ns);
 
-  // Restores the originals of cgroups not in `keep` (all of them when `keep`
-  // is empty) and forgets them.
-  std::vector<ActionRecord> restore(const std::set<std::string>& keep = {});
+  // Restores every original and forgets it.
+  std::vector<ActionRecord> restore() { return restore_except({}); }
+  // Restores (and forgets) the originals of cgroups not in `keep`.
+  std::vector<ActionRecord> restore_except(const std::set<std::string>& keep);
 
  private:
   using Key = std::pair<std::string, int>;
