@@ -91,6 +91,36 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.fast_path.enabled, b.fast_path.enabled);
   EXPECT_EQ(a.fast_path.wait_threshold_ns, b.fast_path.wait_threshold_ns);
   EXPECT_EQ(a.fast_path.min_interval_ns, b.fast_path.min_interval_ns);
+
+  const auto &ya = a.yarn, &yb = b.yarn;
+  EXPECT_EQ(ya.enabled, yb.enabled);
+  EXPECT_EQ(ya.rm_urls, yb.rm_urls);
+  EXPECT_EQ(ya.node_id, yb.node_id);
+  EXPECT_EQ(ya.nm_url, yb.nm_url);
+  EXPECT_EQ(ya.auth, yb.auth);
+  EXPECT_EQ(ya.user, yb.user);
+  EXPECT_EQ(ya.ca_file, yb.ca_file);
+  EXPECT_EQ(ya.insecure_skip_verify, yb.insecure_skip_verify);
+  EXPECT_EQ(ya.request_timeout_ms, yb.request_timeout_ms);
+  EXPECT_EQ(ya.connect_timeout_ms, yb.connect_timeout_ms);
+  EXPECT_EQ(ya.retries, yb.retries);
+  EXPECT_EQ(ya.retry_backoff_ms, yb.retry_backoff_ms);
+  EXPECT_EQ(ya.refresh_interval_ns, yb.refresh_interval_ns);
+  EXPECT_EQ(ya.vcores_per_core, yb.vcores_per_core);
+  EXPECT_EQ(ya.rounding, yb.rounding);
+  EXPECT_EQ(ya.reserve_vcores, yb.reserve_vcores);
+  EXPECT_EQ(ya.min_vcores, yb.min_vcores);
+  EXPECT_EQ(ya.memory_mb, yb.memory_mb);
+  EXPECT_EQ(ya.memory_follows_cpu, yb.memory_follows_cpu);
+  EXPECT_EQ(ya.deadband_vcores, yb.deadband_vcores);
+  EXPECT_EQ(ya.grow_stable_ns, yb.grow_stable_ns);
+  EXPECT_EQ(ya.grow_interval_ns, yb.grow_interval_ns);
+  EXPECT_EQ(ya.over_commit_timeout_ms, yb.over_commit_timeout_ms);
+  EXPECT_EQ(ya.reclaim, yb.reclaim);
+  EXPECT_EQ(ya.reclaim_grace_ns, yb.reclaim_grace_ns);
+  EXPECT_EQ(ya.queue_priority, yb.queue_priority);
+  EXPECT_EQ(ya.emergency, yb.emergency);
+  EXPECT_EQ(ya.emergency_p99_factor, yb.emergency_p99_factor);
 }
 
 }  // namespace
@@ -703,13 +733,14 @@ TEST(ConfigYaml, DefaultsRoundTripWithReadableDurations) {
 
 TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   YAML::Node doc = YAML::Load(config_to_yaml(default_config()));
-  EXPECT_EQ(doc.size(), 13u);  // tick dry_run state_file, 4 kubelet_* keys, 6 sections
+  EXPECT_EQ(doc.size(), 14u);  // tick dry_run state_file, 4 kubelet_* keys, 7 sections
   EXPECT_EQ(doc["classes"].size(), 3u);
   EXPECT_EQ(doc["online"].size(), 5u);
   EXPECT_EQ(doc["budget"].size(), 11u);
   EXPECT_EQ(doc["cpuset"].size(), 3u);
   EXPECT_EQ(doc["offline"].size(), 6u);
   EXPECT_EQ(doc["fast_path"].size(), 3u);
+  EXPECT_EQ(doc["yarn"].size(), 28u);
   EXPECT_FALSE(doc["nodes"]);
 
   YAML::Node yarn = doc["classes"]["rules"][2];  // default rule: {yarn: true} -> offline
@@ -767,6 +798,34 @@ TEST(ConfigYaml, EverythingChangedRoundTrips) {
   c.fast_path.enabled = false;
   c.fast_path.wait_threshold_ns = 0;
   c.fast_path.min_interval_ns = 50'000'001;
+  c.yarn.enabled = true;
+  c.yarn.rm_urls = {"http://rm1:8088", "https://rm2.example:8090"};
+  c.yarn.node_id = "worker-3:45454";
+  c.yarn.nm_url = "http://worker-3:8042";
+  c.yarn.auth = "kerberos";
+  c.yarn.user = "";
+  c.yarn.ca_file = "/etc/ca.pem";
+  c.yarn.insecure_skip_verify = true;
+  c.yarn.request_timeout_ms = 1500;
+  c.yarn.connect_timeout_ms = 1;
+  c.yarn.retries = 0;
+  c.yarn.retry_backoff_ms = 0;
+  c.yarn.refresh_interval_ns = 90'000'000'000;
+  c.yarn.vcores_per_core = 1.5;
+  c.yarn.rounding = "nearest";
+  c.yarn.reserve_vcores = 2;
+  c.yarn.min_vcores = 0;
+  c.yarn.memory_mb = 65536;
+  c.yarn.memory_follows_cpu = true;
+  c.yarn.deadband_vcores = 0;
+  c.yarn.grow_stable_ns = 1'000'000;
+  c.yarn.grow_interval_ns = 0;
+  c.yarn.over_commit_timeout_ms = -1;
+  c.yarn.reclaim = false;
+  c.yarn.reclaim_grace_ns = 1'000'000'000;
+  c.yarn.queue_priority = {{"root.prod", 10}, {"adhoc", -5}, {"a b", 0}};
+  c.yarn.emergency = true;
+  c.yarn.emergency_p99_factor = 2.5;
   auto v = validate_config(c);
   ASSERT_TRUE(v.ok()) << v.error().message;
 
@@ -796,4 +855,58 @@ TEST(ConfigValidate, IdleAndWeightConflict) {
   EXPECT_NE(r.error().message.find("idle"), std::string::npos);
   c.offline.weight = 0;
   EXPECT_TRUE(validate_config(c).ok());
+}
+
+TEST(ConfigYarn, KeysLoadAndDefaultsAreOff) {
+  Config d = default_config();
+  EXPECT_FALSE(d.yarn.enabled);
+  EXPECT_EQ(d.yarn.over_commit_timeout_ms, 180'000);
+  auto r = load(
+      "yarn:\n"
+      "  enabled: true\n"
+      "  rm_urls: [http://127.0.0.1:8088, http://127.0.0.1:8089]\n"
+      "  over_commit_timeout: 3m\n"
+      "  reclaim_grace: 90s\n"
+      "  request_timeout: 2s\n"
+      "  queue_priority: {prod: 10, adhoc: -1}\n");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->yarn.enabled);
+  EXPECT_EQ(r->yarn.rm_urls.size(), 2u);
+  EXPECT_EQ(r->yarn.over_commit_timeout_ms, 180'000);
+  EXPECT_EQ(r->yarn.reclaim_grace_ns, 90'000'000'000u);
+  EXPECT_EQ(r->yarn.request_timeout_ms, 2000u);
+  EXPECT_EQ(r->yarn.queue_priority.at("adhoc"), -1);
+  auto never = load("yarn: {over_commit_timeout: never}\n");
+  ASSERT_TRUE(never.ok()) << never.error().message;
+  EXPECT_EQ(never->yarn.over_commit_timeout_ms, -1);
+}
+
+TEST(ConfigYarn, BadValuesNameTheKey) {
+  struct Case {
+    const char* yaml;
+    const char* key;
+  };
+  const Case cases[] = {
+      {"yarn: {enabled: true}\n", "yarn.rm_urls"},
+      {"yarn: {rm_urls: [\"rm1:8088\"]}\n", "yarn.rm_urls[0]"},
+      {"yarn: {rm_urls: [\"http://rm1:8088/ws/v1\"]}\n", "yarn.rm_urls[0]"},
+      {"yarn: {nm_url: \"nm:8042\"}\n", "yarn.nm_url"},
+      {"yarn: {node_id: worker-3}\n", "yarn.node_id"},
+      {"yarn: {auth: basic}\n", "yarn.auth"},
+      {"yarn: {rounding: sideways}\n", "yarn.rounding"},
+      {"yarn: {vcores_per_core: 0}\n", "yarn.vcores_per_core"},
+      {"yarn: {request_timeout: 10us}\n", "yarn.request_timeout"},
+      {"yarn: {refresh_interval: 10ms}\n", "yarn.refresh_interval"},
+      {"yarn: {over_commit_timeout: 1.5ms}\n", "yarn.over_commit_timeout"},
+      {"yarn: {queue_priority: {prod: high}}\n", "prod"},
+      {"yarn: {min_vcores: -1}\n", "yarn.min_vcores"},
+      {"yarn: {auth: simple, user: \"\"}\n", "yarn.user"},
+      {"yarn: {emergency_p99_factor: 0.5}\n", "yarn.emergency_p99_factor"},
+      {"yarn: {rm_url: x}\n", "yarn.rm_url"},
+  };
+  for (const auto& c : cases) {
+    auto r = load(c.yaml);
+    ASSERT_FALSE(r.ok()) << c.yaml;
+    EXPECT_NE(r.error().message.find(c.key), std::string::npos) << c.yaml << " -> " << r.error().message;
+  }
 }

@@ -1,4 +1,5 @@
 #include "khagent/app/agent.h"
+#include "khagent/app/yarn_downscaler.h"
 
 #include <unistd.h>
 
@@ -147,6 +148,8 @@ class Agent {
   std::unique_ptr<Actuator> actuator_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<KubeletPodsWatcher> pods_;
+  std::unique_ptr<YarnDownscaler> yarn_;
+  YarnOffer yarn_offer_;  // the last one, re-offered with the fast path's budget
   ControllerState state_;
   ControllerInput last_input_;
   std::vector<std::string> targets_;
@@ -202,6 +205,14 @@ int Agent::run() {
     pods_ = std::make_unique<KubeletPodsWatcher>(ko);
     spdlog::info("pod metadata from {} (priority classes, labels, annotations)", ko.url);
   }
+  if (cfg_.yarn.enabled) {
+    std::vector<std::string> hosts;
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) == 0) hosts.emplace_back(host);
+    std::string node = node_identity(opts_).name;
+    if (!node.empty() && (hosts.empty() || node != hosts.front())) hosts.push_back(node);
+    yarn_ = std::make_unique<YarnDownscaler>(cfg_.yarn, cfg_.dry_run, mounts_.cgroup2, hosts);
+  }
   LoaderOptions lo = opts_.loader;
   if (cfg_.fast_path.enabled) {
     lo.event_min_ns = cfg_.fast_path.wait_threshold_ns;
@@ -247,6 +258,7 @@ int Agent::run() {
     spdlog::error("{}", first.error().str());
     return 1;
   }
+  if (yarn_) yarn_->start();
   uint64_t next_tick = mono_ns() + cfg_.tick_ns;
   while (!g_stop) {
     uint64_t now = mono_ns();
@@ -273,6 +285,9 @@ int Agent::run() {
       spdlog::info("restore {} {}: '{}' -> '{}' ({}){}", r.cgroup, cgroup_file_name(r.file), r.from, r.to,
                    outcome_name(r.outcome), r.message.empty() ? "" : ": " + r.message);
   }
+  // After the cgroups (local and fast): give YARN the node's configured
+  // resources back; this may wait on the ResourceManager.
+  if (yarn_) yarn_->stop(true);
   if (reactions_)
     spdlog::info("fast path: {} reactions, mean {:.2f} ms, max {:.2f} ms (wait event to cgroup write)",
                  reactions_, reaction_sum_ms_ / static_cast<double>(reactions_), reaction_max_ms_);
@@ -411,7 +426,14 @@ void Agent::fast_step() {
     first = std::min<uint64_t>(first, e.ts_ns);
   }
   Decision d = controller_step(in, cfg_, state_);
-  if (d.changed) apply(d, true, first);
+  if (d.changed) {
+    apply(d, true, first);
+    if (yarn_) {  // shrink YARN's view at once too, not at the next tick
+      yarn_offer_.now_ns = in.now_ns;
+      yarn_offer_.budget_cores = d.budget_cores;
+      yarn_->offer(yarn_offer_);
+    }
+  }
 }
 
 void Agent::tick() {
@@ -504,6 +526,21 @@ void Agent::tick() {
                  fmt::join(targets_, ", "));
   }
   apply(d, false, 0);
+  if (yarn_) {
+    YarnOffer o;
+    o.now_ns = in.now_ns;
+    o.budget_cores = d.budget_cores;
+    for (const auto& v : d.verdicts) {
+      if (v.wait_p99_us > cfg_.yarn.emergency_p99_factor * cfg_.online.wait_p99_target_us) o.emergency = true;
+    }
+    for (const auto& c : node.yarn) {
+      if (c.container.empty()) continue;
+      o.containers[c.container] = {c.path, c.online_wait_caused_ns_total};
+    }
+    yarn_offer_ = o;
+    yarn_->offer(std::move(o));
+    if (metrics_) metrics_->update_yarn(yarn_->status());
+  }
   if (metrics_) metrics_->set_ready();
   // Restore what is no longer a target (configuration changed, cgroup left).
   if (!store_->empty()) {

@@ -445,6 +445,66 @@ class Loader {
               }}});
   }
 
+  void yarn(const YAML::Node& n, const Where& at, YarnConfig& y) const {
+    section(
+        n, at,
+        {flag("enabled", y.enabled), strings("rm_urls", y.rm_urls), text("node_id", y.node_id),
+         text("nm_url", y.nm_url),
+         {"auth",
+          [&](const YAML::Node& v, const Where& w) {
+            y.auth = string(v, w);
+            if (y.auth != "none" && y.auth != "simple" && y.auth != "kerberos") {
+              fail(w, "unknown auth " + describe(v) + " (known: none, simple, kerberos)");
+            }
+          }},
+         text("user", y.user), text("ca_file", y.ca_file),
+         flag("insecure_skip_verify", y.insecure_skip_verify),
+         {"request_timeout",
+          [&](const YAML::Node& v, const Where& w) { y.request_timeout_ms = duration_ns(v, w) / kNsPerMs; }},
+         {"connect_timeout",
+          [&](const YAML::Node& v, const Where& w) { y.connect_timeout_ms = duration_ns(v, w) / kNsPerMs; }},
+         whole("retries", y.retries),
+         {"retry_backoff",
+          [&](const YAML::Node& v, const Where& w) { y.retry_backoff_ms = duration_ns(v, w) / kNsPerMs; }},
+         ns("refresh_interval", y.refresh_interval_ns), num("vcores_per_core", y.vcores_per_core),
+         {"rounding",
+          [&](const YAML::Node& v, const Where& w) {
+            y.rounding = string(v, w);
+            if (y.rounding != "down" && y.rounding != "nearest" && y.rounding != "up") {
+              fail(w, "unknown rounding " + describe(v) + " (known: down, nearest, up)");
+            }
+          }},
+         whole("reserve_vcores", y.reserve_vcores), whole("min_vcores", y.min_vcores),
+         whole("memory_mb", y.memory_mb), flag("memory_follows_cpu", y.memory_follows_cpu),
+         whole("deadband_vcores", y.deadband_vcores), ns("grow_stable", y.grow_stable_ns),
+         ns("grow_interval", y.grow_interval_ns),
+         {"over_commit_timeout",
+          [&](const YAML::Node& v, const Where& w) {
+            // "never" is the RM's -1: it does not preempt on its own.
+            if (v.IsScalar() && v.Scalar() == "never") {
+              y.over_commit_timeout_ms = -1;
+              return;
+            }
+            uint64_t ns = duration_ns(v, w);
+            if (ns % kNsPerMs != 0) fail(w, "must be a whole number of milliseconds, got " + v.Scalar());
+            y.over_commit_timeout_ms = static_cast<int64_t>(ns / kNsPerMs);
+          }},
+         flag("reclaim", y.reclaim), ns("reclaim_grace", y.reclaim_grace_ns),
+         {"queue_priority",
+          [&](const YAML::Node& v, const Where& w) {
+            y.queue_priority.clear();
+            for (const auto& [queue, text] : string_map(v, w)) {
+              int prio = 0;
+              auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), prio);
+              if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+                fail(w.key(queue, w.mark), "expected a whole number (may be negative), got \"" + text + "\"");
+              }
+              y.queue_priority[queue] = prio;
+            }
+          }},
+         flag("emergency", y.emergency), num("emergency_p99_factor", y.emergency_p99_factor)});
+  }
+
   // Everything but `nodes`, which only the base document may have.
   std::vector<Field> top_fields(Config& c) const {
     return {
@@ -502,6 +562,7 @@ class Loader {
                    {flag("enabled", f.enabled), ns("wait_threshold", f.wait_threshold_ns),
                     ns("min_interval", f.min_interval_ns)});
          }},
+        {"yarn", [this, &c](const YAML::Node& n, const Where& at) { yarn(n, at, c.yarn); }},
     };
   }
 
@@ -700,6 +761,39 @@ Result<void> validate_config(const Config& c) {
   if (c.fast_path.enabled && c.fast_path.wait_threshold_ns == 0) {
     return bad("fast_path.wait_threshold", "must be positive while fast_path.enabled is true");
   }
+
+  const auto& y = c.yarn;
+  if (y.enabled && y.rm_urls.empty()) {
+    return bad("yarn.rm_urls", "needs at least one ResourceManager address while yarn.enabled is true");
+  }
+  for (size_t i = 0; i < y.rm_urls.size(); i++) {
+    const std::string& u = y.rm_urls[i];
+    bool scheme = u.rfind("http://", 0) == 0 || u.rfind("https://", 0) == 0;
+    size_t host = u.find("://") + 3;
+    if (!scheme || u.size() <= host || u.find('/', host) != std::string::npos ||
+        u.find_first_of(" ?#", host) != std::string::npos) {
+      return bad("yarn.rm_urls[" + std::to_string(i) + "]",
+                 "\"" + u + "\" is not a base address like http://rm1:8088 (no path)");
+    }
+  }
+  if (!y.nm_url.empty() && y.nm_url.rfind("http://", 0) != 0 && y.nm_url.rfind("https://", 0) != 0) {
+    return bad("yarn.nm_url", "\"" + y.nm_url + "\" must start with http:// or https://");
+  }
+  if (!y.node_id.empty() && y.node_id.find(':') == std::string::npos) {
+    return bad("yarn.node_id", "\"" + y.node_id + "\" is not a NodeManager id host:port");
+  }
+  if (y.auth == "simple" && y.user.empty()) {
+    return bad("yarn.user", "must be set for simple auth (it is sent as user.name)");
+  }
+  if (!(y.vcores_per_core > 0)) {
+    return bad("yarn.vcores_per_core", "must be positive, got " + format_double(y.vcores_per_core));
+  }
+  if (y.request_timeout_ms == 0) return bad("yarn.request_timeout", "must be at least 1ms");
+  if (y.connect_timeout_ms == 0) return bad("yarn.connect_timeout", "must be at least 1ms");
+  if (y.refresh_interval_ns < kNsPerS) return bad("yarn.refresh_interval", "must be at least 1s");
+  if (!(y.emergency_p99_factor >= 1)) {
+    return bad("yarn.emergency_p99_factor", "must be at least 1, got " + format_double(y.emergency_p99_factor));
+  }
   return {};
 }
 
@@ -833,6 +927,44 @@ std::string config_to_yaml(const Config& c) {
   key("enabled") << c.fast_path.enabled;
   key("wait_threshold") << format_duration_ns(c.fast_path.wait_threshold_ns);
   key("min_interval") << format_duration_ns(c.fast_path.min_interval_ns);
+  out << YAML::EndMap;
+
+  const auto& y = c.yarn;
+  key("yarn") << YAML::BeginMap;
+  key("enabled") << y.enabled;
+  key("rm_urls") << YAML::Flow << y.rm_urls;
+  key("node_id") << y.node_id;
+  key("nm_url") << y.nm_url;
+  key("auth") << y.auth;
+  key("user") << y.user;
+  key("ca_file") << y.ca_file;
+  key("insecure_skip_verify") << y.insecure_skip_verify;
+  key("request_timeout") << format_duration_ns(y.request_timeout_ms * kNsPerMs);
+  key("connect_timeout") << format_duration_ns(y.connect_timeout_ms * kNsPerMs);
+  key("retries") << y.retries;
+  key("retry_backoff") << format_duration_ns(y.retry_backoff_ms * kNsPerMs);
+  key("refresh_interval") << format_duration_ns(y.refresh_interval_ns);
+  key("vcores_per_core") << format_double(y.vcores_per_core);
+  key("rounding") << y.rounding;
+  key("reserve_vcores") << y.reserve_vcores;
+  key("min_vcores") << y.min_vcores;
+  key("memory_mb") << y.memory_mb;
+  key("memory_follows_cpu") << y.memory_follows_cpu;
+  key("deadband_vcores") << y.deadband_vcores;
+  key("grow_stable") << format_duration_ns(y.grow_stable_ns);
+  key("grow_interval") << format_duration_ns(y.grow_interval_ns);
+  if (y.over_commit_timeout_ms < 0) {
+    key("over_commit_timeout") << "never";
+  } else {
+    key("over_commit_timeout") << format_duration_ns(static_cast<uint64_t>(y.over_commit_timeout_ms) * kNsPerMs);
+  }
+  key("reclaim") << y.reclaim;
+  key("reclaim_grace") << format_duration_ns(y.reclaim_grace_ns);
+  key("queue_priority") << YAML::BeginMap;
+  for (const auto& [q, p] : y.queue_priority) key(q.c_str()) << p;
+  out << YAML::EndMap;
+  key("emergency") << y.emergency;
+  key("emergency_p99_factor") << format_double(y.emergency_p99_factor);
   out << YAML::EndMap;
 
   out << YAML::EndMap;

@@ -24,6 +24,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "khagent/actuate/actuator.h"
+#include "khagent/actuate/yarn_resize.h"
 #include "khagent/collect/sample.h"
 #include "khagent/export/observe.h"
 #include "khagent/loader/runq_loader.h"
@@ -206,6 +207,19 @@ struct Metrics::Impl {
   std::map<std::string, Counter*> aggressors;      // by YARN container
   Counter* aggressor_other = nullptr;
 
+  // YARN downscaler series, registered on the first update_yarn().
+  struct Yarn {
+    std::map<std::string, Gauge*> vcores, memory;  // by kind: configured, advertised, target
+    Gauge* active = nullptr;
+    Gauge* victims = nullptr;
+    Gauge* up = nullptr;
+    std::map<std::string, CumulativeCounter> updates, kills;  // by outcome
+    std::map<std::string, CumulativeCounter> requests, failures;  // by peer
+    CumulativeCounter failovers;
+  };
+  std::unique_ptr<Yarn> yarn;
+  void build_yarn();
+
   // Health, read by the HTTP thread without `mu`.
   std::atomic<bool> bpf_attached{false};
   std::atomic<bool> ready{false};
@@ -324,6 +338,64 @@ void Metrics::Impl::build() {
       .Register(r)
       .Add({{"version", opt.version}})
       .Set(1);
+}
+
+void Metrics::Impl::build_yarn() {
+  auto& r = registry;
+  yarn = std::make_unique<Yarn>();
+  auto& vc = prometheus::BuildGauge()
+                 .Name("khagent_yarn_node_vcores")
+                 .Help("vcores of this NodeManager: configured (its own), advertised (what the RM "
+                       "has) and target (what the offline budget asks for)")
+                 .Register(r);
+  auto& mem = prometheus::BuildGauge()
+                  .Name("khagent_yarn_node_memory_bytes")
+                  .Help("Memory of this NodeManager: configured, advertised and target")
+                  .Register(r);
+  for (const char* k : {"configured", "advertised", "target"}) {
+    yarn->vcores[k] = &vc.Add({{"kind", k}});
+    yarn->memory[k] = &mem.Add({{"kind", k}});
+  }
+  auto& cont = prometheus::BuildGauge()
+                   .Name("khagent_yarn_containers")
+                   .Help("YARN containers on this node: active, and victims (over capacity, in their grace)")
+                   .Register(r);
+  yarn->active = &cont.Add({{"state", "active"}});
+  yarn->victims = &cont.Add({{"state", "victim"}});
+  yarn->up = &prometheus::BuildGauge()
+                  .Name("khagent_yarn_up")
+                  .Help("1 when the last round with the ResourceManager and NodeManager went through")
+                  .Register(r)
+                  .Add({});
+  auto& upd = prometheus::BuildCounter()
+                  .Name("khagent_yarn_resource_updates_total")
+                  .Help("Node resource updates posted to the ResourceManager, by outcome")
+                  .Register(r);
+  auto& kill = prometheus::BuildCounter()
+                   .Name("khagent_yarn_container_kills_total")
+                   .Help("YARN containers killed locally after their grace, by outcome")
+                   .Register(r);
+  for (const char* o : {"ok", "failed", "dry_run"}) {
+    yarn->updates[o].counter = &upd.Add({{"outcome", o}});
+    yarn->kills[o].counter = &kill.Add({{"outcome", o}});
+  }
+  auto& req = prometheus::BuildCounter()
+                  .Name("khagent_yarn_requests_total")
+                  .Help("HTTP requests sent to the ResourceManager (rm) and NodeManager (nm), retries included")
+                  .Register(r);
+  auto& fail = prometheus::BuildCounter()
+                   .Name("khagent_yarn_request_failures_total")
+                   .Help("Requests that ended without a usable answer after retries and failover")
+                   .Register(r);
+  for (const char* p : {"rm", "nm"}) {
+    yarn->requests[p].counter = &req.Add({{"peer", p}});
+    yarn->failures[p].counter = &fail.Add({{"peer", p}});
+  }
+  yarn->failovers.counter = &prometheus::BuildCounter()
+                                 .Name("khagent_yarn_rm_failovers_total")
+                                 .Help("Moves to another ResourceManager address (HA standby, errors)")
+                                 .Register(r)
+                                 .Add({});
 }
 
 void Metrics::Impl::update_pods(const std::vector<PodSignals>& list) {
@@ -597,6 +669,34 @@ void Metrics::update_bpf_cost(const std::vector<ProgStats>& progs) {
     run_time.advance(p.run_time_ns, 1e-9);
     runs.advance(p.run_cnt, 1.0);
   }
+}
+
+void Metrics::update_yarn(const YarnStatus& st) {
+  auto& m = *impl_;
+  std::lock_guard lk(m.mu);
+  if (!m.yarn) m.build_yarn();
+  auto& y = *m.yarn;
+  auto set = [&](const char* kind, bool known, const YarnResource& r) {
+    y.vcores[kind]->Set(known ? static_cast<double>(r.vcores) : 0);
+    y.memory[kind]->Set(known ? static_cast<double>(r.memory_mb) * 1024 * 1024 : 0);
+  };
+  set("configured", st.configured_known, st.configured);
+  set("advertised", st.advertised_known, st.advertised);
+  set("target", st.configured_known, st.target);
+  y.active->Set(static_cast<double>(st.containers));
+  y.victims->Set(static_cast<double>(st.victims));
+  y.up->Set(st.last_error.empty() && !st.node_id.empty() ? 1 : 0);
+  y.updates["ok"].advance(st.updates_ok, 1);
+  y.updates["failed"].advance(st.updates_failed, 1);
+  y.updates["dry_run"].advance(st.updates_dry_run, 1);
+  y.kills["ok"].advance(st.kills_ok, 1);
+  y.kills["failed"].advance(st.kills_failed, 1);
+  y.kills["dry_run"].advance(st.kills_dry_run, 1);
+  y.requests["rm"].advance(st.rm_requests, 1);
+  y.requests["nm"].advance(st.nm_requests, 1);
+  y.failures["rm"].advance(st.rm_failures, 1);
+  y.failures["nm"].advance(st.nm_failures, 1);
+  y.failovers.advance(st.rm_failovers, 1);
 }
 
 std::string Metrics::render() { return impl_->render(); }

@@ -77,6 +77,50 @@ struct FastPathConfig {
   uint64_t min_interval_ns = 50'000'000;   // per cgroup, enforced in the kernel
 };
 
+// The YARN capacity downscaler (docs/yarn.md): keeps the NodeManager's
+// advertised resources equal to the offline CPU budget and reclaims running
+// containers when the node shrinks.
+struct YarnConfig {
+  bool enabled = false;
+  // ResourceManager web addresses, e.g. http://rm1:8088; several for HA (the
+  // active one is followed; a standby's redirect or error moves to the next).
+  std::vector<std::string> rm_urls;
+  std::string node_id;      // NodeManager id host:port; "" = find by this host's name
+  std::string nm_url;       // NodeManager web address; "" = the node's nodeHTTPAddress
+  std::string auth = "simple";  // none | simple (user.name=) | kerberos (SPNEGO)
+  std::string user = "khagent";  // user.name for simple auth
+  std::string ca_file;          // PEM bundle for https; "" = the system CAs
+  bool insecure_skip_verify = false;
+  uint64_t request_timeout_ms = 5000;
+  uint64_t connect_timeout_ms = 2000;
+  uint32_t retries = 2;             // per request, after the first try
+  uint64_t retry_backoff_ms = 500;  // doubled each retry
+  uint64_t refresh_interval_ns = 5'000'000'000;  // containers and node state re-read
+
+  // Capacity: vcores = round(budget_cores * vcores_per_core) - reserve_vcores,
+  // clamped to [min_vcores, the NodeManager's configured vcores].
+  double vcores_per_core = 1.0;
+  std::string rounding = "down";  // down | nearest | up
+  int64_t reserve_vcores = 0;
+  int64_t min_vcores = 1;
+  // Memory: 0 = advertise the NodeManager's configured memory; > 0 = this many MB
+  // (capped at the configured memory); memory_follows_cpu scales the memory with
+  // the vcores instead.
+  int64_t memory_mb = 0;
+  bool memory_follows_cpu = false;
+  int64_t deadband_vcores = 1;      // smaller changes are not posted
+  uint64_t grow_stable_ns = 30'000'000'000;    // budget above the advertised value this long
+  uint64_t grow_interval_ns = 60'000'000'000;  // at most one grow per interval
+  int64_t over_commit_timeout_ms = 180'000;    // RM-side grace before it preempts
+
+  // Reclaim of running containers beyond the new capacity.
+  bool reclaim = true;
+  uint64_t reclaim_grace_ns = 180'000'000'000;  // wait this long before killing locally
+  std::map<std::string, int> queue_priority;    // queue -> priority; higher is kept longer; default 0
+  bool emergency = false;                       // skip the grace for the worst offender when...
+  double emergency_p99_factor = 4.0;            // ...an online pod's p99 is over factor * target
+};
+
 struct Config {
   uint64_t tick_ns = 200'000'000;
   bool dry_run = false;
@@ -91,6 +135,7 @@ struct Config {
   CpusetConfig cpuset;
   OfflineConfig offline;
   FastPathConfig fast_path;
+  YarnConfig yarn;
 };
 
 // The built-in defaults (what runs without a file).

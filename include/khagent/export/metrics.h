@@ -23,6 +23,7 @@ struct Sample;
 struct Decision;
 struct ActionRecord;
 struct ProgStats;
+struct YarnStatus;
 
 struct MetricsOptions {
   std::string address = "0.0.0.0";
@@ -75,6 +76,9 @@ class Metrics {
   // Cumulative per-program run time and count (kernel.bpf_stats_enabled).
   void update_bpf_cost(const std::vector<ProgStats>& progs);
 
+  // The YARN downscaler's node resources, containers, updates, kills and
+  // REST traffic (the khagent_yarn_* families appear on the first call).
+  void update_yarn(const YarnStatus& status);
   // What /metrics serves.
   std::string render();
 

@@ -1,0 +1,104 @@
+// The YARN capacity downscaler: keeps the NodeManager's advertised resources
+// equal to what khagent leaves offline work, and reclaims running containers
+// when the node shrinks. It runs on its own thread: the control loop only
+// offers the latest budget (never blocks), so an unreachable or slow
+// ResourceManager never delays cgroup actions.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "khagent/actuate/yarn_resize.h"
+#include "khagent/collect/yarn_rest.h"
+#include "khagent/config/config.h"
+#include "khagent/policy/yarn.h"
+#include "khagent/util/http_client.h"
+
+namespace khagent {
+
+// What the control loop hands over each tick.
+struct YarnOffer {
+  uint64_t now_ns = 0;      // monotonic
+  double budget_cores = 0;  // the offline CPU budget just decided
+  bool emergency = false;   // an online pod's p99 is over emergency_p99_factor * target
+  struct Container {
+    std::string path;              // cgroup path relative to the cgroup2 mount
+    uint64_t caused_total_ns = 0;  // online wait it caused since khagent started
+  };
+  std::map<std::string, Container> containers;  // container_<id> -> what BPF saw
+};
+
+class YarnDownscaler {
+ public:
+  // `cgroup_mount` is where container cgroups are killed. `hostnames` are
+  // matched against the RM's node list when yarn.node_id is not set.
+  YarnDownscaler(YarnConfig cfg, bool dry_run, std::string cgroup_mount,
+                 std::vector<std::string> hostnames);
+  ~YarnDownscaler();
+  YarnDownscaler(const YarnDownscaler&) = delete;
+  YarnDownscaler& operator=(const YarnDownscaler&) = delete;
+
+  // Starts the worker thread.
+  void start();
+  // Keeps only the latest offer and wakes the worker; never blocks on I/O.
+  void offer(YarnOffer o);
+  // Stops the worker (an in-flight request is aborted). With `restore`, the
+  // node's configured resources are posted back first (not in dry-run), so
+  // YARN is not left believing the node is small. Idempotent.
+  void stop(bool restore);
+  YarnStatus status() const;
+
+  // One round of work, synchronously, on the calling thread (tests, and the
+  // worker itself): find the node, refresh the inventory when due, post a
+  // capacity change, reclaim.
+  void round(const YarnOffer& o);
+
+ private:
+  void run();
+  bool ensure_node();
+  bool refresh(uint64_t now_ns, bool force);
+  void capacity(const YarnOffer& o);
+  void reclaim(const YarnOffer& o);
+  void note_error(const std::string& what);
+  void sync_stats();
+
+  const YarnConfig cfg_;
+  const bool dry_run_;
+  const std::string mount_;
+  const std::vector<std::string> hostnames_;
+
+  std::unique_ptr<HttpClient> rm_;
+  std::unique_ptr<HttpClient> nm_;
+  std::unique_ptr<YarnRest> rest_;
+
+  // Worker state (only the worker, or round() callers, touch these).
+  YarnCapacityState cap_state_;
+  ReclaimState reclaim_state_;
+  uint64_t last_refresh_ns_ = 0;
+  bool have_inventory_ = false;
+  std::vector<NmContainer> nm_containers_;
+  std::map<std::string, YarnApp> apps_;          // by application id
+  std::map<std::string, std::string> am_of_app_; // application id -> AM container id
+  std::map<std::string, uint64_t> caused_at_refresh_;  // container -> caused_total at last refresh
+  std::map<std::string, uint64_t> interference_;       // container -> caused in the last window
+  std::map<std::string, uint64_t> kill_tried_ns_;      // container -> last kill attempt
+  uint64_t last_error_log_ns_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<YarnOffer> pending_;
+  YarnStatus status_;
+  std::atomic<bool> stopping_{false};
+  bool stopped_ = false;
+  std::thread thread_;
+};
+
+}  // namespace khagent

@@ -1,0 +1,94 @@
+// What YARN says about this node, read over the ResourceManager and
+// NodeManager REST APIs (Hadoop 3.x): the node list and this node's
+// resources, the NodeManager's containers, and for their applications the
+// queue and the ApplicationMaster's container. Parsers are separate from the
+// fetches so they can be tested on the documented JSON shapes.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "khagent/policy/yarn.h"
+#include "khagent/util/http_client.h"
+#include "khagent/util/result.h"
+
+namespace khagent {
+
+// One entry of GET /ws/v1/cluster/nodes (or /nodes/{id}).
+struct YarnNodeReport {
+  std::string id;             // host:port, the NodeManager id
+  std::string host;           // nodeHostName
+  std::string http_address;   // nodeHTTPAddress, host:port ("" for inactive nodes)
+  std::string state;          // RUNNING, UNHEALTHY, LOST, ...
+  YarnResource total;         // totalResource: what the RM believes the node has
+  YarnResource used;          // usedMemoryMB / usedVirtualCores
+  int64_t containers = 0;     // numContainers
+};
+
+// One entry of the NodeManager's GET /ws/v1/node/containers.
+struct NmContainer {
+  std::string id;
+  std::string state;          // NM container state: RUNNING, LOCALIZING, DONE, ...
+  std::string user;
+  YarnResource resource;      // totalVCoresNeeded / totalMemoryNeededMB
+  std::string execution_type; // GUARANTEED | OPPORTUNISTIC | ""
+};
+
+// A running application: its queue and priority, and the AM container of
+// its current attempt ("" when the RM does not show it).
+struct YarnApp {
+  std::string id;
+  std::string queue;
+  int priority = 0;
+  uint64_t started_ms = 0;
+  std::string am_container;
+};
+
+// Lists may be {"node":[...]}, null, "" or {} (empty) depending on the
+// Hadoop version. Errors (EPROTO) say what was missing or of the wrong type.
+Result<std::vector<YarnNodeReport>> parse_yarn_nodes(const std::string& json);
+Result<YarnNodeReport> parse_yarn_node(const std::string& json);       // {"node":{...}}
+Result<std::vector<NmContainer>> parse_nm_containers(const std::string& json);
+// NodeManager GET /ws/v1/node/info: its configured resources
+// (totalVCoresAllocatedContainers, totalPmemAllocatedContainersMB), which an
+// RM-side resource update does not change.
+Result<YarnResource> parse_nm_node_info(const std::string& json);
+Result<std::vector<YarnApp>> parse_yarn_apps(const std::string& json);
+// GET /ws/v1/cluster/apps/{app}/appattempts: the container id of the attempt
+// with the highest attempt number ("" if hidden).
+Result<std::string> parse_am_container(const std::string& json);
+// Whether a NodeManager container state still holds its resources.
+bool nm_container_active(const std::string& state);
+
+// application_<ts>_<seq> from container_[e<epoch>_]<ts>_<seq>_<attempt>_<n>; "" if malformed.
+std::string app_of_container(const std::string& container_id);
+
+// Picks this node from the RM's list: an entry whose nodeHostName is one of
+// `hostnames` (compared case-insensitively; a short name also matches the
+// first label of an FQDN). ENOENT when none, EEXIST when several (several
+// NodeManagers on one host need yarn.node_id).
+Result<YarnNodeReport> match_node(const std::vector<YarnNodeReport>& nodes,
+                                  const std::vector<std::string>& hostnames);
+
+// The REST reads, over clients that handle HA, auth, retries and timeouts.
+class YarnRest {
+ public:
+  YarnRest(HttpClient& rm, HttpClient& nm) : rm_(rm), nm_(nm) {}
+
+  Result<std::vector<YarnNodeReport>> nodes(const std::atomic<bool>* abort = nullptr);
+  Result<YarnNodeReport> node(const std::string& id, const std::atomic<bool>* abort = nullptr);
+  Result<std::vector<YarnApp>> running_apps(const std::atomic<bool>* abort = nullptr);
+  Result<std::string> am_container(const std::string& app_id, const std::atomic<bool>* abort = nullptr);
+  Result<std::vector<NmContainer>> containers(const std::atomic<bool>* abort = nullptr);
+  Result<YarnResource> nm_configured(const std::atomic<bool>* abort = nullptr);
+
+ private:
+  Result<std::string> get(HttpClient& c, const std::string& path, const std::atomic<bool>* abort);
+  HttpClient& rm_;
+  HttpClient& nm_;
+};
+
+}  // namespace khagent

@@ -1,0 +1,109 @@
+// YARN capacity and container reclaim: pure functions of the offline CPU
+// budget, the NodeManager's containers, configuration and previous state.
+// No files, no sockets, no clocks (the caller passes `now_ns`).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "khagent/config/config.h"
+
+namespace khagent {
+
+struct YarnResource {
+  int64_t vcores = 0;
+  int64_t memory_mb = 0;
+  bool operator==(const YarnResource& o) const { return vcores == o.vcores && memory_mb == o.memory_mb; }
+  bool operator!=(const YarnResource& o) const { return !(*this == o); }
+};
+
+// ---- capacity ---------------------------------------------------------------
+
+struct YarnCapacityInput {
+  uint64_t now_ns = 0;           // monotonic
+  double budget_cores = 0;       // the controller's offline CPU budget
+  YarnResource configured;       // the NodeManager's own configured resources (the maximum)
+  bool known = false;            // `advertised` is known (read from the RM or posted by us)
+  YarnResource advertised;       // what the RM currently believes the node has
+};
+
+struct YarnCapacityState {
+  bool grow_pending = false;
+  uint64_t grow_since_ns = 0;     // the target has been above the advertised value since
+  int64_t grow_min_vcores = 0;    // lowest target seen since then (what a grow may post)
+  uint64_t last_grow_ns = 0;      // 0 = never
+};
+
+enum class YarnCapacityAction { Hold, Shrink, Grow, WaitStable, WaitInterval, Deadband, Unknown };
+const char* yarn_action_name(YarnCapacityAction a);
+
+struct YarnCapacityDecision {
+  YarnResource target;      // what the budget asks for now (after rounding and clamps)
+  bool post = false;        // post `resource` to the RM
+  YarnResource resource;    // the resource to post when `post`
+  YarnCapacityAction action = YarnCapacityAction::Hold;
+  std::string reason;       // one line for the log
+};
+
+// The budget in vcores/MB: round(budget * vcores_per_core) with the configured
+// rounding, minus reserve_vcores, clamped to [min_vcores, configured.vcores];
+// memory per YarnConfig (configured, fixed, or scaled with the vcores).
+YarnResource yarn_target(double budget_cores, const YarnResource& configured, const YarnConfig& cfg);
+
+// One step: shrink at once (when the target is below the advertised vcores by
+// at least the deadband, or the memory must drop); grow only after the target
+// stayed above the advertised value for grow_stable_ns, by the lowest target
+// seen meanwhile, and at most once per grow_interval_ns. Unknown advertised
+// resources: post the target (the first contact).
+YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnConfig& cfg,
+                                        YarnCapacityState& state);
+
+// ---- reclaim ----------------------------------------------------------------
+
+// A container running on this node, as the reclaim ranking sees it.
+struct YarnContainerInfo {
+  std::string id;               // container_...
+  std::string app_id;           // application_...
+  std::string queue;            // "" = unknown
+  int queue_priority = 0;       // from YarnConfig::queue_priority (higher: kept longer)
+  bool is_am = false;           // the application's ApplicationMaster
+  YarnResource resource;        // what it was allocated
+  uint64_t start_ms = 0;        // epoch ms when it started; 0 = unknown (ranks as oldest)
+  uint64_t interference_ns = 0; // run-queue wait it caused online pods (recent window)
+};
+
+// Reclaim order: lower queue priority first; non-AM before AM; more
+// interference first; younger (later start) first; then the container id
+// (descending, so a later container of the same application goes first).
+// Returns indices into `containers`.
+std::vector<size_t> rank_for_reclaim(const std::vector<YarnContainerInfo>& containers);
+
+struct ReclaimInput {
+  uint64_t now_ns = 0;
+  YarnResource capacity;                   // the advertised (posted) capacity
+  std::vector<YarnContainerInfo> containers;  // running on this node
+  bool emergency = false;                  // an online pod is far over its target
+};
+
+struct ReclaimState {
+  std::map<std::string, uint64_t> marked_ns;  // container -> when it was first over capacity
+};
+
+struct ReclaimDecision {
+  YarnResource used;                 // sum over the containers
+  std::vector<std::string> victims;  // in rank order: what must go for used <= capacity
+  std::vector<std::string> kill;     // victims whose grace is over (or emergency): kill now
+  std::string reason;                // one line for the log; "" when nothing is over
+};
+
+// Victims are taken in rank order until the rest fits the capacity in both
+// vcores and memory. A victim is marked when first chosen; it is killed once
+// it has stayed a victim for reclaim_grace_ns (YARN's own preemption or the
+// job may end it first). Marks of containers that are no longer victims are
+// dropped. With cfg.emergency and in.emergency, the highest-ranked victim
+// that caused interference is killed without waiting.
+ReclaimDecision reclaim_step(const ReclaimInput& in, const YarnConfig& cfg, ReclaimState& state);
+
+}  // namespace khagent

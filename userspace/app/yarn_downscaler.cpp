@@ -1,0 +1,424 @@
+#include "khagent/app/yarn_downscaler.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "khagent/actuate/cgroup_kill.h"
+#include "khagent/actuate/yarn_resize.h"
+
+namespace khagent {
+
+namespace {
+
+constexpr uint64_t kErrorLogIntervalNs = 60'000'000'000;
+constexpr uint64_t kKillRetryNs = 10'000'000'000;
+
+std::string res_str(const YarnResource& r) {
+  return std::to_string(r.vcores) + " vcores/" + std::to_string(r.memory_mb) + " MB";
+}
+
+HttpClientOptions client_options(const YarnConfig& c, std::vector<std::string> urls) {
+  HttpClientOptions o;
+  o.base_urls = std::move(urls);
+  o.auth = c.auth == "kerberos" ? HttpAuth::Kerberos : c.auth == "simple" ? HttpAuth::Simple : HttpAuth::None;
+  o.user = c.user;
+  o.ca_file = c.ca_file;
+  o.insecure_skip_verify = c.insecure_skip_verify;
+  o.timeout_ms = static_cast<long>(c.request_timeout_ms);
+  o.connect_timeout_ms = static_cast<long>(c.connect_timeout_ms);
+  o.retries = c.retries;
+  o.retry_backoff_ms = static_cast<long>(c.retry_backoff_ms);
+  return o;
+}
+
+// Epoch ms of the cgroup's creation: cgroupfs keeps a directory's mtime at
+// its creation (adding processes or children does not change it), and the
+// NodeManager creates the cgroup when it launches the container.
+uint64_t cgroup_birth_ms(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000 +
+         static_cast<uint64_t>(st.st_mtim.tv_nsec) / 1'000'000;
+}
+
+uint64_t mono_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
+YarnDownscaler::YarnDownscaler(YarnConfig cfg, bool dry_run, std::string cgroup_mount,
+                               std::vector<std::string> hostnames)
+    : cfg_(std::move(cfg)),
+      dry_run_(dry_run),
+      mount_(std::move(cgroup_mount)),
+      hostnames_(std::move(hostnames)) {
+  rm_ = std::make_unique<HttpClient>(client_options(cfg_, cfg_.rm_urls));
+  if (!cfg_.nm_url.empty()) {
+    nm_ = std::make_unique<HttpClient>(client_options(cfg_, {cfg_.nm_url}));
+    rest_ = std::make_unique<YarnRest>(*rm_, *nm_);
+  }
+  status_.enabled = true;
+  status_.dry_run = dry_run_;
+  status_.node_id = cfg_.node_id;
+  status_.rm = rm_->current();
+}
+
+YarnDownscaler::~YarnDownscaler() { stop(false); }
+
+void YarnDownscaler::start() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (thread_.joinable() || stopped_) return;
+  thread_ = std::thread([this] { run(); });
+}
+
+void YarnDownscaler::offer(YarnOffer o) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_ = std::move(o);
+  }
+  cv_.notify_one();
+}
+
+YarnStatus YarnDownscaler::status() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return status_;
+}
+
+void YarnDownscaler::stop(bool restore) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  stopping_ = true;
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+  if (!restore) return;
+  YarnStatus st = status();
+  if (st.node_id.empty() || !st.configured_known) {
+    spdlog::info("yarn: nothing to restore (node or its configured resources unknown)");
+    return;
+  }
+  if (st.advertised_known && st.advertised == st.configured) return;
+  if (dry_run_) {
+    spdlog::info("yarn: dry-run: would restore {} to {}", st.node_id, res_str(st.configured));
+    return;
+  }
+  // A fresh flag: the worker's abort is set, but this last request must go.
+  std::atomic<bool> no_abort{false};
+  auto r = post_node_resource(*rm_, st.node_id, st.configured, cfg_.over_commit_timeout_ms, &no_abort);
+  if (r) {
+    spdlog::info("yarn: restored {} to its configured {} (RM answered {})", st.node_id,
+                 res_str(st.configured), res_str(r.value()));
+  } else {
+    spdlog::error("yarn: could not restore {} to {}: {}", st.node_id, res_str(st.configured),
+                  r.error().str());
+  }
+}
+
+void YarnDownscaler::run() {
+  spdlog::info("yarn: downscaler started (RMs: {}{})", rm_->current(),
+               cfg_.rm_urls.size() > 1 ? " and " + std::to_string(cfg_.rm_urls.size() - 1) + " more" : "");
+  std::optional<YarnOffer> last;
+  while (!stopping_) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      // Wake on a new offer, or at least once a second to keep the inventory
+      // fresh and grace periods running while offers are not coming.
+      cv_.wait_for(lk, std::chrono::seconds(1), [this] { return stopping_ || pending_.has_value(); });
+      if (stopping_) break;
+      if (pending_) {
+        last = std::move(pending_);
+        pending_.reset();
+      }
+    }
+    if (!last) continue;
+    YarnOffer o = *last;
+    o.now_ns = std::max(o.now_ns, mono_ns());  // an old offer still lets time pass
+    round(o);
+  }
+}
+
+void YarnDownscaler::note_error(const std::string& what) {
+  uint64_t now = mono_ns();
+  bool log = last_error_log_ns_ == 0 || now - last_error_log_ns_ >= kErrorLogIntervalNs;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    log = log || status_.last_error != what;
+    status_.last_error = what;
+  }
+  if (log) {
+    spdlog::warn("yarn: {}", what);
+    last_error_log_ns_ = now;
+  }
+}
+
+void YarnDownscaler::sync_stats() {
+  std::lock_guard<std::mutex> lk(mu_);
+  status_.rm = rm_->current();
+  status_.rm_requests = rm_->stats().requests;
+  status_.rm_failures = rm_->stats().failures;
+  status_.rm_failovers = rm_->stats().failovers;
+  if (nm_) {
+    status_.nm_requests = nm_->stats().requests;
+    status_.nm_failures = nm_->stats().failures;
+  }
+}
+
+bool YarnDownscaler::ensure_node() {
+  std::string id;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    id = status_.node_id;
+  }
+  if (!id.empty() && nm_) return true;
+  YarnNodeReport node;
+  if (id.empty()) {
+    auto nodes = YarnRest(*rm_, *rm_).nodes(&stopping_);
+    if (!nodes) {
+      note_error("node list from the RM: " + nodes.error().str());
+      return false;
+    }
+    auto m = match_node(nodes.value(), hostnames_);
+    if (!m) {
+      note_error(m.error().message);
+      return false;
+    }
+    node = m.value();
+    spdlog::info("yarn: this node is NodeManager {} (host {}, web {}) by its host name", node.id,
+                 node.host, node.http_address);
+  } else {
+    auto n = YarnRest(*rm_, *rm_).node(id, &stopping_);
+    if (!n) {
+      note_error("node " + id + " from the RM: " + n.error().str());
+      return false;
+    }
+    node = n.value();
+  }
+  if (!nm_) {
+    if (node.http_address.empty()) {
+      note_error("the RM gives no web address for NodeManager " + node.id + " (state " + node.state +
+                 "); set yarn.nm_url");
+      return false;
+    }
+    // The NodeManager's web UI uses the same scheme as the RM's.
+    std::string scheme = rm_->current().rfind("https://", 0) == 0 ? "https://" : "http://";
+    nm_ = std::make_unique<HttpClient>(client_options(cfg_, {scheme + node.http_address}));
+    rest_ = std::make_unique<YarnRest>(*rm_, *nm_);
+    spdlog::info("yarn: NodeManager web address {}", nm_->current());
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  status_.node_id = node.id;
+  status_.advertised = node.total;
+  status_.advertised_known = true;
+  return true;
+}
+
+bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
+  if (!force && have_inventory_ && now_ns - last_refresh_ns_ < cfg_.refresh_interval_ns) return true;
+  std::string id = status().node_id;
+
+  auto configured = rest_->nm_configured(&stopping_);
+  if (!configured) {
+    note_error("NodeManager resources: " + configured.error().str());
+    return false;
+  }
+  auto node = rest_->node(id, &stopping_);
+  if (!node) {
+    note_error("node " + id + " from the RM: " + node.error().str());
+    return false;
+  }
+  auto containers = rest_->containers(&stopping_);
+  if (!containers) {
+    note_error("NodeManager containers: " + containers.error().str());
+    return false;
+  }
+  auto apps = rest_->running_apps(&stopping_);
+  if (!apps) {
+    note_error("running applications from the RM: " + apps.error().str());
+    return false;
+  }
+  std::map<std::string, YarnApp> by_id;
+  for (auto& a : apps.value()) by_id[a.id] = std::move(a);
+  // The AM container of each application with a container here, looked up
+  // once per application (an attempt change gives a new application view).
+  std::map<std::string, std::string> am;
+  for (const auto& c : containers.value()) {
+    std::string app = app_of_container(c.id);
+    if (app.empty() || am.count(app)) continue;
+    if (auto it = am_of_app_.find(app); it != am_of_app_.end() && !it->second.empty()) {
+      am[app] = it->second;
+      continue;
+    }
+    auto a = rest_->am_container(app, &stopping_);
+    if (a) {
+      am[app] = a.value();
+    } else {
+      spdlog::debug("yarn: AM container of {}: {}", app, a.error().str());
+      am[app] = "";
+    }
+  }
+  nm_containers_ = std::move(containers.value());
+  apps_ = std::move(by_id);
+  am_of_app_ = std::move(am);
+  last_refresh_ns_ = now_ns;
+  have_inventory_ = true;
+  std::lock_guard<std::mutex> lk(mu_);
+  status_.configured = configured.value();
+  status_.configured_known = true;
+  status_.advertised = node.value().total;
+  status_.advertised_known = true;
+  status_.containers = static_cast<size_t>(std::count_if(
+      nm_containers_.begin(), nm_containers_.end(), [](const NmContainer& c) { return nm_container_active(c.state); }));
+  return true;
+}
+
+void YarnDownscaler::capacity(const YarnOffer& o) {
+  YarnStatus st = status();
+  YarnCapacityInput in;
+  in.now_ns = o.now_ns;
+  in.budget_cores = o.budget_cores;
+  in.configured = st.configured;
+  in.known = st.advertised_known;
+  in.advertised = st.advertised;
+  YarnCapacityDecision d = yarn_capacity_step(in, cfg_, cap_state_);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    status_.target = d.target;
+    status_.last_action = yarn_action_name(d.action);
+  }
+  if (!d.post) return;
+  if (dry_run_) {
+    spdlog::info("yarn: dry-run: would POST {}/ws/v1/cluster/nodes/{}/resource {} ({})", rm_->current(),
+                 st.node_id, node_resource_body(d.resource, cfg_.over_commit_timeout_ms), d.reason);
+    std::lock_guard<std::mutex> lk(mu_);
+    status_.updates_dry_run++;
+    // Dry-run carries on as if the RM had taken it, so later steps show what would follow.
+    status_.advertised = d.resource;
+    status_.advertised_known = true;
+    return;
+  }
+  auto r = post_node_resource(*rm_, st.node_id, d.resource, cfg_.over_commit_timeout_ms, &stopping_);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (r) {
+    status_.updates_ok++;
+    status_.advertised = r.value();
+    status_.advertised_known = true;
+    spdlog::info("yarn: {} {} -> {} ({}); RM now has {}", yarn_action_name(d.action), st.node_id,
+                 res_str(d.resource), d.reason, res_str(r.value()));
+  } else {
+    status_.updates_failed++;
+    // The next round re-reads the node and tries again.
+    have_inventory_ = false;
+    status_.last_error = "resizing " + st.node_id + " to " + res_str(d.resource) + ": " + r.error().str();
+    spdlog::error("yarn: {}", status_.last_error);
+  }
+}
+
+void YarnDownscaler::reclaim(const YarnOffer& o) {
+  YarnStatus st = status();
+  // Interference over the last refresh window, from BPF's running totals.
+  for (const auto& [id, c] : o.containers) {
+    auto prev = caused_at_refresh_.find(id);
+    if (prev == caused_at_refresh_.end() || last_refresh_ns_ == o.now_ns) {
+      uint64_t base = prev == caused_at_refresh_.end() ? c.caused_total_ns : prev->second;
+      interference_[id] = c.caused_total_ns >= base ? c.caused_total_ns - base : 0;
+      caused_at_refresh_[id] = c.caused_total_ns;
+    }
+  }
+
+  ReclaimInput in;
+  in.now_ns = o.now_ns;
+  in.capacity = st.advertised;
+  in.emergency = o.emergency;
+  for (const auto& c : nm_containers_) {
+    if (!nm_container_active(c.state)) continue;
+    YarnContainerInfo info;
+    info.id = c.id;
+    info.app_id = app_of_container(c.id);
+    if (auto a = apps_.find(info.app_id); a != apps_.end()) info.queue = a->second.queue;
+    if (auto q = cfg_.queue_priority.find(info.queue); q != cfg_.queue_priority.end()) {
+      info.queue_priority = q->second;
+    }
+    if (auto am = am_of_app_.find(info.app_id); am != am_of_app_.end()) info.is_am = am->second == c.id;
+    info.resource = c.resource;
+    if (auto seen = o.containers.find(c.id); seen != o.containers.end()) {
+      info.start_ms = cgroup_birth_ms(mount_ + seen->second.path);
+    }
+    if (auto i = interference_.find(c.id); i != interference_.end()) info.interference_ns = i->second;
+    in.containers.push_back(std::move(info));
+  }
+  ReclaimDecision d = reclaim_step(in, cfg_, reclaim_state_);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    status_.victims = d.victims.size();
+  }
+  if (!d.reason.empty()) spdlog::debug("yarn: reclaim: {}", d.reason);
+  for (auto it = kill_tried_ns_.begin(); it != kill_tried_ns_.end();) {
+    if (reclaim_state_.marked_ns.count(it->first)) ++it;
+    else it = kill_tried_ns_.erase(it);
+  }
+  for (const auto& id : d.kill) {
+    // A kill that failed is tried again, but not every tick.
+    auto tried = kill_tried_ns_.find(id);
+    if (tried != kill_tried_ns_.end() && o.now_ns - tried->second < kKillRetryNs) continue;
+    kill_tried_ns_[id] = o.now_ns;
+    auto seen = o.containers.find(id);
+    if (seen == o.containers.end()) {
+      spdlog::warn("yarn: {} is over capacity past its grace, but no cgroup of it was seen", id);
+      std::lock_guard<std::mutex> lk(mu_);
+      status_.kills_failed++;
+      continue;
+    }
+    if (dry_run_) {
+      spdlog::info("yarn: dry-run: would kill {} (cgroup {}): {}", id, seen->second.path, d.reason);
+      std::lock_guard<std::mutex> lk(mu_);
+      status_.kills_dry_run++;
+      continue;
+    }
+    auto k = kill_cgroup(mount_, seen->second.path);
+    std::lock_guard<std::mutex> lk(mu_);
+    if (k) {
+      status_.kills_ok++;
+      spdlog::warn("yarn: killed {} (cgroup {}, {}): {}", id, seen->second.path,
+                   k.value().used_cgroup_kill ? "cgroup.kill"
+                                              : std::to_string(k.value().signalled) + " processes SIGKILLed",
+                   d.reason);
+      reclaim_state_.marked_ns.erase(id);
+      kill_tried_ns_.erase(id);
+    } else {
+      status_.kills_failed++;
+      spdlog::error("yarn: killing {} (cgroup {}) failed: {}", id, seen->second.path, k.error().str());
+    }
+  }
+}
+
+void YarnDownscaler::round(const YarnOffer& o) {
+  bool ok = ensure_node();
+  bool fresh = false;
+  if (ok) {
+    bool due = !have_inventory_ || o.now_ns - last_refresh_ns_ >= cfg_.refresh_interval_ns;
+    ok = refresh(o.now_ns, !have_inventory_);
+    fresh = ok && due;
+  }
+  if (ok) {
+    capacity(o);
+    reclaim(o);
+    if (fresh) {
+      std::lock_guard<std::mutex> lk(mu_);
+      status_.last_error.clear();
+    }
+  }
+  sync_stats();
+}
+
+}  // namespace khagent

@@ -1,0 +1,312 @@
+#include "khagent/collect/yarn_rest.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace khagent {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Problems in a document are thrown as this and returned as EPROTO.
+struct ShapeError {
+  std::string what;
+};
+
+json parse(const std::string& text, const char* what) {
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    std::string start = text.substr(0, 80);
+    throw ShapeError{std::string(what) + ": not JSON (starts \"" + start + "\")"};
+  }
+  if (!doc.is_object()) throw ShapeError{std::string(what) + ": not a JSON object"};
+  return doc;
+}
+
+const json& member(const json& obj, const char* key, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end()) throw ShapeError{where + ": no \"" + key + "\""};
+  return *it;
+}
+
+std::string str(const json& obj, const char* key, const std::string& where, bool required = false) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) {
+    if (required) throw ShapeError{where + ": no \"" + key + "\""};
+    return "";
+  }
+  if (!it->is_string()) throw ShapeError{where + ": \"" + key + "\" is not a string"};
+  return it->get<std::string>();
+}
+
+int64_t num(const json& obj, const char* key, const std::string& where, bool required = false) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) {
+    if (required) throw ShapeError{where + ": no \"" + key + "\""};
+    return 0;
+  }
+  if (it->is_number_integer() || it->is_number_unsigned()) return it->get<int64_t>();
+  if (it->is_number_float()) return static_cast<int64_t>(it->get<double>());
+  throw ShapeError{where + ": \"" + key + "\" is not a number"};
+}
+
+YarnResource resource(const json& r, const std::string& where) {
+  if (!r.is_object()) throw ShapeError{where + " is not an object"};
+  return {num(r, "vCores", where, true), num(r, "memory", where, true)};
+}
+
+// {"<outer>":{"<inner>":[...]}} with the empty forms null, "" and {}; a
+// single element may come as an object instead of a one-element list.
+std::vector<json> list(const json& doc, const char* outer, const char* inner) {
+  const json& o = member(doc, outer, "document");
+  if (o.is_null() || (o.is_string() && o.get<std::string>().empty())) return {};
+  if (!o.is_object()) throw ShapeError{std::string("\"") + outer + "\" is not an object"};
+  auto it = o.find(inner);
+  if (it == o.end() || it->is_null()) return {};
+  if (it->is_object()) return {*it};
+  if (!it->is_array()) throw ShapeError{std::string("\"") + outer + "." + inner + "\" is not a list"};
+  std::vector<json> out;
+  for (const auto& e : *it) {
+    if (!e.is_object()) throw ShapeError{std::string("an entry of \"") + outer + "." + inner + "\" is not an object"};
+    out.push_back(e);
+  }
+  return out;
+}
+
+YarnNodeReport node_of(const json& n) {
+  YarnNodeReport r;
+  r.id = str(n, "id", "node", true);
+  const std::string where = "node " + r.id;
+  r.host = str(n, "nodeHostName", where);
+  r.http_address = str(n, "nodeHTTPAddress", where);
+  r.state = str(n, "state", where);
+  if (auto it = n.find("totalResource"); it != n.end() && !it->is_null()) {
+    r.total = resource(*it, where + " totalResource");
+  } else {
+    // Older RMs: used + available.
+    r.total = {num(n, "usedVirtualCores", where) + num(n, "availableVirtualCores", where),
+               num(n, "usedMemoryMB", where) + num(n, "availMemoryMB", where)};
+  }
+  r.used = {num(n, "usedVirtualCores", where), num(n, "usedMemoryMB", where)};
+  r.containers = num(n, "numContainers", where);
+  return r;
+}
+
+template <typename F>
+auto guarded(const char* what, F&& f) -> Result<decltype(f())> {
+  try {
+    return f();
+  } catch (const ShapeError& e) {
+    return make_error(EPROTO, std::string(what) + ": " + e.what);
+  } catch (const json::exception& e) {
+    return make_error(EPROTO, std::string(what) + ": " + e.what());
+  }
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string first_label(const std::string& host) { return host.substr(0, host.find('.')); }
+
+}  // namespace
+
+Result<std::vector<YarnNodeReport>> parse_yarn_nodes(const std::string& text) {
+  return guarded("RM node list", [&] {
+    std::vector<YarnNodeReport> out;
+    for (const auto& n : list(parse(text, "RM node list"), "nodes", "node")) out.push_back(node_of(n));
+    return out;
+  });
+}
+
+Result<YarnNodeReport> parse_yarn_node(const std::string& text) {
+  return guarded("RM node", [&] {
+    json doc = parse(text, "RM node");
+    const json& n = member(doc, "node", "document");
+    if (!n.is_object()) throw ShapeError{"\"node\" is not an object"};
+    return node_of(n);
+  });
+}
+
+Result<std::vector<NmContainer>> parse_nm_containers(const std::string& text) {
+  return guarded("NM containers", [&] {
+    std::vector<NmContainer> out;
+    for (const auto& c : list(parse(text, "NM containers"), "containers", "container")) {
+      NmContainer n;
+      n.id = str(c, "id", "container", true);
+      const std::string where = "container " + n.id;
+      n.state = str(c, "state", where, true);
+      n.user = str(c, "user", where);
+      n.resource = {num(c, "totalVCoresNeeded", where), num(c, "totalMemoryNeededMB", where)};
+      n.execution_type = str(c, "executionType", where);
+      out.push_back(std::move(n));
+    }
+    return out;
+  });
+}
+
+Result<YarnResource> parse_nm_node_info(const std::string& text) {
+  return guarded("NM node info", [&] {
+    json doc = parse(text, "NM node info");
+    const json& n = member(doc, "nodeInfo", "document");
+    if (!n.is_object()) throw ShapeError{"\"nodeInfo\" is not an object"};
+    return YarnResource{num(n, "totalVCoresAllocatedContainers", "nodeInfo", true),
+                        num(n, "totalPmemAllocatedContainersMB", "nodeInfo", true)};
+  });
+}
+
+Result<std::vector<YarnApp>> parse_yarn_apps(const std::string& text) {
+  return guarded("RM apps", [&] {
+    std::vector<YarnApp> out;
+    for (const auto& a : list(parse(text, "RM apps"), "apps", "app")) {
+      YarnApp app;
+      app.id = str(a, "id", "app", true);
+      const std::string where = "app " + app.id;
+      app.queue = str(a, "queue", where);
+      app.priority = static_cast<int>(num(a, "priority", where));
+      int64_t started = num(a, "startedTime", where);
+      app.started_ms = started > 0 ? static_cast<uint64_t>(started) : 0;
+      out.push_back(std::move(app));
+    }
+    return out;
+  });
+}
+
+Result<std::string> parse_am_container(const std::string& text) {
+  return guarded("RM app attempts", [&] {
+    std::string best;
+    int64_t best_id = -1;
+    for (const auto& a : list(parse(text, "RM app attempts"), "appAttempts", "appAttempt")) {
+      int64_t id = num(a, "id", "appAttempt", true);
+      if (id > best_id) {
+        best_id = id;
+        best = str(a, "containerId", "appAttempt " + std::to_string(id));
+      }
+    }
+    return best;
+  });
+}
+
+bool nm_container_active(const std::string& state) {
+  static const std::set<std::string> kDone = {
+      "LOCALIZATION_FAILED",       "EXITED_WITH_SUCCESS",
+      "EXITED_WITH_FAILURE",       "KILLING",
+      "CONTAINER_CLEANEDUP_AFTER_KILL", "CONTAINER_RESOURCES_CLEANINGUP",
+      "DONE"};
+  return !state.empty() && kDone.count(state) == 0;
+}
+
+std::string app_of_container(const std::string& id) {
+  const std::string prefix = "container_";
+  if (id.rfind(prefix, 0) != 0) return "";
+  std::vector<std::string> parts;
+  size_t start = prefix.size();
+  for (;;) {
+    size_t us = id.find('_', start);
+    parts.push_back(id.substr(start, us == std::string::npos ? std::string::npos : us - start));
+    if (us == std::string::npos) break;
+    start = us + 1;
+  }
+  // The epoch: e<digits>, present when it is not 0.
+  if (parts.size() == 5 && parts[0].size() > 1 && parts[0][0] == 'e') {
+    parts[0].erase(0, 1);
+    if (!std::all_of(parts[0].begin(), parts[0].end(), [](char c) { return c >= '0' && c <= '9'; })) return "";
+    parts.erase(parts.begin());
+  }
+  if (parts.size() != 4) return "";
+  for (const auto& p : parts) {
+    if (p.empty() || !std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return "";
+    }
+  }
+  return "application_" + parts[0] + "_" + parts[1];
+}
+
+Result<YarnNodeReport> match_node(const std::vector<YarnNodeReport>& nodes,
+                                  const std::vector<std::string>& hostnames) {
+  std::vector<const YarnNodeReport*> hits;
+  for (const auto& n : nodes) {
+    std::string h = lower(n.host.empty() ? n.id.substr(0, n.id.rfind(':')) : n.host);
+    for (const auto& want : hostnames) {
+      std::string w = lower(want);
+      if (w.empty()) continue;
+      if (h == w || first_label(h) == w || h == first_label(w)) {
+        hits.push_back(&n);
+        break;
+      }
+    }
+  }
+  std::string names;
+  for (const auto& h : hostnames) names += (names.empty() ? "" : ", ") + h;
+  if (hits.empty()) {
+    return make_error(ENOENT, "no NodeManager in the RM's node list runs on this host (" + names +
+                                  "); set yarn.node_id");
+  }
+  if (hits.size() > 1) {
+    std::string ids;
+    for (auto* h : hits) ids += (ids.empty() ? "" : ", ") + h->id;
+    return make_error(EEXIST, "several NodeManagers match this host (" + ids + "); set yarn.node_id");
+  }
+  return *hits.front();
+}
+
+Result<std::string> YarnRest::get(HttpClient& c, const std::string& path,
+                                  const std::atomic<bool>* abort) {
+  HttpRequest req;
+  req.path = path;
+  auto r = c.send(req, abort);
+  if (!r) return r.error();
+  const HttpResponse& resp = r.value();
+  if (resp.status < 200 || resp.status >= 300) {
+    int err = resp.status == 401 || resp.status == 403 ? EACCES : resp.status == 404 ? ENOENT : EIO;
+    return make_error(err, "GET " + resp.base_url + path + ": HTTP " + std::to_string(resp.status) +
+                               ": " + resp.body.substr(0, 200));
+  }
+  return resp.body;
+}
+
+Result<std::vector<YarnNodeReport>> YarnRest::nodes(const std::atomic<bool>* abort) {
+  auto body = get(rm_, "/ws/v1/cluster/nodes", abort);
+  if (!body) return body.error();
+  return parse_yarn_nodes(body.value());
+}
+
+Result<YarnNodeReport> YarnRest::node(const std::string& id, const std::atomic<bool>* abort) {
+  auto body = get(rm_, "/ws/v1/cluster/nodes/" + id, abort);
+  if (!body) return body.error();
+  return parse_yarn_node(body.value());
+}
+
+Result<std::vector<YarnApp>> YarnRest::running_apps(const std::atomic<bool>* abort) {
+  auto body = get(rm_, "/ws/v1/cluster/apps?states=RUNNING", abort);
+  if (!body) return body.error();
+  return parse_yarn_apps(body.value());
+}
+
+Result<std::string> YarnRest::am_container(const std::string& app_id, const std::atomic<bool>* abort) {
+  auto body = get(rm_, "/ws/v1/cluster/apps/" + app_id + "/appattempts", abort);
+  if (!body) return body.error();
+  return parse_am_container(body.value());
+}
+
+Result<std::vector<NmContainer>> YarnRest::containers(const std::atomic<bool>* abort) {
+  auto body = get(nm_, "/ws/v1/node/containers", abort);
+  if (!body) return body.error();
+  return parse_nm_containers(body.value());
+}
+
+Result<YarnResource> YarnRest::nm_configured(const std::atomic<bool>* abort) {
+  auto body = get(nm_, "/ws/v1/node/info", abort);
+  if (!body) return body.error();
+  return parse_nm_node_info(body.value());
+}
+
+}  // namespace khagent

@@ -1,0 +1,289 @@
+#include "khagent/policy/yarn.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace khagent {
+
+const char* yarn_action_name(YarnCapacityAction a) {
+  switch (a) {
+    case YarnCapacityAction::Hold: return "hold";
+    case YarnCapacityAction::Shrink: return "shrink";
+    case YarnCapacityAction::Grow: return "grow";
+    case YarnCapacityAction::WaitStable: return "wait_stable";
+    case YarnCapacityAction::WaitInterval: return "wait_interval";
+    case YarnCapacityAction::Deadband: return "deadband";
+    case YarnCapacityAction::Unknown: return "unknown";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// Absorbs float noise: 2.9999999999 rounds down to 3, 3.0000000001 up to 3.
+constexpr double kRoundingSlack = 1e-9;
+// Far above any real vcore count, far below the int64 range.
+constexpr double kMaxRawVcores = 1e12;
+
+// The memory to advertise with `vcores`.
+int64_t memory_for(int64_t vcores, const YarnResource& configured, const YarnConfig& cfg) {
+  if (cfg.memory_follows_cpu) {
+    if (configured.vcores <= 0) return configured.memory_mb;
+    return configured.memory_mb * vcores / configured.vcores;  // rounded down
+  }
+  if (cfg.memory_mb > 0) return std::min(cfg.memory_mb, configured.memory_mb);
+  return configured.memory_mb;
+}
+
+int64_t round_vcores(double raw, const std::string& rounding) {
+  if (!(raw >= 0)) raw = 0;  // negative or NaN
+  raw = std::min(raw, kMaxRawVcores);
+  double r;
+  if (rounding == "up") {
+    r = std::ceil(raw - kRoundingSlack);
+  } else if (rounding == "nearest") {
+    r = static_cast<double>(std::llround(raw));
+  } else {  // "down", and anything the config loader would have rejected
+    r = std::floor(raw + kRoundingSlack);
+  }
+  return static_cast<int64_t>(std::max(r, 0.0));
+}
+
+std::string res(const YarnResource& r) {
+  return fmt::format("{} vcores/{} MB", r.vcores, r.memory_mb);
+}
+
+void reset_grow(YarnCapacityState& st) {
+  st.grow_pending = false;
+  st.grow_since_ns = 0;
+  st.grow_min_vcores = 0;
+}
+
+// Natural order of container ids: runs of digits compare as numbers, so
+// container_..._01_1000000 is after container_..._01_999999 (YARN pads the
+// sequence number to six digits but it can grow wider). Returns <0, 0, >0.
+int compare_ids(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      size_t i0 = i, j0 = j;
+      while (i < a.size() && digit(a[i])) i++;
+      while (j < b.size() && digit(b[j])) j++;
+      size_t ia = i0, jb = j0;
+      while (ia + 1 < i && a[ia] == '0') ia++;  // skip leading zeros
+      while (jb + 1 < j && b[jb] == '0') jb++;
+      size_t la = i - ia, lb = j - jb;
+      if (la != lb) return la < lb ? -1 : 1;
+      int c = a.compare(ia, la, b, jb, lb);
+      if (c != 0) return c;
+      continue;
+    }
+    if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]) ? -1 : 1;
+    i++;
+    j++;
+  }
+  if (i < a.size()) return 1;
+  if (j < b.size()) return -1;
+  return a.compare(b);  // equal but for leading zeros: any fixed order
+}
+
+bool fits(const YarnResource& used, const YarnResource& cap) {
+  return used.vcores <= cap.vcores && used.memory_mb <= cap.memory_mb;
+}
+
+}  // namespace
+
+YarnResource yarn_target(double budget_cores, const YarnResource& configured, const YarnConfig& cfg) {
+  if (!(budget_cores >= 0)) budget_cores = 0;  // negative or NaN
+  int64_t v = round_vcores(budget_cores * cfg.vcores_per_core, cfg.rounding) - cfg.reserve_vcores;
+  int64_t hi = std::max<int64_t>(configured.vcores, 0);
+  int64_t lo = std::clamp<int64_t>(cfg.min_vcores, 0, hi);
+  YarnResource t;
+  t.vcores = std::clamp(v, lo, hi);
+  t.memory_mb = memory_for(t.vcores, configured, cfg);
+  return t;
+}
+
+YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnConfig& cfg,
+                                        YarnCapacityState& st) {
+  YarnCapacityDecision d;
+  const YarnResource t = yarn_target(in.budget_cores, in.configured, cfg);
+  const YarnResource& a = in.advertised;
+  d.target = t;
+  // With integer vcores a deadband of 0 acts like 1: any change counts.
+  const int64_t band = std::max<int64_t>(cfg.deadband_vcores, 1);
+  const std::string head =
+      fmt::format("budget {:.2f} cores -> {}", std::isnan(in.budget_cores) ? 0.0 : in.budget_cores,
+                  res(t));
+
+  auto post = [&](YarnResource r, YarnCapacityAction action, const std::string& why) {
+    d.post = true;
+    d.resource = r;
+    d.action = action;
+    d.reason = head + ", " + why;
+  };
+  auto no_post = [&](YarnCapacityAction action, const std::string& why) {
+    d.action = action;
+    d.reason = head + ", " + why;
+  };
+
+  if (!in.known) {
+    reset_grow(st);
+    post(t, t.vcores < in.configured.vcores ? YarnCapacityAction::Shrink : YarnCapacityAction::Grow,
+         fmt::format("advertised unknown, configured {}: first contact, post the target",
+                     res(in.configured)));
+    return d;
+  }
+
+  const std::string adv = fmt::format("advertised {}", res(a));
+
+  // Shrink at once. A shrink never grows a dimension: if the other one wants
+  // to grow, that waits for the grow rules.
+  if (a.vcores - t.vcores >= band || t.memory_mb < a.memory_mb) {
+    reset_grow(st);
+    YarnResource r{std::min(t.vcores, a.vcores), std::min(t.memory_mb, a.memory_mb)};
+    post(r, YarnCapacityAction::Shrink, fmt::format("{}: shrink to {}", adv, res(r)));
+    return d;
+  }
+  if (t == a) {
+    reset_grow(st);
+    no_post(YarnCapacityAction::Hold, adv + ": hold");
+    return d;
+  }
+  // From here on the memory does not drop, and the vcores are at most
+  // band - 1 below the advertised value.
+  bool grow = t.vcores - a.vcores >= band || (t.vcores == a.vcores && t.memory_mb > a.memory_mb);
+  if (!grow) {
+    reset_grow(st);
+    no_post(YarnCapacityAction::Deadband,
+            fmt::format("{}: inside the deadband of {} vcores", adv, band));
+    return d;
+  }
+
+  if (!st.grow_pending) {
+    st.grow_pending = true;
+    st.grow_since_ns = in.now_ns;
+    st.grow_min_vcores = t.vcores;
+  }
+  st.grow_min_vcores = std::min(st.grow_min_vcores, t.vcores);
+  const uint64_t above_ns = in.now_ns >= st.grow_since_ns ? in.now_ns - st.grow_since_ns : 0;
+  if (above_ns < cfg.grow_stable_ns) {
+    no_post(YarnCapacityAction::WaitStable,
+            fmt::format("{}: above for {:.1f}s of {:.1f}s (lowest {} vcores)", adv,
+                        static_cast<double>(above_ns) / 1e9,
+                        static_cast<double>(cfg.grow_stable_ns) / 1e9, st.grow_min_vcores));
+    return d;
+  }
+  if (st.last_grow_ns != 0 && in.now_ns >= st.last_grow_ns &&
+      in.now_ns - st.last_grow_ns < cfg.grow_interval_ns) {
+    no_post(YarnCapacityAction::WaitInterval,
+            fmt::format("{}: last grow {:.1f}s ago, interval {:.1f}s (lowest {} vcores)", adv,
+                        static_cast<double>(in.now_ns - st.last_grow_ns) / 1e9,
+                        static_cast<double>(cfg.grow_interval_ns) / 1e9, st.grow_min_vcores));
+    return d;
+  }
+  YarnResource r{st.grow_min_vcores, memory_for(st.grow_min_vcores, in.configured, cfg)};
+  // What the window allows must still be a grow worth posting against the
+  // advertised value now (it may have changed meanwhile).
+  bool worth = r.vcores >= a.vcores && r.memory_mb >= a.memory_mb &&
+               (r.vcores - a.vcores >= band || (r.vcores == a.vcores && r.memory_mb > a.memory_mb));
+  if (!worth) {
+    reset_grow(st);
+    no_post(YarnCapacityAction::Deadband,
+            fmt::format("{}: lowest target in the window {} is not a grow", adv, res(r)));
+    return d;
+  }
+  reset_grow(st);
+  st.last_grow_ns = in.now_ns;
+  post(r, YarnCapacityAction::Grow,
+       fmt::format("{}: grow to {} (lowest target since {:.1f}s)", adv, res(r),
+                   static_cast<double>(above_ns) / 1e9));
+  return d;
+}
+
+// ---- reclaim ----------------------------------------------------------------
+
+std::vector<size_t> rank_for_reclaim(const std::vector<YarnContainerInfo>& cs) {
+  std::vector<size_t> idx(cs.size());
+  for (size_t i = 0; i < idx.size(); i++) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t x, size_t y) {
+    const YarnContainerInfo& a = cs[x];
+    const YarnContainerInfo& b = cs[y];
+    if (a.queue_priority != b.queue_priority) return a.queue_priority < b.queue_priority;
+    if (a.is_am != b.is_am) return !a.is_am;
+    if (a.interference_ns != b.interference_ns) return a.interference_ns > b.interference_ns;
+    if (a.start_ms != b.start_ms) return a.start_ms > b.start_ms;  // 0 (unknown) is last
+    return compare_ids(a.id, b.id) > 0;
+  });
+  return idx;
+}
+
+ReclaimDecision reclaim_step(const ReclaimInput& in, const YarnConfig& cfg, ReclaimState& st) {
+  ReclaimDecision d;
+  for (const auto& c : in.containers) {
+    d.used.vcores += c.resource.vcores;
+    d.used.memory_mb += c.resource.memory_mb;
+  }
+  if (fits(d.used, in.capacity)) {
+    st.marked_ns.clear();
+    return d;
+  }
+
+  // Victims in rank order until the rest fits; a container that frees
+  // nothing in a dimension still over the capacity is passed over.
+  YarnResource rest = d.used;
+  std::vector<const YarnContainerInfo*> victims;
+  for (size_t i : rank_for_reclaim(in.containers)) {
+    if (fits(rest, in.capacity)) break;
+    const YarnContainerInfo& c = in.containers[i];
+    bool helps = (rest.vcores > in.capacity.vcores && c.resource.vcores > 0) ||
+                 (rest.memory_mb > in.capacity.memory_mb && c.resource.memory_mb > 0);
+    if (!helps) continue;
+    rest.vcores -= c.resource.vcores;
+    rest.memory_mb -= c.resource.memory_mb;
+    victims.push_back(&c);
+  }
+
+  std::set<std::string> chosen;
+  for (const auto* v : victims) {
+    chosen.insert(v->id);
+    st.marked_ns.emplace(v->id, in.now_ns);  // keeps an existing mark
+  }
+  for (auto it = st.marked_ns.begin(); it != st.marked_ns.end();) {
+    if (chosen.count(it->first)) ++it;
+    else it = st.marked_ns.erase(it);
+  }
+
+  const YarnContainerInfo* urgent = nullptr;
+  if (cfg.emergency && in.emergency) {
+    for (const auto* v : victims) {
+      if (v->interference_ns > 0) {
+        urgent = v;
+        break;
+      }
+    }
+  }
+  size_t past_grace = 0;
+  for (const auto* v : victims) {
+    d.victims.push_back(v->id);
+    uint64_t marked = st.marked_ns[v->id];
+    bool over = in.now_ns >= marked && in.now_ns - marked >= cfg.reclaim_grace_ns;
+    if (over) past_grace++;
+    if (cfg.reclaim && (over || v == urgent)) d.kill.push_back(v->id);
+  }
+
+  d.reason = fmt::format("used {} over capacity {}: {} victim{}, {} past the {:g} s grace",
+                         res(d.used), res(in.capacity), victims.size(),
+                         victims.size() == 1 ? "" : "s", past_grace,
+                         static_cast<double>(cfg.reclaim_grace_ns) / 1e9);
+  if (urgent) d.reason += fmt::format(", emergency: {} (interfering) goes at once", urgent->id);
+  if (!cfg.reclaim) d.reason += " (reclaim off: nothing killed)";
+  return d;
+}
+
+}  // namespace khagent

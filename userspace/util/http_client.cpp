@@ -1,0 +1,381 @@
+#include "khagent/util/http_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+namespace khagent {
+
+namespace {
+
+// --- libcurl plumbing (the same patterns as collect/kubelet_pods.cpp) ---
+
+struct CurlEasyDeleter {
+  void operator()(CURL* h) const { curl_easy_cleanup(h); }
+};
+using CurlEasy = std::unique_ptr<CURL, CurlEasyDeleter>;
+
+struct CurlSlistDeleter {
+  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
+};
+using CurlSlist = std::unique_ptr<curl_slist, CurlSlistDeleter>;
+
+struct CurlFreeDeleter {
+  void operator()(char* p) const { curl_free(p); }
+};
+
+// curl_global_init is not to be raced with other curl calls: once per process,
+// never cleaned up (other users of libcurl in the process may still need it).
+// (The std::once_flag is per translation unit; curl_global_init counts its
+// calls, so this and kubelet_pods.cpp each initializing once is fine.)
+CURLcode curl_global() {
+  static std::once_flag once;
+  static CURLcode rc = CURLE_OK;
+  std::call_once(once, [] { rc = curl_global_init(CURL_GLOBAL_DEFAULT); });
+  return rc;
+}
+
+struct Sink {
+  std::string body;
+  size_t cap = 0;
+  bool overflow = false;
+};
+
+size_t on_write(char* data, size_t size, size_t nmemb, void* userdata) {
+  auto* sink = static_cast<Sink*>(userdata);
+  size_t len = size * nmemb;
+  if (len > sink->cap - sink->body.size()) {
+    sink->overflow = true;
+    return 0;  // anything but len aborts the transfer (CURLE_WRITE_ERROR)
+  }
+  sink->body.append(data, len);
+  return len;
+}
+
+int on_progress(void* userdata, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto* abort = static_cast<const std::atomic<bool>*>(userdata);
+  return abort != nullptr && abort->load() ? 1 : 0;  // non-zero: CURLE_ABORTED_BY_CALLBACK
+}
+
+bool aborted(const std::atomic<bool>* abort) { return abort != nullptr && abort->load(); }
+
+// Sleeps `ms`, waking every <= 50 ms to look at `abort`. False if aborted.
+bool sleep_unless_aborted(long ms, const std::atomic<bool>* abort) {
+  using clock = std::chrono::steady_clock;
+  const auto until = clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    if (aborted(abort)) return false;
+    auto now = clock::now();
+    if (now >= until) return true;
+    std::this_thread::sleep_for(std::min<clock::duration>(until - now, std::chrono::milliseconds(50)));
+  }
+}
+
+// The first `max` bytes of a body for an error message, on one line: control
+// characters become spaces, runs of spaces one.
+std::string body_excerpt(const std::string& body, size_t max = 200) {
+  std::string s;
+  for (char c : std::string_view(body).substr(0, max)) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = ' ';
+    if (c == ' ' && (s.empty() || s.back() == ' ')) continue;
+    s += c;
+  }
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  if (body.size() > max) s += "...";
+  return s;
+}
+
+bool has_crlf(std::string_view s) { return s.find_first_of("\r\n") != std::string_view::npos; }
+
+// Whether `url` is `base` or lies under it: "http://a:80" matches
+// "http://a:80/x" and "HTTP://A:80?q" but not "http://a:8088/x". Scheme and
+// host compare without regard to case.
+bool url_under_base(std::string_view url, std::string_view base) {
+  if (base.empty() || url.size() < base.size()) return false;
+  for (size_t i = 0; i < base.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(url[i])) !=
+        std::tolower(static_cast<unsigned char>(base[i]))) {
+      return false;
+    }
+  }
+  return url.size() == base.size() || url[base.size()] == '/' || url[base.size()] == '?' ||
+         url[base.size()] == '#';
+}
+
+// What one attempt at one base URL came to.
+struct Attempt {
+  enum Kind { Answer, Failover, Fatal } kind = Failover;
+  int err = 0;            // Failover/Fatal: errno-like code
+  std::string message;    // Failover/Fatal: what went wrong at this base URL
+  std::string location;   // a redirect's target, "" otherwise
+  HttpResponse response;  // Answer
+};
+
+struct Prepared {
+  const std::string* method = nullptr;
+  std::string path_query;  // path with the auth query parameter
+  curl_slist* headers = nullptr;
+  const std::string* body = nullptr;
+};
+
+Attempt perform(CURL* c, const HttpClientOptions& opts, const std::string& base, const Prepared& p,
+                const std::atomic<bool>* abort) {
+  Attempt a;
+  curl_easy_reset(c);
+  Sink sink;
+  sink.cap = opts.max_body_bytes;
+  char errbuf[CURL_ERROR_SIZE] = {};
+  const std::string url = base + p.path_query;
+
+  // Each setopt can fail (out of memory, option not built in): keep the first.
+  CURLcode rc = CURLE_OK;
+  auto set = [&rc](CURLcode r) {
+    if (rc == CURLE_OK) rc = r;
+  };
+  set(curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf));
+  set(curl_easy_setopt(c, CURLOPT_URL, url.c_str()));
+#if LIBCURL_VERSION_NUM >= 0x075500  // 7.85.0
+  set(curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https"));
+#else
+  set(curl_easy_setopt(c, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS)));
+#endif
+  if (*p.method == "GET") {
+    set(curl_easy_setopt(c, CURLOPT_HTTPGET, 1L));
+  } else {
+    // POST with the body from memory; PUT is the same transfer under another verb.
+    set(curl_easy_setopt(c, CURLOPT_POST, 1L));
+    set(curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(p.body->size())));
+    set(curl_easy_setopt(c, CURLOPT_POSTFIELDS, p.body->data()));
+    if (*p.method != "POST") set(curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, p.method->c_str()));
+  }
+  set(curl_easy_setopt(c, CURLOPT_HTTPHEADER, p.headers));
+  set(curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, ""));  // whatever curl can decode
+  // Never follow redirects: a standby ResourceManager redirects to the active
+  // one, and which base URL is next is ours to decide (see send()).
+  set(curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L));
+  // Timeouts without SIGALRM: we run on a thread of a multi-threaded process.
+  set(curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L));
+  set(curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, opts.timeout_ms));
+  long connect_ms = opts.connect_timeout_ms > 0 ? std::min(opts.connect_timeout_ms, opts.timeout_ms)
+                                                : opts.timeout_ms;
+  set(curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect_ms));
+  if (opts.insecure_skip_verify) {
+    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L));
+    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L));
+  } else {
+    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L));
+    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L));
+    if (!opts.ca_file.empty()) set(curl_easy_setopt(c, CURLOPT_CAINFO, opts.ca_file.c_str()));
+  }
+  if (opts.auth == HttpAuth::Kerberos) {
+    // SPNEGO with the ticket in the credential cache; the empty user and
+    // password make curl use GSS-API's default credentials.
+    set(curl_easy_setopt(c, CURLOPT_HTTPAUTH, static_cast<long>(CURLAUTH_NEGOTIATE)));
+    set(curl_easy_setopt(c, CURLOPT_USERPWD, ":"));
+  }
+  // Size cap: early when Content-Length announces too much, else while writing.
+  set(curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(sink.cap)));
+  set(curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write));
+  set(curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink));
+  if (abort != nullptr) {
+    set(curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress));
+    set(curl_easy_setopt(c, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(abort)));
+    set(curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L));
+  }
+  if (rc != CURLE_OK) {
+    a.kind = Attempt::Fatal;
+    a.err = rc == CURLE_NOT_BUILT_IN || rc == CURLE_UNKNOWN_OPTION ? ENOTSUP : EINVAL;
+    a.message = std::string("setting up the request: ") + curl_easy_strerror(rc);
+    return a;
+  }
+
+  rc = curl_easy_perform(c);
+  if (rc != CURLE_OK) {
+    if (sink.overflow || rc == CURLE_FILESIZE_EXCEEDED) {
+      // Another replica would send the same: no point in failing over.
+      a.kind = Attempt::Fatal;
+      a.err = EFBIG;
+      a.message = "response larger than " + std::to_string(sink.cap) + " bytes";
+      return a;
+    }
+    if (rc == CURLE_ABORTED_BY_CALLBACK || aborted(abort)) {
+      a.kind = Attempt::Fatal;
+      a.err = ECANCELED;
+      a.message = "cancelled";
+      return a;
+    }
+    long os_errno = 0;
+    curl_easy_getinfo(c, CURLINFO_OS_ERRNO, &os_errno);
+    a.err = rc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT
+            : os_errno != 0                ? static_cast<int>(os_errno)
+            : rc == CURLE_COULDNT_CONNECT  ? ECONNREFUSED
+                                           : EIO;
+    a.message = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
+    while (!a.message.empty() && a.message.back() == '\n') a.message.pop_back();
+    return a;
+  }
+
+  long status = 0;
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  if ((status >= 200 && status <= 299) || (status >= 400 && status <= 499)) {
+    a.kind = Attempt::Answer;
+    a.response.status = status;
+    a.response.body = std::move(sink.body);
+    a.response.base_url = base;
+    return a;
+  }
+  if (status >= 300 && status <= 399) {
+    // The redirect target, resolved against the request URL.
+    char* loc = nullptr;
+    if (curl_easy_getinfo(c, CURLINFO_REDIRECT_URL, &loc) == CURLE_OK && loc != nullptr) a.location = loc;
+    a.err = EPROTO;
+    a.message = a.location.empty() ? "HTTP " + std::to_string(status) + " without a Location"
+                                   : "redirect to " + a.location;
+    return a;
+  }
+  a.err = status >= 500 && status <= 599 ? EIO : EPROTO;
+  a.message = "HTTP " + std::to_string(status);
+  if (!sink.body.empty()) a.message += ": " + body_excerpt(sink.body);
+  return a;
+}
+
+}  // namespace
+
+HttpClient::HttpClient(HttpClientOptions opts) : opts_(std::move(opts)) {
+  // "http://rm:8088/" and "http://rm:8088" are the same base: paths start with '/'.
+  for (auto& b : opts_.base_urls) {
+    while (!b.empty() && b.back() == '/') b.pop_back();
+  }
+}
+
+const std::string& HttpClient::current() const {
+  static const std::string none;
+  return current_ < opts_.base_urls.size() ? opts_.base_urls[current_] : none;
+}
+
+Result<HttpResponse> HttpClient::send(const HttpRequest& req, const std::atomic<bool>* abort) {
+  const std::string what = req.method + " " + req.path;
+  auto fail = [this, &what](int err, const std::string& msg) -> Result<HttpResponse> {
+    stats_.failures.fetch_add(1, std::memory_order_relaxed);
+    return make_error(err, msg.empty() ? what : what + ": " + msg);
+  };
+
+  const size_t n = opts_.base_urls.size();
+  if (n == 0) return fail(EINVAL, "no base URL configured");
+  if (req.method != "GET" && req.method != "POST" && req.method != "PUT") {
+    return fail(EINVAL, "unsupported method");
+  }
+  if (opts_.timeout_ms <= 0) return fail(EINVAL, "timeout must be positive");
+  if (has_crlf(req.path) || has_crlf(req.content_type)) {
+    return fail(EINVAL, "line break in the path or content type");
+  }
+  for (const auto& h : req.headers) {
+    if (has_crlf(h)) return fail(EINVAL, "line break in a header");
+  }
+  if (opts_.auth == HttpAuth::Simple && opts_.user.empty()) {
+    return fail(EINVAL, "simple authentication needs a user");
+  }
+  if (CURLcode g = curl_global(); g != CURLE_OK) {
+    return fail(EIO, std::string("curl_global_init: ") + curl_easy_strerror(g));
+  }
+  CurlEasy h(curl_easy_init());
+  if (!h) return fail(ENOMEM, "curl_easy_init failed");
+
+  Prepared p;
+  p.method = &req.method;
+  p.body = &req.body;
+  p.path_query = req.path.empty() || req.path[0] != '/' ? "/" + req.path : req.path;
+  if (opts_.auth == HttpAuth::Simple) {
+    std::unique_ptr<char, CurlFreeDeleter> esc(
+        curl_easy_escape(h.get(), opts_.user.data(), static_cast<int>(opts_.user.size())));
+    if (!esc) return fail(ENOMEM, "escaping the user name");
+    p.path_query += p.path_query.find('?') == std::string::npos ? '?' : '&';
+    p.path_query += "user.name=";
+    p.path_query += esc.get();
+  }
+
+  CurlSlist headers;
+  auto add_header = [&headers](const std::string& line) {
+    curl_slist* l = curl_slist_append(headers.get(), line.c_str());
+    if (l == nullptr) return false;
+    (void)headers.release();  // now owned by the list head `l`
+    headers.reset(l);
+    return true;
+  };
+  bool ok = add_header("Accept: application/json");
+  if (req.method != "GET") {
+    if (!req.content_type.empty()) ok = ok && add_header("Content-Type: " + req.content_type);
+    ok = ok && add_header("Expect:");  // no 100-continue round trip for large bodies
+  }
+  for (const auto& line : req.headers) ok = ok && add_header(line);
+  if (!ok) return fail(ENOMEM, "building the header list");
+  p.headers = headers.get();
+
+  // The last failure at each base URL, for the error message.
+  std::vector<std::string> last_failure(n);
+  int last_err = EIO;
+  const size_t start = current_ < n ? current_ : 0;
+  long backoff = std::max(opts_.retry_backoff_ms, 0L);
+
+  for (unsigned round = 0; round <= opts_.retries; ++round) {
+    if (round > 0) {
+      if (!sleep_unless_aborted(backoff, abort)) return fail(ECANCELED, "cancelled");
+      backoff = backoff > (1L << 30) ? backoff : backoff * 2;
+    }
+    std::vector<bool> tried(n, false);
+    size_t idx = start;
+    for (size_t k = 0; k < n; ++k) {
+      if (aborted(abort)) return fail(ECANCELED, "cancelled");
+      tried[idx] = true;
+      stats_.requests.fetch_add(1, std::memory_order_relaxed);
+      const std::string& base = opts_.base_urls[idx];
+      Attempt a = perform(h.get(), opts_, base, p, abort);
+      if (a.kind == Attempt::Answer) {
+        current_ = idx;
+        return std::move(a.response);
+      }
+      if (a.kind == Attempt::Fatal) return fail(a.err, base + ": " + a.message);
+      last_err = a.err;
+      last_failure[idx] = std::move(a.message);
+      if (k + 1 == n) break;  // round over
+
+      // Next: the base URL a redirect names, if configured and not yet tried
+      // in this round; else the next untried one after this.
+      size_t next = n;
+      if (!a.location.empty()) {
+        for (size_t j = 0; j < n; ++j) {
+          if (!tried[j] && url_under_base(a.location, opts_.base_urls[j])) {
+            next = j;
+            break;
+          }
+        }
+      }
+      for (size_t j = 1; next == n && j < n; ++j) {
+        if (!tried[(idx + j) % n]) next = (idx + j) % n;
+      }
+      idx = next;
+      stats_.failovers.fetch_add(1, std::memory_order_relaxed);
+    }
+    // The next round starts at `start` again: a move if the round ended elsewhere.
+    if (round < opts_.retries && idx != start) stats_.failovers.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  std::string msg = "no usable answer after " + std::to_string(opts_.retries + 1) +
+                    (opts_.retries == 0 ? " round" : " rounds") + " over " + std::to_string(n) +
+                    (n == 1 ? " base URL" : " base URLs");
+  for (size_t i = 0; i < n; ++i) {
+    msg += "; " + opts_.base_urls[i] + ": " + last_failure[i];
+  }
+  return fail(last_err, msg);
+}
+
+}  // namespace khagent
