@@ -195,12 +195,14 @@ start_tool() {
   shift
   before=" $(prog_table | awk '{print $1}' | tr '\n' ' ') "
   if [[ "$tool" == khagent ]]; then
-    local global=() observe=(--json --interval 1s)
+    # khagent [GLOBAL ARGS] [-- SUBCOMMAND ARGS]; the subcommand is
+    # `observe --json --interval 1s` unless given.
+    local global=() command=(observe --json --interval 1s)
     while (($#)); do
-      if [[ "$1" == -- ]]; then shift; observe=("$@"); break; fi
+      if [[ "$1" == -- ]]; then shift; command=("$@"); break; fi
       global+=("$1"); shift
     done
-    "$khagent" --no-pin --log-level warn "${global[@]}" observe "${observe[@]}" >/dev/null &
+    "$khagent" --no-pin --log-level warn "${global[@]}" "${command[@]}" >/dev/null &
   else
     "$runqlat" 1 >/dev/null &  # 1 s summaries, like khagent's default tick
   fi
@@ -494,12 +496,24 @@ max_cgroups_args() {  # N -> the khagent arguments for N bench cgroups
   if (($1 + base_cgroups > default_max_cgroups)); then echo "--max-cgroups 8192"; fi
 }
 
-declare -A ucpu urange urss uactive  # [n,tick]
+declare -A ucpu urange urss uactive  # [mode,n,tick]
 base_cgroups=$(find "$cg2" -type d | wc -l)
+# What part 3 runs: the agent itself (dry run: it reads, classifies, decides
+# and logs, but writes nothing; /metrics served on loopback), and `observe
+# --json`, which prints every active cgroup every tick.
+modes=(agent observe)
+mode_command() {  # MODE TICK -> the khagent subcommand and its arguments
+  if [[ "$1" == agent ]]; then
+    printf 'tick: %s\ndry_run: true\nstate_file: %s\n' "$2" "$work/state.json" >"$work/agent.yaml"
+    echo "run --config $work/agent.yaml --metrics-address 127.0.0.1 --metrics-port 0"
+  else
+    echo "observe --json --interval $2"
+  fi
+}
 part3() {
-  local n tick global active settle vals t0 t1 s0 s1 hz t=$SECONDS
+  local n tick mode global command active settle vals t0 t1 s0 s1 hz t=$SECONDS
   hz=$(getconf CLK_TCK)
-  echo "bench: 3/3 userspace cost, ${cgroup_counts[*]} cgroups x ticks ${ticks[*]}, $windows windows of ${window_s}s" >&2
+  echo "bench: 3/3 userspace cost, ${modes[*]} x ${cgroup_counts[*]} cgroups x ticks ${ticks[*]}, $windows windows of ${window_s}s" >&2
   build_helper
   mkdir "$parent"
   for n in "${cgroup_counts[@]}"; do
@@ -507,25 +521,28 @@ part3() {
     read -ra global <<<"$(max_cgroups_args "$n")"
     active=$(active_seen "${global[@]}")
     for tick in "${ticks[@]}"; do
-      wait_alone
-      start_tool khagent "${global[@]}" -- --json --interval "$tick"
-      # Two ticks, at least 2 s, to settle: first map read, cgroup tree walk.
-      settle=$(ticks_of "$tick")
-      sleep "$(calc %.2f "($settle * 2 < 2 ? 2 : $settle * 2)")"
-      vals=""
-      for _ in $(seq "$windows"); do
-        t0=$(awk '{print $14 + $15}' "/proc/$tool_pid/stat") s0=$(date +%s%N)
-        sleep "$window_s"
-        t1=$(awk '{print $14 + $15}' "/proc/$tool_pid/stat") s1=$(date +%s%N)
-        vals+="$(calc %.3f "100 * ($t1 - $t0) / $hz / (($s1 - $s0) / 1e9)")"$'\n'
+      for mode in "${modes[@]}"; do
+        wait_alone
+        read -ra command <<<"$(mode_command "$mode" "$tick")"
+        start_tool khagent "${global[@]}" -- "${command[@]}"
+        # Two ticks, at least 2 s, to settle: first map read, cgroup tree walk.
+        settle=$(ticks_of "$tick")
+        sleep "$(calc %.2f "($settle * 2 < 2 ? 2 : $settle * 2)")"
+        vals=""
+        for _ in $(seq "$windows"); do
+          t0=$(awk '{print $14 + $15}' "/proc/$tool_pid/stat") s0=$(date +%s%N)
+          sleep "$window_s"
+          t1=$(awk '{print $14 + $15}' "/proc/$tool_pid/stat") s1=$(date +%s%N)
+          vals+="$(calc %.3f "100 * ($t1 - $t0) / $hz / (($s1 - $s0) / 1e9)")"$'\n'
+        done
+        ucpu[$mode,$n,$tick]=$(median <<<"$vals")
+        urange[$mode,$n,$tick]=$(range %.1f <<<"$vals")
+        urss[$mode,$n,$tick]=$(awk '/^VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$tool_pid/status")
+        uactive[$mode,$n,$tick]=$active
+        stop_tool
+        echo "  $mode, $n cgroups ($active active), tick $tick: CPU ${ucpu[$mode,$n,$tick]}% (${urange[$mode,$n,$tick]})," \
+             "peak RSS ${urss[$mode,$n,$tick]} MiB ${global[*]}" >&2
       done
-      ucpu[$n,$tick]=$(median <<<"$vals")
-      urange[$n,$tick]=$(range %.1f <<<"$vals")
-      urss[$n,$tick]=$(awk '/^VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$tool_pid/status")
-      uactive[$n,$tick]=$active
-      stop_tool
-      echo "  $n cgroups ($active active), tick $tick: CPU ${ucpu[$n,$tick]}% (${urange[$n,$tick]})," \
-           "peak RSS ${urss[$n,$tick]} MiB ${global[*]}" >&2
     done
   done
   echo "  ($(elapsed $t))" >&2
@@ -554,15 +571,19 @@ verdict() { awk "BEGIN { print ($1) ? \"met\" : \"**missed**\" }"; }
     echo "| 2 | load throughput; nothing attached: $(tput_cell none) | $(tput_cell khagent) | $(tput_cell runqlat) | khagent $(printf %+.1f "$kh")%, runqlat $(printf %+.1f "$rq")% | khagent <= +2% | $(verdict "$kh <= 2") |"
   fi
   if has_part 3; then
-    for n in "${cgroup_counts[@]}"; do
-      for tick in "${ticks[@]}"; do
-        goal="" met=""
-        if [[ "$n" == 1000 && "$tick" == 1s ]]; then
-          goal="<= 1% CPU, <= 30 MB RSS"
-          met=$(verdict "${ucpu[$n,$tick]} <= 1 && ${urss[$n,$tick]} * 1.048576 <= 30")
-        fi
-        args=$(max_cgroups_args "$n")
-        echo "| 3 | khagent, $n cgroups (${uactive[$n,$tick]} active in 1 s), $tick tick${args:+, \`$args\`} | $(printf %.2f "${ucpu[$n,$tick]}")% of a core (${urange[$n,$tick]}), peak RSS ${urss[$n,$tick]} MiB | | | $goal | $met |"
+    for mode in "${modes[@]}"; do
+      for n in "${cgroup_counts[@]}"; do
+        for tick in "${ticks[@]}"; do
+          goal="" met="" k="$mode,$n,$tick"
+          if [[ "$n" == 1000 && "$tick" == 1s ]]; then
+            goal="<= 1% CPU, <= 30 MB RSS"
+            met=$(verdict "${ucpu[$k]} <= 1 && ${urss[$k]} * 1.048576 <= 30")
+          fi
+          args=$(max_cgroups_args "$n")
+          what="\`run --dry-run\` (the agent)"
+          [[ "$mode" == observe ]] && what="\`observe --json\`"
+          echo "| 3 | $what, $n cgroups (${uactive[$k]} active in 1 s), $tick tick${args:+, \`$args\`} | $(printf %.2f "${ucpu[$k]}")% of a core (${urange[$k]}), peak RSS ${urss[$k]} MiB | | | $goal | $met |"
+        done
       done
     done
   fi
@@ -601,7 +622,7 @@ EOF
     echo "* part 2: $tput_rounds rounds of (nothing, khagent, runqlat), N = $tput_loops, bpf stats off. Slowdown = median over rounds of usecs/op / usecs/op with nothing attached in the same round, minus 1."
   fi
   if has_part 3; then
-    echo "* part 3: cgroups \`khagent-bench-PID/cg<i>\` under the cgroup2 mount, one process each waking every $wake_ms ms. CPU = utime+stime of khagent over $windows windows of $window_s s after two ticks to settle (median, min-max in parentheses); RSS = VmHWM at the end. \"Active\" = bench cgroups khagent reported with CPU time or waits in one 1 s interval (a short separate run before the measurement). cgroup_stats holds $default_max_cgroups cgroups by default, so the 5000 case passes \`--max-cgroups 8192\`."
+    echo "* part 3: cgroups \`khagent-bench-PID/cg<i>\` under the cgroup2 mount, one process each waking every $wake_ms ms. Two ways of running khagent: the agent, \`run --dry-run\` with a configuration giving the tick (it collects, classifies, rolls up, decides and updates /metrics, served on 127.0.0.1, but writes no cgroup), and \`observe --json --interval TICK\` (prints every active cgroup every tick to /dev/null). CPU = utime+stime of khagent over $windows windows of $window_s s after two ticks to settle (median, min-max in parentheses); RSS = VmHWM at the end. \"Active\" = bench cgroups khagent reported with CPU time or waits in one 1 s interval (a short separate run before the measurement). cgroup_stats holds $default_max_cgroups cgroups by default, so the 5000 case passes \`--max-cgroups 8192\`."
   fi
   echo "* every figure: median (min-max) over rounds or windows"
   if ((redone)); then

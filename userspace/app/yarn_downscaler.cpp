@@ -98,8 +98,8 @@ void YarnDownscaler::stop(bool restore) {
     std::lock_guard<std::mutex> lk(mu_);
     if (stopped_) return;
     stopped_ = true;
+    stopping_ = true;  // under the lock: the worker cannot miss the wakeup
   }
-  stopping_ = true;
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();
   if (!restore) return;
@@ -275,7 +275,8 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
   std::lock_guard<std::mutex> lk(mu_);
   status_.configured = configured.value();
   status_.configured_known = true;
-  status_.advertised = node.value().total;
+  // In a dry run the RM never got our update: keep showing what it would have.
+  status_.advertised = dry_advertised_ ? *dry_advertised_ : node.value().total;
   status_.advertised_known = true;
   status_.containers = static_cast<size_t>(std::count_if(
       nm_containers_.begin(), nm_containers_.end(), [](const NmContainer& c) { return nm_container_active(c.state); }));
@@ -290,6 +291,10 @@ void YarnDownscaler::capacity(const YarnOffer& o) {
   in.configured = st.configured;
   in.known = st.advertised_known;
   in.advertised = st.advertised;
+  // After a failed POST, the next try waits a refresh interval (a missing
+  // RM permission must not turn into a POST per tick).
+  if (o.now_ns < post_retry_ns_) return;
+  const YarnCapacityState before = cap_state_;
   YarnCapacityDecision d = yarn_capacity_step(in, cfg_, cap_state_);
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -303,25 +308,36 @@ void YarnDownscaler::capacity(const YarnOffer& o) {
     std::lock_guard<std::mutex> lk(mu_);
     status_.updates_dry_run++;
     // Dry-run carries on as if the RM had taken it, so later steps show what would follow.
+    dry_advertised_ = d.resource;
     status_.advertised = d.resource;
     status_.advertised_known = true;
     return;
   }
   auto r = post_node_resource(*rm_, st.node_id, d.resource, cfg_.over_commit_timeout_ms, &stopping_);
-  std::lock_guard<std::mutex> lk(mu_);
   if (r) {
+    post_retry_ns_ = 0;
+    post_error_.clear();
+    std::lock_guard<std::mutex> lk(mu_);
+    status_.last_error.clear();  // this round's reads went through too
     status_.updates_ok++;
     status_.advertised = r.value();
     status_.advertised_known = true;
     spdlog::info("yarn: {} {} -> {} ({}); RM now has {}", yarn_action_name(d.action), st.node_id,
                  res_str(d.resource), d.reason, res_str(r.value()));
-  } else {
-    status_.updates_failed++;
-    // The next round re-reads the node and tries again.
-    have_inventory_ = false;
-    status_.last_error = "resizing " + st.node_id + " to " + res_str(d.resource) + ": " + r.error().str();
-    spdlog::error("yarn: {}", status_.last_error);
+    return;
   }
+  // Not applied: the policy's memory goes back to before this step (a grow
+  // that did not happen must not count against the grow interval), and the
+  // node is read again before the next try.
+  cap_state_ = before;
+  post_retry_ns_ = o.now_ns + cfg_.refresh_interval_ns;
+  last_refresh_ns_ = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    status_.updates_failed++;
+  }
+  post_error_ = "resizing " + st.node_id + " to " + res_str(d.resource) + ": " + r.error().str();
+  note_error(post_error_);
 }
 
 void YarnDownscaler::reclaim(const YarnOffer& o) {
@@ -404,19 +420,17 @@ void YarnDownscaler::reclaim(const YarnOffer& o) {
 
 void YarnDownscaler::round(const YarnOffer& o) {
   bool ok = ensure_node();
-  bool fresh = false;
   if (ok) {
     bool due = !have_inventory_ || o.now_ns - last_refresh_ns_ >= cfg_.refresh_interval_ns;
     ok = refresh(o.now_ns, !have_inventory_);
-    fresh = ok && due;
+    if (ok && due) {  // the reads went through; a failing POST still counts
+      std::lock_guard<std::mutex> lk(mu_);
+      status_.last_error = post_error_;
+    }
   }
   if (ok) {
     capacity(o);
     reclaim(o);
-    if (fresh) {
-      std::lock_guard<std::mutex> lk(mu_);
-      status_.last_error.clear();
-    }
   }
   sync_stats();
 }

@@ -83,6 +83,9 @@ class YarnDownscaler {
   YarnCapacityState cap_state_;
   ReclaimState reclaim_state_;
   uint64_t last_refresh_ns_ = 0;
+  uint64_t post_retry_ns_ = 0;
+  std::string post_error_;                       // the last POST's error until one succeeds                   // no POST before this (after a failure)
+  std::optional<YarnResource> dry_advertised_;   // dry run: what the RM would have now
   bool have_inventory_ = false;
   std::vector<NmContainer> nm_containers_;
   std::map<std::string, YarnApp> apps_;          // by application id
