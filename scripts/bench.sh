@@ -12,7 +12,12 @@
 # 2. Whole-system overhead: usecs/op of the same load with nothing attached,
 #    with khagent, with runqlat, rounds alternating none, khagent, runqlat, ...
 # 3. Userspace cost at scale: khagent's CPU (utime+stime) and peak RSS (VmHWM)
-#    while observing 100, 1000 and 5000 busy cgroups at a 100 ms and a 1 s tick.
+#    with 100, 1000 and 5000 busy cgroups at a 100 ms and a 1 s tick, as the
+#    agent (run --dry-run) and as observe --json.
+# 4. Reaction time, in a QEMU VM on Debian's 6.1 kernel (vmtest/run.sh): CPU
+#    hogs start in the YARN hierarchy next to an online probe, again and
+#    again; the distribution of khagent's own reaction (first over-threshold
+#    wait to the cpu.max write) and of hogs-start to cut on the guest clock.
 #
 # Every figure is a median over rounds (or windows); ratios and slowdowns are
 # taken within a round, then their median is reported. The machine is noisy:
@@ -22,7 +27,7 @@
 #
 # Environment (defaults in brackets):
 #   QUICK=1         the short version [0]
-#   PARTS=13        run only these parts [123]
+#   PARTS=13        run only these parts [1234]
 #   PIN=0           do not pin the load to one CPU [1: taskset -c LOAD_CPU]
 #   LOAD_CPU=N      CPU the pinned load runs on [the last one]
 #   WAKE_MS=N       period of the process in each part 3 cgroup [1000]
@@ -36,7 +41,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 [[ $(id -u) -eq 0 ]] || { echo "bench: needs root" >&2; exit 2; }
 
 quick="${QUICK:-0}"
-parts="${PARTS:-123}"
+parts="${PARTS:-1234}"
 pin="${PIN:-1}"
 load_cpu="${LOAD_CPU:-$(($(nproc) - 1))}"
 wake_ms="${WAKE_MS:-1000}"
@@ -47,10 +52,12 @@ if [[ "$quick" == 1 ]]; then
   cost_rounds=3 cost_loops=100000  # part 1: rounds per tool, ping-pongs per round
   tput_rounds=3 tput_loops=100000  # part 2: rounds of (none, khagent, runqlat)
   windows=2 window_s=4             # part 3: CPU windows per case, seconds each
+  reaction_cycles=8                # part 4: hog bursts in the VM
 else
   cost_rounds=10 cost_loops=150000
   tput_rounds=12 tput_loops=150000
   windows=3 window_s=10
+  reaction_cycles=30
 fi
 cgroup_counts=(100 1000 5000)
 ticks=(100ms 1s)
@@ -59,7 +66,7 @@ has_part() { [[ "$parts" == *"$1"* ]]; }
 
 # The command that reproduces this run, for the report.
 repro="scripts/bench.sh"
-for v in QUICK:0 PARTS:123 PIN:1 LOAD_CPU: WAKE_MS:1000; do
+for v in QUICK:0 PARTS:1234 PIN:1 LOAD_CPU: WAKE_MS:1000; do
   name=${v%%:*} default=${v#*:}
   if [[ -n "${!name:-}" && "${!name}" != "$default" ]]; then repro="$name=${!name} $repro"; fi
 done
@@ -548,9 +555,29 @@ part3() {
   echo "  ($(elapsed $t))" >&2
 }
 
+part4() {
+  local t=$SECONDS vmtests="$build/tests/khagent_vm_tests" out
+  echo "bench: 4/4 reaction time in a VM (Debian 6.1, TCG), $reaction_cycles hog bursts" >&2
+  [[ -x "$vmtests" ]] || { echo "bench: no $vmtests" >&2; exit 1; }
+  out=$("$root/vmtest/run.sh" --log "$work/vm-reaction-console.log" \
+          --include "$khagent" --include "$vmtests" -- \
+          env KHAGENT_VM_BENCH_CYCLES="$reaction_cycles" "$vmtests" --gtest_filter='VmBench.*' 2>&1) || {
+    echo "$out" | tail -30 >&2
+    echo "bench: the VM reaction run failed (console: $work/vm-reaction-console.log)" >&2
+    exit 1
+  }
+  react_guest=$(grep -o 'BENCH reaction guest .*' <<<"$out" | head -1)
+  react_own=$(grep -o 'BENCH reaction khagent .*' <<<"$out" | head -1)
+  echo "  ${react_own#BENCH }" >&2
+  echo "  ${react_guest#BENCH }" >&2
+  echo "  ($(elapsed $t))" >&2
+}
+field() { grep -o "$1=[0-9.]*" <<<"$2" | cut -d= -f2; }  # field NAME LINE
+
 if has_part 1; then part1; fi
 if has_part 2; then part2; fi
 if has_part 3; then part3; fi
+if has_part 4; then part4; fi
 load_end=$(cut -d' ' -f1 /proc/loadavg)
 
 # ---------------------------------------------------------------- report
@@ -586,6 +613,11 @@ verdict() { awk "BEGIN { print ($1) ? \"met\" : \"**missed**\" }"; }
         done
       done
     done
+  fi
+  if has_part 4; then
+    p95=$(field p95 "$react_own")
+    echo "| 4 | reaction in the VM, first over-threshold wait -> cpu.max write (khagent's clock), n = $(field n "$react_own") | p50 $(field p50 "$react_own") ms, p95 $p95 ms, max $(field max "$react_own") ms | | | p95 < 100 ms | $(verdict "${p95:-1e9} < 100") |"
+    echo "| 4 | reaction in the VM, hogs start -> first cpu.max cut (guest clock), n = $(field n "$react_guest"), no cut within 5 s: $(field missed "$react_guest") | p50 $(field p50 "$react_guest") ms, p95 $(field p95 "$react_guest") ms, max $(field max "$react_guest") ms | | | | |"
   fi
 } >"$work/table.md"
 
@@ -623,6 +655,9 @@ EOF
   fi
   if has_part 3; then
     echo "* part 3: cgroups \`khagent-bench-PID/cg<i>\` under the cgroup2 mount, one process each waking every $wake_ms ms. Two ways of running khagent: the agent, \`run --dry-run\` with a configuration giving the tick (it collects, classifies, rolls up, decides and updates /metrics, served on 127.0.0.1, but writes no cgroup), and \`observe --json --interval TICK\` (prints every active cgroup every tick to /dev/null). CPU = utime+stime of khagent over $windows windows of $window_s s after two ticks to settle (median, min-max in parentheses); RSS = VmHWM at the end. \"Active\" = bench cgroups khagent reported with CPU time or waits in one 1 s interval (a short separate run before the measurement). cgroup_stats holds $default_max_cgroups cgroups by default, so the 5000 case passes \`--max-cgroups 8192\`."
+  fi
+  if has_part 4; then
+    echo "* part 4: \`vmtest/run.sh\` boots Debian's 6.1 kernel in QEMU (TCG, 2 vCPUs, no KVM) and runs \`khagent_vm_tests --gtest_filter=VmBench.*\`: an online probe (1 ms wake-ups) in a Burstable-pod cgroup, the agent with a 200 ms tick, a 1 ms fast-path threshold and a budget that recovers within seconds, and $reaction_cycles cycles of four CPU hogs started in \`/hadoop-yarn/container_*\` for 0.5 s, waiting for the budget to come back between cycles. khagent's clock: the fast path's \"reaction X ms\" log line (BPF timestamp of the first over-threshold wait to the return of the cpu.max write). Guest clock: from the hogs' fork to the test seeing cpu.max change (1 ms polling). Emulation makes everything slower than on hardware."
   fi
   echo "* every figure: median (min-max) over rounds or windows"
   if ((redone)); then

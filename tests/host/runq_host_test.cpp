@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -39,14 +40,6 @@ struct MinTrace {
     uint32_t k = static_cast<uint32_t>(pid);
     uint64_t zero[2] = {0, 0};
     bpf_map_update_elem(bpf_map__fd(skel->maps.targets), &k, zero, BPF_ANY);
-  }
-  // Total run time and run count of one of the tracer's programs; counted
-  // only while BPF run-time statistics are enabled.
-  static std::pair<uint64_t, uint64_t> run_stats(const bpf_program* prog) {
-    bpf_prog_info info{};
-    uint32_t len = sizeof(info);
-    if (bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &len) != 0) return {0, 0};
-    return {info.run_time_ns, info.run_cnt};
   }
   std::pair<uint64_t, uint64_t> totals(pid_t pid) {  // wait_ns, waits
     uint32_t k = static_cast<uint32_t>(pid);
@@ -133,23 +126,15 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   ASSERT_GT(sleeper, 0);
   MinTrace& mt = *mt_;
   mt.watch(sleeper);
-  // Run-time statistics give the cost of the tracer's own handlers (below).
-  int stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
-  ASSERT_GE(stats_fd, 0) << "BPF_ENABLE_STATS: " << std::strerror(errno);
   sleep_s(0.5);
 
   RawMaps r0 = read();
   Schedstat k0 = schedstat(sleeper);
   auto t0 = mt.totals(sleeper);
-  auto sw0 = MinTrace::run_stats(mt.skel->progs.mt_switch);
-  auto wk0 = MinTrace::run_stats(mt.skel->progs.mt_wakeup);
   sleep_s(4);
   RawMaps r1 = read();
   Schedstat k1 = schedstat(sleeper);
   auto t1 = mt.totals(sleeper);
-  auto sw1 = MinTrace::run_stats(mt.skel->progs.mt_switch);
-  auto wk1 = MinTrace::run_stats(mt.skel->progs.mt_wakeup);
-  ::close(stats_fd);
 
   CgroupCounters bd = counters_delta(of(r1, b.id()), of(r0, b.id()));
   double kernel_waits = static_cast<double>(k1.pcount - k0.pcount);
@@ -166,16 +151,14 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   EXPECT_GE(ours_ns, 0.98 * kernel_delay) << "below the kernel's own run_delay";
   // Both tracers stamp the same two events, but the tracer's handler runs
   // first, so khagent's stamp at each end of a wait is later by the run time
-  // of the tracer's handler there. On bare metal that is tens of ns; under
-  // emulation (QEMU TCG) a few µs, which over thousands of short waits adds
-  // up to more than 5%. Allow 5% plus that per-wait skew as measured.
-  auto mean_ns = [](std::pair<uint64_t, uint64_t> a, std::pair<uint64_t, uint64_t> b) {
-    uint64_t runs = b.second - a.second;
-    return runs ? static_cast<double>(b.first - a.first) / static_cast<double>(runs) : 0.0;
-  };
-  double skew_ns = static_cast<double>(t1.second - t0.second) * (mean_ns(sw0, sw1) + mean_ns(wk0, wk1));
-  std::printf("B: tracer handlers: switch %.0f ns, wakeup %.0f ns per run; allowed skew %.3f ms\n",
-              mean_ns(sw0, sw1), mean_ns(wk0, wk1), skew_ns / 1e6);
+  // of the tracer's handler there. On hardware that is well under a µs; in
+  // the vmtest guest (QEMU TCG) the handlers take 5–10 µs each (measured
+  // with BPF run-time stats), which over thousands of short waits adds up to
+  // more than 5%. There (KHAGENT_VMTEST set by vmtest/run.sh) allow 5% plus
+  // 20 µs per wait. (Toggling BPF stats from the test to measure it instead
+  // made the 6.1 guest lock up under TCG in 2 of 5 runs.)
+  double skew_ns = std::getenv("KHAGENT_VMTEST") ? 20'000.0 * static_cast<double>(t1.second - t0.second) : 0;
+  std::printf("B: allowed skew %.3f ms beyond 5%%\n", skew_ns / 1e6);
   EXPECT_LE(std::fabs(ours_ns - tracer_ns), 0.05 * tracer_ns + skew_ns)
       << "disagrees with the reference tracer";
 

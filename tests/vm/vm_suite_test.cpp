@@ -407,3 +407,76 @@ TEST(VmSuite, BadInputKeepsTheAgentRunning) {
     act.restore();
   }
 }
+
+// Benchmark, not a check: run by scripts/bench.sh (part 4), excluded from the
+// vmtest suite. Repeats "hogs start in the YARN hierarchy while the online
+// probe runs" and records, per cycle, the time from the hogs' start to the
+// first cpu.max cut (guest clock) and khagent's own reaction time (first
+// over-threshold wait seen by BPF to the cgroup write). The budget is set to
+// recover fast between cycles. KHAGENT_VM_BENCH_CYCLES: cycles [20].
+TEST(VmBench, ReactionTimeDistribution) {
+  require_guest();
+  int cycles = 20;
+  if (const char* c = std::getenv("KHAGENT_VM_BENCH_CYCLES")) cycles = std::max(1, std::atoi(c));
+  std::vector<std::unique_ptr<TestCgroup>> cgs;
+  for (const std::string& p : std::vector<std::string>{"/kubepods.slice", "/kubepods.slice/kubepods-burstable.slice", kPod, kCtr, kYarn,
+                              kYarn + "/container_e01_1700000000000_0001_01_000002"})
+    cgs.push_back(std::make_unique<TestCgroup>(kRoot, p));
+  const std::string y1 = kRoot + kYarn + "/container_e01_1700000000000_0001_01_000002";
+  Probe probe;
+  Child online({kRoot + kCtr + "/cgroup.procs"}, -1, 0, [&] { probe.run(); });
+
+  std::ofstream("/tmp/kh-vm-bench.yaml")
+      << "tick: 200ms\n"
+         "online:\n  wait_p99_target: 500us\n  min_waits: 20\n"
+         "budget:\n  floor: 0.1\n  reserve: 0.2\n  calm_period: 1s\n  increase_step: 2\n"
+         "  increase_interval: 200ms\n  cpu_max_period: 10ms\n"
+         "fast_path:\n  wait_threshold: 1ms\n  min_interval: 20ms\n";
+  ::unlink("/tmp/kh-vm-bench-state.json");
+  ::unlink("/tmp/kh-vm-bench.log");
+  AgentProc agent("run --config /tmp/kh-vm-bench.yaml --state-file /tmp/kh-vm-bench-state.json --no-metrics",
+                  "/tmp/kh-vm-bench.log");
+  const std::string cpu_max = kRoot + kYarn + "/cpu.max";
+  ASSERT_TRUE(wait_for([&] { return read_file(cpu_max) != "max 100000\n"; }, 30))
+      << "the agent never set the offline budget\n" << agent.text();
+  sleep_s(2);
+  std::string settled = read_file(cpu_max);
+
+  std::vector<double> guest_ms;
+  int missed = 0;
+  for (int i = 0; i < cycles; i++) {
+    uint64_t start = mono_ns();
+    std::vector<Child> hogs;
+    for (int h = 0; h < 4; h++)
+      hogs.emplace_back(std::vector<std::string>{y1 + "/cgroup.procs"}, -1, 0, [] { busy_loop(); });
+    if (wait_for([&] { return read_file(cpu_max) != settled; }, 5, 0.001)) {
+      guest_ms.push_back(static_cast<double>(mono_ns() - start) / 1e6);
+    } else {
+      missed++;
+    }
+    sleep_s(0.5);
+    hogs.clear();
+    // Back to where it was before the next cycle (calm period, then steps).
+    if (!wait_for([&] { return read_file(cpu_max) == settled; }, 15, 0.05)) settled = read_file(cpu_max);
+    sleep_s(0.3);
+  }
+  EXPECT_EQ(agent.stop(SIGTERM), 0);
+  std::string log = agent.text();
+
+  std::vector<double> own_ms;
+  std::regex re(R"(reaction ([0-9.]+) ms from the first over-threshold wait)");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it)
+    own_ms.push_back(std::stod((*it)[1].str()));
+  auto pct = [](std::vector<double> v, double q) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+    return v[std::min(v.size() - 1, i)];
+  };
+  // One line each, parsed by scripts/bench.sh.
+  std::printf("BENCH reaction guest n=%zu missed=%d p50=%.1f p95=%.1f max=%.1f (ms, hogs start -> first cpu.max cut)\n",
+              guest_ms.size(), missed, pct(guest_ms, 0.5), pct(guest_ms, 0.95), pct(guest_ms, 1.0));
+  std::printf("BENCH reaction khagent n=%zu p50=%.2f p95=%.2f max=%.2f (ms, first over-threshold wait -> cgroup write)\n",
+              own_ms.size(), pct(own_ms, 0.5), pct(own_ms, 0.95), pct(own_ms, 1.0));
+  EXPECT_FALSE(guest_ms.empty()) << log;
+}

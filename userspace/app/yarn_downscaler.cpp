@@ -149,6 +149,7 @@ void YarnDownscaler::run() {
 }
 
 void YarnDownscaler::note_error(const std::string& what) {
+  if (stopping_) return;  // requests cut short by stop() are not errors
   uint64_t now = mono_ns();
   bool log = last_error_log_ns_ == 0 || now - last_error_log_ns_ >= kErrorLogIntervalNs;
   {
