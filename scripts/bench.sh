@@ -57,7 +57,7 @@ else
   cost_rounds=10 cost_loops=150000
   tput_rounds=12 tput_loops=150000
   windows=3 window_s=10
-  reaction_cycles=30
+  reaction_cycles=20
 fi
 cgroup_counts=(100 1000 5000)
 ticks=(100ms 1s)
