@@ -14,7 +14,7 @@ PACKAGES=(
   prometheus-cpp-dev libcurl4-openssl-dev
   # tests
   libgtest-dev libgmock-dev libcpp-httplib-dev
-  bc stress-ng rt-tests libbpf-tools linux-perf hyperfine jq
+  bc stress-ng rt-tests libbpf-tools linux-perf hyperfine jq openssl
   # vmtest
   qemu-system-x86 busybox-static cpio
 )

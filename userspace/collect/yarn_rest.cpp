@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 namespace khagent {
 
@@ -262,9 +264,16 @@ Result<std::string> YarnRest::get(HttpClient& c, const std::string& path,
                                   const std::atomic<bool>* abort) {
   HttpRequest req;
   req.path = path;
+  auto t0 = std::chrono::steady_clock::now();
   auto r = c.send(req, abort);
-  if (!r) return r.error();
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!r) {
+    spdlog::debug("yarn: GET {}: {} ({:.0f} ms)", path, r.error().str(), ms);
+    return r.error();
+  }
   const HttpResponse& resp = r.value();
+  spdlog::debug("yarn: GET {}{}: HTTP {}, {} bytes ({:.0f} ms)", resp.base_url, path, resp.status,
+                resp.body.size(), ms);
   if (resp.status < 200 || resp.status >= 300) {
     int err = resp.status == 401 || resp.status == 403 ? EACCES : resp.status == 404 ? ENOENT : EIO;
     return make_error(err, "GET " + resp.base_url + path + ": HTTP " + std::to_string(resp.status) +
