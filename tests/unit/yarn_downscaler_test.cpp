@@ -551,7 +551,8 @@ TEST(YarnDownscaler, StopWithoutRestoreOrWithNothingToRestorePostsNothing) {
   EXPECT_EQ(emu.rm_posts().size(), 1u);
   EXPECT_EQ(emu.node(kThis)->total.vcores, 3);
   {
-    emu.set_node_total(kThis, {8, 16384});
+    emu.set_node_total(kThis, {8, 16384});  // back to full size on both sides
+    emu.set_nm_info(kThis, "worker1.example.com", {8, 16384});
     YarnDownscaler ds(test_config(emu), false, mount.path.string(), {"worker1"});
     ds.round(offer_at(kT0, 8));  // at the configured size already
     ds.stop(true);
@@ -562,4 +563,55 @@ TEST(YarnDownscaler, StopWithoutRestoreOrWithNothingToRestorePostsNothing) {
     ds.stop(true);
   }
   EXPECT_EQ(emu.rm_posts().size(), 1u);
+}
+
+// After a shrink through the RM the NodeManager itself reports the shrunk
+// size (the emulator does what the NM's heartbeat does). The maximum must not
+// follow it down: the node grows back to its real size, and a restarted
+// downscaler finds that size in its file.
+TEST(YarnDownscaler, TheMaximumDoesNotRatchetDownAndSurvivesARestart) {
+  YarnEmulator emu;
+  setup_nodes(emu);
+  TempDir mount;
+  const std::string max_file = (mount.path / "state.json.yarn").string();
+  YarnConfig cfg = test_config(emu);
+  {
+    YarnDownscaler ds(cfg, false, mount.path.string(), {"worker1"}, max_file);
+    ds.round(offer_at(kT0, 3));
+    ASSERT_EQ(emu.node(kThis)->total.vcores, 3);
+    ds.round(offer_at(kT0 + 2 * kS, 3));  // a re-read: the NM now says 3 vcores
+    EXPECT_EQ(ds.status().configured.vcores, 8);
+    // The budget comes back for longer than grow_stable: grow to the real size.
+    for (uint64_t t = 3; t <= 10; t++) ds.round(offer_at(kT0 + t * kS, 20));
+    EXPECT_EQ(emu.node(kThis)->total.vcores, 8);
+    ds.round(offer_at(kT0 + 11 * kS, 2));  // shrink again, then "crash"
+    ASSERT_EQ(emu.node(kThis)->total.vcores, 2);
+  }
+  YarnDownscaler again(cfg, false, mount.path.string(), {"worker1"}, max_file);
+  again.round(offer_at(kT0 + 20 * kS, 2));
+  EXPECT_EQ(again.status().configured.vcores, 8) << "the restart took the shrunk NM figures as the maximum";
+  again.stop(/*restore=*/true);
+  EXPECT_EQ(emu.node(kThis)->total.vcores, 8);
+}
+
+// A NodeManager that restarts comes back with a new id (an ephemeral port);
+// the old one turns LOST. The downscaler finds the new one.
+TEST(YarnDownscaler, ALostNodeIsFoundAgainUnderItsNewId) {
+  YarnEmulator emu;
+  setup_nodes(emu);
+  TempDir mount;
+  YarnDownscaler ds(test_config(emu), false, mount.path.string(), {"worker1"});
+  ds.round(offer_at(kT0, 3));
+  ASSERT_EQ(ds.status().node_id, kThis);
+  EmuNode lost;
+  lost.id = kThis;
+  lost.host = "worker1.example.com";
+  lost.state = "LOST";
+  emu.add_node(lost);
+  const std::string fresh = "worker1.example.com:45999";
+  emu.add_this_node(fresh, "worker1.example.com", {8, 16384});
+  ds.round(offer_at(kT0 + 2 * kS, 3));  // sees LOST, forgets the id
+  ds.round(offer_at(kT0 + 3 * kS, 3));  // finds the new one, posts to it
+  EXPECT_EQ(ds.status().node_id, fresh);
+  EXPECT_EQ(emu.node(fresh)->total.vcores, 3);
 }

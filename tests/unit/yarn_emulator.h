@@ -562,7 +562,9 @@ class YarnEmulator {
 
   // POST /ws/v1/cluster/nodes/{id}/resource with
   // {"resource":{"memory":M,"vCores":V},"overCommitTimeout":T}.
-  static Answer update_resource(const httplib::Request& q, EmuNode& n) {
+  // Also what the real NodeManager does on its next heartbeat: it takes the
+  // new resource, so its /ws/v1/node/info reports it from then on.
+  Answer update_resource(const httplib::Request& q, EmuNode& n) {
     std::string ct = q.get_header_value("Content-Type");
     if (ct.rfind("application/json", 0) != 0) {
       return {415, remote_exception("WebApplicationException", "HTTP 415 Unsupported Media Type: " + ct), ""};
@@ -586,6 +588,7 @@ class YarnEmulator {
       timeout = t->get<int64_t>();
     }
     n.total = {v->get<int64_t>(), m->get<int64_t>()};
+    if (n.id == nm_node_id_) nm_configured_ = n.total;
     n.updates++;
     n.last_over_commit_timeout = timeout;
     return {200, {{"resourceInfo", {{"memory", n.total.memory_mb}, {"vCores", n.total.vcores}}}}, ""};

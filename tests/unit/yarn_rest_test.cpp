@@ -826,3 +826,23 @@ TEST(YarnResize, EmulatorRejectsMalformedBodies) {
   EXPECT_EQ(r->status, 415);
   EXPECT_EQ(emu.node("worker1.example.com:45454")->updates, 0);
 }
+
+TEST(YarnParse, AttemptOfContainer) {
+  EXPECT_EQ(attempt_of_container("container_1700000000000_0001_01_000002"), 1);
+  EXPECT_EQ(attempt_of_container("container_e17_1700000000000_0001_03_000001"), 3);
+  EXPECT_EQ(attempt_of_container("container_ex7_1700000000000_0001_03_000001"), 0);
+  EXPECT_EQ(attempt_of_container("application_1700000000000_0001"), 0);
+}
+
+TEST(YarnParse, MatchNodeSkipsNodesThatLeft) {
+  YarnNodeReport old_nm, new_nm;
+  old_nm.id = "worker1:40001";
+  old_nm.host = "worker1";
+  old_nm.state = "LOST";
+  new_nm.id = "worker1:40002";
+  new_nm.host = "worker1";
+  new_nm.state = "RUNNING";
+  auto m = match_node({old_nm, new_nm}, {"worker1"});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(m->id, "worker1:40002");
+}

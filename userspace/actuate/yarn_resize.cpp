@@ -18,8 +18,12 @@ std::string remote_message(const std::string& body) {
   if (doc.is_object()) {
     auto it = doc.find("RemoteException");
     if (it != doc.end() && it->is_object()) {
-      std::string ex = it->value("exception", "");
-      std::string msg = it->value("message", "");
+      auto text = [&](const char* k) {
+        auto f = it->find(k);
+        return f != it->end() && f->is_string() ? f->get<std::string>() : std::string();
+      };
+      std::string ex = text("exception");
+      std::string msg = text("message");
       if (!ex.empty() || !msg.empty()) return ex + (ex.empty() || msg.empty() ? "" : ": ") + msg;
     }
   }

@@ -211,7 +211,8 @@ int Agent::run() {
     if (::gethostname(host, sizeof host - 1) == 0) hosts.emplace_back(host);
     std::string node = node_identity(opts_).name;
     if (!node.empty() && (hosts.empty() || node != hosts.front())) hosts.push_back(node);
-    yarn_ = std::make_unique<YarnDownscaler>(cfg_.yarn, cfg_.dry_run, mounts_.cgroup2, hosts);
+    yarn_ = std::make_unique<YarnDownscaler>(cfg_.yarn, cfg_.dry_run, mounts_.cgroup2, hosts,
+                                             cfg_.dry_run ? "" : cfg_.state_file + ".yarn");
   }
   LoaderOptions lo = opts_.loader;
   if (cfg_.fast_path.enabled) {
@@ -530,8 +531,10 @@ void Agent::tick() {
     YarnOffer o;
     o.now_ns = in.now_ns;
     o.budget_cores = d.budget_cores;
-    for (const auto& v : d.verdicts) {
-      if (v.wait_p99_us > cfg_.yarn.emergency_p99_factor * cfg_.online.wait_p99_target_us) o.emergency = true;
+    for (const auto& v : d.verdicts) {  // a breach (not the pod's own quota) far over target
+      if (v.kind == PodVerdictKind::Breach &&
+          v.wait_p99_us > cfg_.yarn.emergency_p99_factor * cfg_.online.wait_p99_target_us)
+        o.emergency = true;
     }
     for (const auto& c : node.yarn) {
       if (c.container.empty()) continue;

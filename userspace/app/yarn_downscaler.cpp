@@ -1,12 +1,19 @@
 #include "khagent/app/yarn_downscaler.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <set>
 #include <chrono>
 #include <string>
 #include <utility>
 
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "khagent/actuate/cgroup_kill.h"
@@ -18,6 +25,7 @@ namespace {
 
 constexpr uint64_t kErrorLogIntervalNs = 60'000'000'000;
 constexpr uint64_t kKillRetryNs = 10'000'000'000;
+constexpr uint64_t kReadRetryNs = 1'000'000'000;
 
 std::string res_str(const YarnResource& r) {
   return std::to_string(r.vcores) + " vcores/" + std::to_string(r.memory_mb) + " MB";
@@ -47,6 +55,54 @@ uint64_t cgroup_birth_ms(const std::string& dir) {
          static_cast<uint64_t>(st.st_mtim.tv_nsec) / 1'000'000;
 }
 
+// The largest resources the NodeManager was ever seen to have, kept across
+// restarts: an update through the RM reaches the NodeManager on its next
+// heartbeat and changes what /ws/v1/node/info reports, so after a shrink
+// the NodeManager's own figures are the shrunk ones.
+struct MaxRecord {
+  std::string node_id;
+  YarnResource max;
+};
+
+std::optional<MaxRecord> load_max(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (!j.is_object() || !j.contains("node_id") || !j["node_id"].is_string() || !j.contains("vcores") ||
+      !j["vcores"].is_number_integer() || !j.contains("memory_mb") || !j["memory_mb"].is_number_integer()) {
+    spdlog::warn("yarn: ignoring {}: not a resource record", path);
+    return std::nullopt;
+  }
+  return MaxRecord{j["node_id"].get<std::string>(), {j["vcores"].get<int64_t>(), j["memory_mb"].get<int64_t>()}};
+}
+
+void save_max(const std::string& path, const MaxRecord& r) {
+  if (path.empty()) return;
+  nlohmann::json j = {{"node_id", r.node_id}, {"vcores", r.max.vcores}, {"memory_mb", r.max.memory_mb}};
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump() << "\n";
+    out.flush();
+    if (!out) {
+      spdlog::warn("yarn: cannot write {}", tmp);
+      return;
+    }
+  }
+  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) spdlog::warn("yarn: cannot rename {} to {}", tmp, path);
+}
+
+// The part of an error message before the details: the step that failed.
+std::string error_kind(const std::string& what) { return what.substr(0, what.find(':')); }
+
 uint64_t mono_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
@@ -56,11 +112,17 @@ uint64_t mono_ns() {
 }  // namespace
 
 YarnDownscaler::YarnDownscaler(YarnConfig cfg, bool dry_run, std::string cgroup_mount,
-                               std::vector<std::string> hostnames)
+                               std::vector<std::string> hostnames, std::string max_file)
     : cfg_(std::move(cfg)),
       dry_run_(dry_run),
       mount_(std::move(cgroup_mount)),
-      hostnames_(std::move(hostnames)) {
+      hostnames_(std::move(hostnames)),
+      max_file_(std::move(max_file)) {
+  if (auto rec = load_max(max_file_)) {
+    max_node_ = rec->node_id;
+    max_ = rec->max;
+    spdlog::info("yarn: NodeManager {} had at most {} (from {})", max_node_, res_str(max_), max_file_);
+  }
   rm_ = std::make_unique<HttpClient>(client_options(cfg_, cfg_.rm_urls));
   if (!cfg_.nm_url.empty()) {
     nm_ = std::make_unique<HttpClient>(client_options(cfg_, {cfg_.nm_url}));
@@ -108,14 +170,22 @@ void YarnDownscaler::stop(bool restore) {
     spdlog::info("yarn: nothing to restore (node or its configured resources unknown)");
     return;
   }
-  if (st.advertised_known && st.advertised == st.configured) return;
+  // The RM's answer to a POST can be its total from before the update, and
+  // a cancelled POST may still have been applied: once anything was posted,
+  // restore, unless a read after the last POST showed the full size.
+  if (!posted_ && st.advertised_known && st.advertised == st.configured) return;
   if (dry_run_) {
     spdlog::info("yarn: dry-run: would restore {} to {}", st.node_id, res_str(st.configured));
     return;
   }
-  // A fresh flag: the worker's abort is set, but this last request must go.
+  // One bounded try (no retry rounds), so stopping fits a pod's grace period.
+  HttpClientOptions ro = client_options(cfg_, cfg_.rm_urls);
+  ro.retries = 0;
+  ro.timeout_ms = std::min<long>(ro.timeout_ms, 5000);
+  ro.connect_timeout_ms = std::min(ro.connect_timeout_ms, ro.timeout_ms);
+  HttpClient restore_client(ro);
   std::atomic<bool> no_abort{false};
-  auto r = post_node_resource(*rm_, st.node_id, st.configured, cfg_.over_commit_timeout_ms, &no_abort);
+  auto r = post_node_resource(restore_client, st.node_id, st.configured, cfg_.over_commit_timeout_ms, &no_abort);
   if (r) {
     spdlog::info("yarn: restored {} to its configured {} (RM answered {})", st.node_id,
                  res_str(st.configured), res_str(r.value()));
@@ -154,7 +224,8 @@ void YarnDownscaler::note_error(const std::string& what) {
   bool log = last_error_log_ns_ == 0 || now - last_error_log_ns_ >= kErrorLogIntervalNs;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    log = log || status_.last_error != what;
+    // Details (curl's timings, ports) vary; a new kind of error is news.
+    log = log || error_kind(status_.last_error) != error_kind(what);
     status_.last_error = what;
   }
   if (log) {
@@ -234,6 +305,22 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
     return false;
   }
   auto node = rest_->node(id, &stopping_);
+  bool gone = !node && node.error().err == ENOENT;
+  static const std::set<std::string> kInactive = {"LOST", "SHUTDOWN", "DECOMMISSIONED", "REBOOTED"};
+  gone = gone || (node && kInactive.count(node.value().state));
+  if (gone && cfg_.node_id.empty()) {
+    // The NodeManager restarted (a new port) or left: find it again.
+    spdlog::warn("yarn: NodeManager {} is {} in the RM; looking for this host's NodeManager again", id,
+                 node ? node.value().state : "unknown");
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      status_.node_id.clear();
+    }
+    rest_.reset();
+    nm_.reset();
+    have_inventory_ = false;
+    return false;
+  }
   if (!node) {
     note_error("node " + id + " from the RM: " + node.error().str());
     return false;
@@ -243,20 +330,32 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
     note_error("NodeManager containers: " + containers.error().str());
     return false;
   }
+  // Queues only order the reclaim: without them (a slow or huge answer),
+  // the last known ones are used and everything else goes on.
+  std::map<std::string, YarnApp> by_id = apps_;
   auto apps = rest_->running_apps(&stopping_);
-  if (!apps) {
+  if (apps) {
+    by_id.clear();
+    for (auto& a : apps.value()) by_id[a.id] = std::move(a);
+  } else {
     note_error("running applications from the RM: " + apps.error().str());
-    return false;
   }
-  std::map<std::string, YarnApp> by_id;
-  for (auto& a : apps.value()) by_id[a.id] = std::move(a);
   // The AM container of each application with a container here, looked up
-  // once per application (an attempt change gives a new application view).
+  // once per application and again when a container of a later attempt
+  // shows up (a new attempt has a new AM).
   std::map<std::string, std::string> am;
+  std::map<std::string, int> attempt;
+  for (const auto& c : containers.value()) {
+    std::string app = app_of_container(c.id);
+    if (!app.empty()) attempt[app] = std::max(attempt[app], attempt_of_container(c.id));
+  }
   for (const auto& c : containers.value()) {
     std::string app = app_of_container(c.id);
     if (app.empty() || am.count(app)) continue;
-    if (auto it = am_of_app_.find(app); it != am_of_app_.end() && !it->second.empty()) {
+    auto it = am_of_app_.find(app);
+    auto seen = am_attempt_.find(app);
+    if (it != am_of_app_.end() && !it->second.empty() && seen != am_attempt_.end() &&
+        seen->second >= attempt[app]) {
       am[app] = it->second;
       continue;
     }
@@ -271,10 +370,26 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
   nm_containers_ = std::move(containers.value());
   apps_ = std::move(by_id);
   am_of_app_ = std::move(am);
+  am_attempt_ = std::move(attempt);
+  for (auto k = killed_.begin(); k != killed_.end();) {  // forget kills the NM no longer lists
+    bool listed = std::any_of(nm_containers_.begin(), nm_containers_.end(),
+                              [&](const NmContainer& c) { return c.id == *k && nm_container_active(c.state); });
+    k = listed ? std::next(k) : killed_.erase(k);
+  }
+  // The maximum: the most the NodeManager was ever seen with (see MaxRecord).
+  YarnResource seen_now = configured.value();
+  if (max_node_ != id) {
+    max_node_ = id;
+    max_ = seen_now;
+    save_max(max_file_, {max_node_, max_});
+  } else if (seen_now.vcores > max_.vcores || seen_now.memory_mb > max_.memory_mb) {
+    max_ = {std::max(max_.vcores, seen_now.vcores), std::max(max_.memory_mb, seen_now.memory_mb)};
+    save_max(max_file_, {max_node_, max_});
+  }
   last_refresh_ns_ = now_ns;
   have_inventory_ = true;
   std::lock_guard<std::mutex> lk(mu_);
-  status_.configured = configured.value();
+  status_.configured = max_;
   status_.configured_known = true;
   // In a dry run the RM never got our update: keep showing what it would have.
   status_.advertised = dry_advertised_ ? *dry_advertised_ : node.value().total;
@@ -314,6 +429,7 @@ void YarnDownscaler::capacity(const YarnOffer& o) {
     status_.advertised_known = true;
     return;
   }
+  posted_ = true;
   auto r = post_node_resource(*rm_, st.node_id, d.resource, cfg_.over_commit_timeout_ms, &stopping_);
   if (r) {
     post_retry_ns_ = 0;
@@ -321,7 +437,9 @@ void YarnDownscaler::capacity(const YarnOffer& o) {
     std::lock_guard<std::mutex> lk(mu_);
     status_.last_error.clear();  // this round's reads went through too
     status_.updates_ok++;
-    status_.advertised = r.value();
+    // The RM answers with its total read before the update is processed:
+    // take what was posted; the next read confirms it.
+    status_.advertised = d.resource;
     status_.advertised_known = true;
     spdlog::info("yarn: {} {} -> {} ({}); RM now has {}", yarn_action_name(d.action), st.node_id,
                  res_str(d.resource), d.reason, res_str(r.value()));
@@ -358,7 +476,7 @@ void YarnDownscaler::reclaim(const YarnOffer& o) {
   in.capacity = st.advertised;
   in.emergency = o.emergency;
   for (const auto& c : nm_containers_) {
-    if (!nm_container_active(c.state)) continue;
+    if (!nm_container_active(c.state) || killed_.count(c.id)) continue;
     YarnContainerInfo info;
     info.id = c.id;
     info.app_id = app_of_container(c.id);
@@ -412,6 +530,7 @@ void YarnDownscaler::reclaim(const YarnOffer& o) {
                    d.reason);
       reclaim_state_.marked_ns.erase(id);
       kill_tried_ns_.erase(id);
+      killed_.insert(id);  // until the NodeManager stops listing it
     } else {
       status_.kills_failed++;
       spdlog::error("yarn: killing {} (cgroup {}) failed: {}", id, seen->second.path, k.error().str());
@@ -420,6 +539,12 @@ void YarnDownscaler::reclaim(const YarnOffer& o) {
 }
 
 void YarnDownscaler::round(const YarnOffer& o) {
+  // After a failed read, the next try waits a second: rounds come every
+  // tick, and a failing RM must not get five requests a second.
+  if (o.now_ns < read_retry_ns_) {
+    sync_stats();
+    return;
+  }
   bool ok = ensure_node();
   if (ok) {
     bool due = !have_inventory_ || o.now_ns - last_refresh_ns_ >= cfg_.refresh_interval_ns;
@@ -429,6 +554,7 @@ void YarnDownscaler::round(const YarnOffer& o) {
       status_.last_error = post_error_;
     }
   }
+  if (!ok) read_retry_ns_ = o.now_ns + kReadRetryNs;
   if (ok) {
     capacity(o);
     reclaim(o);

@@ -206,6 +206,41 @@ bool nm_container_active(const std::string& state) {
   return !state.empty() && kDone.count(state) == 0;
 }
 
+namespace {
+// container_[e<epoch>_]<ts>_<app>_<attempt>_<seq> split into its four
+// numeric fields; empty when malformed.
+std::vector<std::string> container_fields(const std::string& id) {
+  const std::string prefix = "container_";
+  if (id.rfind(prefix, 0) != 0) return {};
+  std::vector<std::string> parts;
+  size_t start = prefix.size();
+  for (;;) {
+    size_t us = id.find('_', start);
+    parts.push_back(id.substr(start, us == std::string::npos ? std::string::npos : us - start));
+    if (us == std::string::npos) break;
+    start = us + 1;
+  }
+  auto digits = [](const std::string& p) {
+    return !p.empty() && std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (parts.size() == 5 && parts[0].size() > 1 && parts[0][0] == 'e') {
+    if (!digits(parts[0].substr(1))) return {};
+    parts.erase(parts.begin());
+  }
+  if (parts.size() != 4) return {};
+  for (const auto& p : parts) {
+    if (!digits(p)) return {};
+  }
+  return parts;
+}
+}  // namespace
+
+int attempt_of_container(const std::string& id) {
+  auto f = container_fields(id);
+  if (f.empty() || f[2].size() > 9) return 0;
+  return std::stoi(f[2]);
+}
+
 std::string app_of_container(const std::string& id) {
   const std::string prefix = "container_";
   if (id.rfind(prefix, 0) != 0) return "";
@@ -234,8 +269,12 @@ std::string app_of_container(const std::string& id) {
 
 Result<YarnNodeReport> match_node(const std::vector<YarnNodeReport>& nodes,
                                   const std::vector<std::string>& hostnames) {
+  // Nodes that left (a restarted NodeManager with an ephemeral port leaves
+  // its old id behind as LOST or SHUTDOWN) are not candidates.
+  static const std::set<std::string> kGone = {"LOST", "SHUTDOWN", "DECOMMISSIONED", "REBOOTED"};
   std::vector<const YarnNodeReport*> hits;
   for (const auto& n : nodes) {
+    if (kGone.count(n.state)) continue;
     std::string h = lower(n.host.empty() ? n.id.substr(0, n.id.rfind(':')) : n.host);
     for (const auto& want : hostnames) {
       std::string w = lower(want);
@@ -295,7 +334,9 @@ Result<YarnNodeReport> YarnRest::node(const std::string& id, const std::atomic<b
 }
 
 Result<std::vector<YarnApp>> YarnRest::running_apps(const std::atomic<bool>* abort) {
-  auto body = get(rm_, "/ws/v1/cluster/apps?states=RUNNING", abort);
+  // Without the resource requests of every application: they are most of
+  // the answer's size on a busy cluster and are not needed here.
+  auto body = get(rm_, "/ws/v1/cluster/apps?states=RUNNING&deSelects=resourceRequests", abort);
   if (!body) return body.error();
   return parse_yarn_apps(body.value());
 }

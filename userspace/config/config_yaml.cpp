@@ -791,6 +791,12 @@ Result<void> validate_config(const Config& c) {
   if (y.request_timeout_ms == 0) return bad("yarn.request_timeout", "must be at least 1ms");
   if (y.connect_timeout_ms == 0) return bad("yarn.connect_timeout", "must be at least 1ms");
   if (y.refresh_interval_ns < kNsPerS) return bad("yarn.refresh_interval", "must be at least 1s");
+  if (y.retries > 10) return bad("yarn.retries", "must be at most 10, got " + std::to_string(y.retries));
+  if (y.retry_backoff_ms > 60'000) return bad("yarn.retry_backoff", "must be at most 1m");
+  if (y.request_timeout_ms > 300'000) return bad("yarn.request_timeout", "must be at most 5m");
+  if (y.over_commit_timeout_ms > 2'147'483'647) {
+    return bad("yarn.over_commit_timeout", "must fit the RM's int milliseconds (at most 596h), or be never");
+  }
   if (!(y.emergency_p99_factor >= 1)) {
     return bad("yarn.emergency_p99_factor", "must be at least 1, got " + format_double(y.emergency_p99_factor));
   }

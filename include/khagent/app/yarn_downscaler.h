@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,8 +41,11 @@ class YarnDownscaler {
  public:
   // `cgroup_mount` is where container cgroups are killed. `hostnames` are
   // matched against the RM's node list when yarn.node_id is not set.
+  // `max_file` keeps the most the NodeManager was ever seen with across
+  // restarts ("" = not kept): after a shrink through the RM, the
+  // NodeManager itself reports the shrunk size.
   YarnDownscaler(YarnConfig cfg, bool dry_run, std::string cgroup_mount,
-                 std::vector<std::string> hostnames);
+                 std::vector<std::string> hostnames, std::string max_file = "");
   ~YarnDownscaler();
   YarnDownscaler(const YarnDownscaler&) = delete;
   YarnDownscaler& operator=(const YarnDownscaler&) = delete;
@@ -74,6 +78,12 @@ class YarnDownscaler {
   const bool dry_run_;
   const std::string mount_;
   const std::vector<std::string> hostnames_;
+  const std::string max_file_;
+  std::string max_node_;  // the node max_ belongs to
+  YarnResource max_;
+  bool posted_ = false;   // a POST was sent (or tried) since start
+  std::set<std::string> killed_;                 // killed, still listed by the NM
+  std::map<std::string, int> am_attempt_;        // application -> attempt its AM was read for
 
   std::unique_ptr<HttpClient> rm_;
   std::unique_ptr<HttpClient> nm_;
@@ -84,6 +94,7 @@ class YarnDownscaler {
   ReclaimState reclaim_state_;
   uint64_t last_refresh_ns_ = 0;
   uint64_t post_retry_ns_ = 0;
+  uint64_t read_retry_ns_ = 0;                   // no RM/NM reads before this (after a failure)
   std::string post_error_;                       // the last POST's error until one succeeds                   // no POST before this (after a failure)
   std::optional<YarnResource> dry_advertised_;   // dry run: what the RM would have now
   bool have_inventory_ = false;

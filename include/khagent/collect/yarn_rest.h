@@ -65,8 +65,11 @@ bool nm_container_active(const std::string& state);
 
 // application_<ts>_<seq> from container_[e<epoch>_]<ts>_<seq>_<attempt>_<n>; "" if malformed.
 std::string app_of_container(const std::string& container_id);
+// The attempt number of a container id; 0 if malformed.
+int attempt_of_container(const std::string& container_id);
 
-// Picks this node from the RM's list: an entry whose nodeHostName is one of
+// Picks this node from the RM's list (nodes LOST, SHUTDOWN, DECOMMISSIONED
+// or REBOOTED are skipped): an entry whose nodeHostName is one of
 // `hostnames` (compared case-insensitively; a short name also matches the
 // first label of an FQDN). ENOENT when none, EEXIST when several (several
 // NodeManagers on one host need yarn.node_id).
