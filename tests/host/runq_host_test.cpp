@@ -308,6 +308,47 @@ TEST_F(RunqHost, RemovedCgroupsAreForgotten) {
   EXPECT_GE(col.forgotten(), 1u);
 }
 
+// On a cgroup2 mount as root, ids resolve by file handle (no tree walk) and
+// a removed cgroup is found by its stale handle within seconds, well before
+// the next full walk (a minute).
+TEST_F(RunqHost, IdsResolveByHandleAndRemovalsShowWithoutAWalk) {
+  CgroupIndex index(m_.cgroup2);
+  ASSERT_TRUE(index.handles()) << "open_by_handle_at refused on " << m_.cgroup2;
+  TestCgroup fresh(m_.cgroup2, parent_->rel + "/fresh");
+  auto p = index.resolve(fresh.id());
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(*p, fresh.rel);
+  EXPECT_EQ(index.alive(fresh.id()), CgroupIndex::Liveness::Alive);
+
+  Collector col(*maps_, index, nullptr, ThrottleSource::None);
+  uint64_t id;
+  {
+    TestCgroup gone(m_.cgroup2, parent_->rel + "/gone");
+    id = gone.id();
+    Child c({gone.dir() + "/cgroup.procs"}, kCpu, 0, [] { sleep_loop(1000000); });
+    ASSERT_GT(c.pid, 0);
+    sleep_s(0.3);
+    auto first = col.tick_at(1'000'000'000ULL, 1);  // the first tick walks once
+    ASSERT_TRUE(first.ok());
+    sleep_s(0.3);
+    auto second = col.tick_at(2'000'000'000ULL, 2);  // resolved, no walk
+    ASSERT_TRUE(second.ok());
+    bool named = false;
+    for (const auto& cg : second->cgroups) named = named || (cg.id == id && cg.path == gone.rel);
+    EXPECT_TRUE(named) << "the new cgroup was not resolved to its path";
+    c.stop();
+  }  // rmdir
+  EXPECT_EQ(index.alive(id), CgroupIndex::Liveness::Gone);
+  // Its last switch-out made it active in the interval it ended in; the idle
+  // check after that one (5 s later, still long before the next walk) finds it.
+  ASSERT_TRUE(col.tick_at(7'000'000'000ULL, 3).ok());
+  auto s = col.tick_at(13'000'000'000ULL, 4);
+  ASSERT_TRUE(s.ok());
+  for (const auto& cg : s->cgroups) EXPECT_NE(cg.id, id);
+  EXPECT_FALSE(read().cgroups.count(id)) << "entry of a removed cgroup left in the map";
+  EXPECT_GE(col.forgotten(), 1u);
+}
+
 // (5) the agent itself starts and reports its throttle source; fentry where
 // the kernel takes it, cpu.stat where it refuses (this development kernel).
 TEST(AgentBinary, ObserveJsonReportsThrottleSource) {

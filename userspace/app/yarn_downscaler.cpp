@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -83,6 +84,8 @@ void save_max(const std::string& path, const MaxRecord& r) {
   if (path.empty()) return;
   nlohmann::json j = {{"node_id", r.node_id}, {"vcores", r.max.vcores}, {"memory_mb", r.max.memory_mb}};
   std::string tmp = path + ".tmp";
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << j.dump() << "\n";

@@ -1,6 +1,11 @@
 #include "khagent/collect/cgroupfs.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -83,6 +88,82 @@ Result<Mounts> find_mounts(const std::string& mountinfo_path) {
   if (m.cgroup2.empty())
     return make_error(ENOENT, "no cgroup2 file system is mounted (see " + mountinfo_path + ")");
   return m;
+}
+
+CgroupIndex::~CgroupIndex() {
+  if (mount_fd_ >= 0) ::close(mount_fd_);
+}
+
+namespace {
+constexpr int kFileIdKernfs = 0xfe;  // FILEID_KERNFS: an 8-byte kernfs node id
+}  // namespace
+
+int CgroupIndex::open_id(uint64_t id, int& err) {
+  if (mount_fd_ < 0) {
+    mount_fd_ = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (mount_fd_ < 0) {
+      err = errno;
+      return -1;
+    }
+  }
+  union {
+    struct file_handle fh;
+    char buf[sizeof(struct file_handle) + sizeof(uint64_t)];
+  } h{};
+  h.fh.handle_bytes = sizeof(uint64_t);
+  h.fh.handle_type = kFileIdKernfs;
+  std::memcpy(h.fh.f_handle, &id, sizeof id);
+  int fd = ::open_by_handle_at(mount_fd_, &h.fh, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  err = fd < 0 ? errno : 0;
+  return fd;
+}
+
+bool CgroupIndex::handles() {
+  if (handles_ < 0) {
+    struct stat st {};
+    handles_ = 0;
+    if (::stat(root_.c_str(), &st) == 0) {
+      int err = 0;
+      int fd = open_id(st.st_ino, err);
+      if (fd >= 0) {
+        struct stat st2 {};
+        handles_ = ::fstat(fd, &st2) == 0 && st2.st_ino == st.st_ino ? 1 : 0;
+        ::close(fd);
+      }
+    }
+  }
+  return handles_ == 1;
+}
+
+std::optional<std::string> CgroupIndex::resolve(uint64_t id) {
+  if (!handles()) return std::nullopt;
+  int err = 0;
+  int fd = open_id(id, err);
+  if (fd < 0) return std::nullopt;
+  char link[64];
+  std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  char target[4096];
+  ssize_t n = ::readlink(link, target, sizeof target - 1);
+  ::close(fd);
+  if (n <= 0) return std::nullopt;
+  std::string full(target, static_cast<size_t>(n));
+  if (full.compare(0, root_.size(), root_) != 0 || (full.size() > root_.size() && full[root_.size()] != '/'))
+    return std::nullopt;  // not under this mount as this process sees it
+  std::string rel = full.substr(root_.size());
+  if (rel.empty()) rel = "/";
+  paths_[id] = rel;
+  return rel;
+}
+
+CgroupIndex::Liveness CgroupIndex::alive(uint64_t id) {
+  if (!handles()) return Liveness::Unknown;
+  int err = 0;
+  int fd = open_id(id, err);
+  if (fd >= 0) {
+    ::close(fd);
+    return Liveness::Alive;
+  }
+  return err == ESTALE || err == ENOENT ? Liveness::Gone : Liveness::Unknown;
 }
 
 Result<size_t> CgroupIndex::rescan() {

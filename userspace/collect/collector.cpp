@@ -27,6 +27,9 @@ uint64_t clock_ns(clockid_t c) {
 
 constexpr uint64_t kRescanMinNs = 1000000000ULL;
 constexpr uint64_t kRescanPeriodNs = 5000000000ULL;
+// With file handles, ids resolve one by one and removals show as stale
+// handles: the whole tree is walked only this often, as a safety net.
+constexpr uint64_t kHandleRescanPeriodNs = 60000000000ULL;
 
 ThrottleCounters throttle_delta(const ThrottleCounters& now, const ThrottleCounters& before) {
   if (now.events < before.events || now.throttled_ns < before.throttled_ns) return now;
@@ -49,19 +52,38 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
 
   // Resolve ids: walk the tree again when unknown ids show up (at most once
   // a second) and every few seconds anyway, to notice removed cgroups.
+  // With file handles (cgroup2 mounts, as root), new ids are opened one by
+  // one and removed cgroups found by their stale handles; the walk is a
+  // rare safety net. Without (test fixtures), walk as described.
+  const bool handles = index_.handles();
   bool unknown = false;
   for (const auto& [id, _] : raw->cgroups)
-    if (!cgroups_.count(id) && !index_.path_of(id)) {
+    if (!cgroups_.count(id) && !index_.path_of(id) && !(handles && index_.resolve(id))) {
       unknown = true;
-      break;
+      if (!handles) break;
     }
   bool rescanned = false;
-  if (!last_rescan_ || (unknown && mono_ns - *last_rescan_ >= kRescanMinNs) ||
-      mono_ns - *last_rescan_ >= kRescanPeriodNs) {
+  const uint64_t period = handles ? kHandleRescanPeriodNs : kRescanPeriodNs;
+  if (!last_rescan_ || (unknown && !handles && mono_ns - *last_rescan_ >= kRescanMinNs) ||
+      mono_ns - *last_rescan_ >= period) {
     auto n = index_.rescan();
     last_rescan_ = mono_ns;
+    last_liveness_ = mono_ns;
     rescanned = n.ok();
     if (!n) spdlog::warn("cgroup rescan failed: {}", n.error().str());
+  }
+  // Between walks: every few seconds, the cgroups that were idle this
+  // interval are checked (an active one cannot have been removed long ago;
+  // it is checked once it goes idle).
+  std::unordered_set<uint64_t> gone;
+  if (handles && !rescanned && last_liveness_ && mono_ns - *last_liveness_ >= kRescanPeriodNs) {
+    last_liveness_ = mono_ns;
+    for (const auto& [id, now] : raw->cgroups) {
+      auto it = cgroups_.find(id);
+      if (it == cgroups_.end()) continue;
+      CgroupCounters d = counters_delta(now, it->second.last_raw);
+      if (d.cpu_ns == 0 && d.waits == 0 && index_.alive(id) == CgroupIndex::Liveness::Gone) gone.insert(id);
+    }
   }
 
   if (cpu_stat_) cpu_stat_->new_round();
@@ -75,7 +97,7 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
 
   for (const auto& [id, now] : raw->cgroups) {
     auto it = cgroups_.find(id);
-    if (rescanned && !index_.path_of(id)) {
+    if ((rescanned && !index_.path_of(id)) || gone.count(id)) {
       // Not in the tree after a fresh walk: the cgroup was removed (or is not
       // visible from this mount namespace). Delete its entries.
       dead.push_back(id);

@@ -24,6 +24,9 @@ Result<Mounts> find_mounts(const std::string& mountinfo_path = "/proc/self/mount
 class CgroupIndex {
  public:
   explicit CgroupIndex(std::string root) : root_(std::move(root)) {}
+  ~CgroupIndex();
+  CgroupIndex(const CgroupIndex&) = delete;
+  CgroupIndex& operator=(const CgroupIndex&) = delete;
 
   // Walks the tree again; returns the number of cgroups found.
   Result<size_t> rescan();
@@ -32,9 +35,23 @@ class CgroupIndex {
   const std::string& root() const { return root_; }
   size_t size() const { return paths_.size(); }
 
+  // Lookups by id without a walk, on a cgroup2 mount: the cgroup id is the
+  // kernfs file handle, so open_by_handle_at(2) opens the cgroup directly
+  // (root, CAP_DAC_READ_SEARCH). Probed once; false on other file systems
+  // (test fixtures) or where the kernel refuses, and then only walks work.
+  bool handles();
+  // Opens the cgroup by its id and records its path; nullopt if it cannot.
+  std::optional<std::string> resolve(uint64_t id);
+  enum class Liveness { Alive, Gone, Unknown };
+  // Whether the cgroup still exists (Gone: the handle is stale).
+  Liveness alive(uint64_t id);
+
  private:
+  int open_id(uint64_t id, int& err);
   std::string root_;
   std::unordered_map<uint64_t, std::string> paths_;
+  int mount_fd_ = -1;
+  int handles_ = -1;  // -1 unknown, 0 no, 1 yes
 };
 
 }  // namespace khagent

@@ -80,6 +80,7 @@ class Collector {
   std::map<std::pair<uint64_t, uint64_t>, PairState> pairs_;
   std::optional<uint64_t> last_mono_;
   std::optional<uint64_t> last_rescan_;
+  std::optional<uint64_t> last_liveness_;  // last check of idle cgroups by handle
   uint64_t forgotten_ = 0;
 };
 
