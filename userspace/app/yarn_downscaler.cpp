@@ -309,8 +309,7 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
   }
   auto node = rest_->node(id, &stopping_);
   bool gone = !node && node.error().err == ENOENT;
-  static const std::set<std::string> kInactive = {"LOST", "SHUTDOWN", "DECOMMISSIONED", "REBOOTED"};
-  gone = gone || (node && kInactive.count(node.value().state));
+  gone = gone || (node && yarn_node_gone(node.value().state));
   if (gone && cfg_.node_id.empty()) {
     // The NodeManager restarted (a new port) or left: find it again.
     spdlog::warn("yarn: NodeManager {} is {} in the RM; looking for this host's NodeManager again", id,

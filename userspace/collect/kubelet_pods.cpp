@@ -1,4 +1,5 @@
 #include "khagent/collect/kubelet_pods.h"
+#include "khagent/util/curl_util.h"
 
 #include <curl/curl.h>
 #include <spdlog/spdlog.h>
@@ -42,49 +43,6 @@ const json* object_field(const json& obj, const char* key) {
   return it != obj.end() && it->is_object() ? &*it : nullptr;
 }
 
-// --- libcurl plumbing ---
-
-struct CurlEasyDeleter {
-  void operator()(CURL* h) const { curl_easy_cleanup(h); }
-};
-using CurlEasy = std::unique_ptr<CURL, CurlEasyDeleter>;
-
-struct CurlSlistDeleter {
-  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
-};
-using CurlSlist = std::unique_ptr<curl_slist, CurlSlistDeleter>;
-
-// curl_global_init is not to be raced with other curl calls: once per process,
-// never cleaned up (other users of libcurl in the process may still need it).
-CURLcode curl_global() {
-  static std::once_flag once;
-  static CURLcode rc = CURLE_OK;
-  std::call_once(once, [] { rc = curl_global_init(CURL_GLOBAL_DEFAULT); });
-  return rc;
-}
-
-struct Sink {
-  std::string body;
-  size_t cap = 0;
-  bool overflow = false;
-};
-
-size_t on_write(char* data, size_t size, size_t nmemb, void* userdata) {
-  auto* sink = static_cast<Sink*>(userdata);
-  size_t len = size * nmemb;
-  if (len > sink->cap - sink->body.size()) {
-    sink->overflow = true;
-    return 0;  // anything but len aborts the transfer (CURLE_WRITE_ERROR)
-  }
-  sink->body.append(data, len);
-  return len;
-}
-
-int on_progress(void* userdata, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  const auto* abort = static_cast<const std::atomic<bool>*>(userdata);
-  return abort != nullptr && abort->load() ? 1 : 0;  // non-zero: CURLE_ABORTED_BY_CALLBACK
-}
-
 enum class TokenRead { Absent, Ok, Invalid };
 
 // The bearer token, surrounding whitespace trimmed. Absent if the file cannot
@@ -105,21 +63,6 @@ TokenRead read_token(const std::string& path, std::string& token) {
   bool printable = std::all_of(token.begin(), token.end(),
                                [](unsigned char c) { return c > 0x20 && c < 0x7f; });
   return printable ? TokenRead::Ok : TokenRead::Invalid;
-}
-
-// The first `max` bytes of a body for an error message, on one line: control
-// characters become spaces, runs of spaces one.
-std::string body_excerpt(const std::string& body, size_t max = 200) {
-  std::string s;
-  for (char c : std::string_view(body).substr(0, max)) {
-    auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) c = ' ';
-    if (c == ' ' && (s.empty() || s.back() == ' ')) continue;
-    s += c;
-  }
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  if (body.size() > max) s += "...";
-  return s;
 }
 
 }  // namespace
@@ -213,7 +156,7 @@ Result<PodMetaMap> KubeletPodsClient::fetch(const std::atomic<bool>* abort) {
   }
   if (!add_header("Accept: application/json")) return make_error(ENOMEM, what);
 
-  Sink sink;
+  CurlSink sink;
   sink.cap = opts_.max_body_bytes;
   char errbuf[CURL_ERROR_SIZE] = {};
 
@@ -249,10 +192,10 @@ Result<PodMetaMap> KubeletPodsClient::fetch(const std::atomic<bool>* abort) {
   }
   // Size cap: early when Content-Length announces too much, else while writing.
   set(curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(sink.cap)));
-  set(curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write));
+  set(curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_sink_write));
   set(curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink));
   if (abort != nullptr) {
-    set(curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress));
+    set(curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, curl_abort_progress));
     set(curl_easy_setopt(c, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(abort)));
     set(curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L));
   }

@@ -242,39 +242,22 @@ int attempt_of_container(const std::string& id) {
 }
 
 std::string app_of_container(const std::string& id) {
-  const std::string prefix = "container_";
-  if (id.rfind(prefix, 0) != 0) return "";
-  std::vector<std::string> parts;
-  size_t start = prefix.size();
-  for (;;) {
-    size_t us = id.find('_', start);
-    parts.push_back(id.substr(start, us == std::string::npos ? std::string::npos : us - start));
-    if (us == std::string::npos) break;
-    start = us + 1;
-  }
-  // The epoch: e<digits>, present when it is not 0.
-  if (parts.size() == 5 && parts[0].size() > 1 && parts[0][0] == 'e') {
-    parts[0].erase(0, 1);
-    if (!std::all_of(parts[0].begin(), parts[0].end(), [](char c) { return c >= '0' && c <= '9'; })) return "";
-    parts.erase(parts.begin());
-  }
-  if (parts.size() != 4) return "";
-  for (const auto& p : parts) {
-    if (p.empty() || !std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      return "";
-    }
-  }
-  return "application_" + parts[0] + "_" + parts[1];
+  auto f = container_fields(id);
+  return f.empty() ? "" : "application_" + f[0] + "_" + f[1];
+}
+
+bool yarn_node_gone(const std::string& state) {
+  static const std::set<std::string> kGone = {"LOST", "SHUTDOWN", "DECOMMISSIONED", "REBOOTED"};
+  return kGone.count(state) > 0;
 }
 
 Result<YarnNodeReport> match_node(const std::vector<YarnNodeReport>& nodes,
                                   const std::vector<std::string>& hostnames) {
   // Nodes that left (a restarted NodeManager with an ephemeral port leaves
   // its old id behind as LOST or SHUTDOWN) are not candidates.
-  static const std::set<std::string> kGone = {"LOST", "SHUTDOWN", "DECOMMISSIONED", "REBOOTED"};
   std::vector<const YarnNodeReport*> hits;
   for (const auto& n : nodes) {
-    if (kGone.count(n.state)) continue;
+    if (yarn_node_gone(n.state)) continue;
     std::string h = lower(n.host.empty() ? n.id.substr(0, n.id.rfind(':')) : n.host);
     for (const auto& want : hostnames) {
       std::string w = lower(want);
@@ -321,42 +304,38 @@ Result<std::string> YarnRest::get(HttpClient& c, const std::string& path,
   return resp.body;
 }
 
-Result<std::vector<YarnNodeReport>> YarnRest::nodes(const std::atomic<bool>* abort) {
-  auto body = get(rm_, "/ws/v1/cluster/nodes", abort);
+template <typename T>
+Result<T> YarnRest::fetch(HttpClient& c, const std::string& path, Result<T> (*parse)(const std::string&),
+                          const std::atomic<bool>* abort) {
+  auto body = get(c, path, abort);
   if (!body) return body.error();
-  return parse_yarn_nodes(body.value());
+  return parse(body.value());
+}
+
+Result<std::vector<YarnNodeReport>> YarnRest::nodes(const std::atomic<bool>* abort) {
+  return fetch(rm_, "/ws/v1/cluster/nodes", parse_yarn_nodes, abort);
 }
 
 Result<YarnNodeReport> YarnRest::node(const std::string& id, const std::atomic<bool>* abort) {
-  auto body = get(rm_, "/ws/v1/cluster/nodes/" + id, abort);
-  if (!body) return body.error();
-  return parse_yarn_node(body.value());
+  return fetch(rm_, "/ws/v1/cluster/nodes/" + id, parse_yarn_node, abort);
 }
 
 Result<std::vector<YarnApp>> YarnRest::running_apps(const std::atomic<bool>* abort) {
   // Without the resource requests of every application: they are most of
   // the answer's size on a busy cluster and are not needed here.
-  auto body = get(rm_, "/ws/v1/cluster/apps?states=RUNNING&deSelects=resourceRequests", abort);
-  if (!body) return body.error();
-  return parse_yarn_apps(body.value());
+  return fetch(rm_, "/ws/v1/cluster/apps?states=RUNNING&deSelects=resourceRequests", parse_yarn_apps, abort);
 }
 
 Result<std::string> YarnRest::am_container(const std::string& app_id, const std::atomic<bool>* abort) {
-  auto body = get(rm_, "/ws/v1/cluster/apps/" + app_id + "/appattempts", abort);
-  if (!body) return body.error();
-  return parse_am_container(body.value());
+  return fetch(rm_, "/ws/v1/cluster/apps/" + app_id + "/appattempts", parse_am_container, abort);
 }
 
 Result<std::vector<NmContainer>> YarnRest::containers(const std::atomic<bool>* abort) {
-  auto body = get(nm_, "/ws/v1/node/containers", abort);
-  if (!body) return body.error();
-  return parse_nm_containers(body.value());
+  return fetch(nm_, "/ws/v1/node/containers", parse_nm_containers, abort);
 }
 
 Result<YarnResource> YarnRest::nm_configured(const std::atomic<bool>* abort) {
-  auto body = get(nm_, "/ws/v1/node/info", abort);
-  if (!body) return body.error();
-  return parse_nm_node_info(body.value());
+  return fetch(nm_, "/ws/v1/node/info", parse_nm_node_info, abort);
 }
 
 }  // namespace khagent

@@ -2,6 +2,8 @@
 
 #include <curl/curl.h>
 
+#include "khagent/util/curl_util.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -16,54 +18,9 @@ namespace khagent {
 
 namespace {
 
-// --- libcurl plumbing (the same patterns as collect/kubelet_pods.cpp) ---
-
-struct CurlEasyDeleter {
-  void operator()(CURL* h) const { curl_easy_cleanup(h); }
-};
-using CurlEasy = std::unique_ptr<CURL, CurlEasyDeleter>;
-
-struct CurlSlistDeleter {
-  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
-};
-using CurlSlist = std::unique_ptr<curl_slist, CurlSlistDeleter>;
-
 struct CurlFreeDeleter {
   void operator()(char* p) const { curl_free(p); }
 };
-
-// curl_global_init is not to be raced with other curl calls: once per process,
-// never cleaned up (other users of libcurl in the process may still need it).
-// (The std::once_flag is per translation unit; curl_global_init counts its
-// calls, so this and kubelet_pods.cpp each initializing once is fine.)
-CURLcode curl_global() {
-  static std::once_flag once;
-  static CURLcode rc = CURLE_OK;
-  std::call_once(once, [] { rc = curl_global_init(CURL_GLOBAL_DEFAULT); });
-  return rc;
-}
-
-struct Sink {
-  std::string body;
-  size_t cap = 0;
-  bool overflow = false;
-};
-
-size_t on_write(char* data, size_t size, size_t nmemb, void* userdata) {
-  auto* sink = static_cast<Sink*>(userdata);
-  size_t len = size * nmemb;
-  if (len > sink->cap - sink->body.size()) {
-    sink->overflow = true;
-    return 0;  // anything but len aborts the transfer (CURLE_WRITE_ERROR)
-  }
-  sink->body.append(data, len);
-  return len;
-}
-
-int on_progress(void* userdata, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  const auto* abort = static_cast<const std::atomic<bool>*>(userdata);
-  return abort != nullptr && abort->load() ? 1 : 0;  // non-zero: CURLE_ABORTED_BY_CALLBACK
-}
 
 bool aborted(const std::atomic<bool>* abort) { return abort != nullptr && abort->load(); }
 
@@ -77,21 +34,6 @@ bool sleep_unless_aborted(long ms, const std::atomic<bool>* abort) {
     if (now >= until) return true;
     std::this_thread::sleep_for(std::min<clock::duration>(until - now, std::chrono::milliseconds(50)));
   }
-}
-
-// The first `max` bytes of a body for an error message, on one line: control
-// characters become spaces, runs of spaces one.
-std::string body_excerpt(const std::string& body, size_t max = 200) {
-  std::string s;
-  for (char c : std::string_view(body).substr(0, max)) {
-    auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) c = ' ';
-    if (c == ' ' && (s.empty() || s.back() == ' ')) continue;
-    s += c;
-  }
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  if (body.size() > max) s += "...";
-  return s;
 }
 
 bool has_crlf(std::string_view s) { return s.find_first_of("\r\n") != std::string_view::npos; }
@@ -131,7 +73,7 @@ Attempt perform(CURL* c, const HttpClientOptions& opts, const std::string& base,
                 const std::atomic<bool>* abort) {
   Attempt a;
   curl_easy_reset(c);
-  Sink sink;
+  CurlSink sink;
   sink.cap = opts.max_body_bytes;
   char errbuf[CURL_ERROR_SIZE] = {};
   const std::string url = base + p.path_query;
@@ -184,10 +126,10 @@ Attempt perform(CURL* c, const HttpClientOptions& opts, const std::string& base,
   }
   // Size cap: early when Content-Length announces too much, else while writing.
   set(curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(sink.cap)));
-  set(curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write));
+  set(curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_sink_write));
   set(curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink));
   if (abort != nullptr) {
-    set(curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress));
+    set(curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, curl_abort_progress));
     set(curl_easy_setopt(c, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(abort)));
     set(curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L));
   }

@@ -67,6 +67,8 @@ bool nm_container_active(const std::string& state);
 std::string app_of_container(const std::string& container_id);
 // The attempt number of a container id; 0 if malformed.
 int attempt_of_container(const std::string& container_id);
+// A node state of a NodeManager that left: LOST, SHUTDOWN, DECOMMISSIONED, REBOOTED.
+bool yarn_node_gone(const std::string& state);
 
 // Picks this node from the RM's list (nodes LOST, SHUTDOWN, DECOMMISSIONED
 // or REBOOTED are skipped): an entry whose nodeHostName is one of
@@ -90,6 +92,9 @@ class YarnRest {
 
  private:
   Result<std::string> get(HttpClient& c, const std::string& path, const std::atomic<bool>* abort);
+  template <typename T>
+  Result<T> fetch(HttpClient& c, const std::string& path, Result<T> (*parse)(const std::string&),
+                  const std::atomic<bool>* abort);
   HttpClient& rm_;
   HttpClient& nm_;
 };
