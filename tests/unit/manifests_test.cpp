@@ -592,7 +592,8 @@ TEST(ManifestGrafana, ExpressionsUseOnlyExportedMetrics) {
   for (const char* f :
        {"khagent_runq_wait_seconds", "khagent_runq_wait_by_cause_seconds_total", "khagent_interference_seconds_total",
         "khagent_offline_cpu_budget_cores", "khagent_actions_total", "khagent_reaction_seconds",
-        "khagent_bpf_prog_run_seconds_total", "khagent_bpf_prog_runs_total"})
+        "khagent_bpf_prog_run_seconds_total", "khagent_bpf_prog_runs_total", "khagent_yarn_node_vcores",
+        "khagent_yarn_resource_updates_total", "khagent_yarn_container_kills_total"})
     EXPECT_TRUE(used.count(f)) << f << " is not plotted";
   bool p99 = false, cost = false;
   for (const auto& e : exprs) {
