@@ -16,13 +16,18 @@ namespace {
 
 // Calls fn(key, values[ncpus]) for every entry of a per-CPU hash map.
 template <typename K, typename V>
-Result<void> for_each_percpu(int fd, int ncpus, bool& batch_ok,
+Result<void> for_each_percpu(int fd, int ncpus, bool& batch_ok, PercpuBatchBuffers<K, V>& buf,
                              const std::function<void(const K&, const V*)>& fn) {
-  // Batch: a few MiB of values per call at most.
-  size_t per_entry = sizeof(V) * static_cast<size_t>(ncpus);
-  uint32_t chunk = static_cast<uint32_t>(std::clamp<size_t>((4u << 20) / per_entry, 16, 4096));
-  std::vector<K> keys(chunk);
-  std::vector<V> vals(static_cast<size_t>(chunk) * ncpus);
+  if (buf.chunk == 0) {
+    // Batch: about 1 MiB of values per call, at least 16 entries.
+    size_t per_entry = sizeof(V) * static_cast<size_t>(ncpus);
+    buf.chunk = static_cast<uint32_t>(std::clamp<size_t>((1u << 20) / per_entry, 16, 4096));
+    buf.keys.resize(buf.chunk);
+    buf.vals.resize(static_cast<size_t>(buf.chunk) * ncpus);
+  }
+  uint32_t& chunk = buf.chunk;
+  std::vector<K>& keys = buf.keys;
+  std::vector<V>& vals = buf.vals;
 
   if (batch_ok) {
     K in{}, out{};
@@ -75,7 +80,7 @@ BpfMapSource::BpfMapSource(RunqMapFds fds) : fds_(fds), ncpus_(libbpf_num_possib
 Result<RawMaps> BpfMapSource::read() {
   RawMaps raw;
   auto r = for_each_percpu<uint64_t, kh_cgroup_stats>(
-      fds_.cgroup_stats, ncpus_, batch_ok_, [&](const uint64_t& id, const kh_cgroup_stats* v) {
+      fds_.cgroup_stats, ncpus_, batch_ok_, cgroup_buf_, [&](const uint64_t& id, const kh_cgroup_stats* v) {
         CgroupCounters& c = raw.cgroups[id];
         for (int cpu = 0; cpu < ncpus_; cpu++) {
           const kh_cgroup_stats& s = v[cpu];
@@ -90,7 +95,7 @@ Result<RawMaps> BpfMapSource::read() {
   if (!r) return make_error(r.error().err, "reading cgroup_stats: " + r.error().message);
 
   r = for_each_percpu<kh_pair, kh_pair_stats>(
-      fds_.interference, ncpus_, batch_ok_, [&](const kh_pair& k, const kh_pair_stats* v) {
+      fds_.interference, ncpus_, batch_ok_, pair_buf_, [&](const kh_pair& k, const kh_pair_stats* v) {
         RawPair p{k.victim, k.aggressor, 0, 0};
         for (int cpu = 0; cpu < ncpus_; cpu++) {
           p.wait_ns += v[cpu].wait_ns;
@@ -102,7 +107,7 @@ Result<RawMaps> BpfMapSource::read() {
 
   if (fds_.throttle_stats >= 0) {
     r = for_each_percpu<uint64_t, kh_throttle_stats>(
-        fds_.throttle_stats, ncpus_, batch_ok_,
+        fds_.throttle_stats, ncpus_, batch_ok_, throttle_buf_,
         [&](const uint64_t& id, const kh_throttle_stats* v) {
           ThrottleCounters& t = raw.throttle[id];
           for (int cpu = 0; cpu < ncpus_; cpu++) {
@@ -113,11 +118,11 @@ Result<RawMaps> BpfMapSource::read() {
     if (!r) return make_error(r.error().err, "reading throttle_stats: " + r.error().message);
   }
 
-  std::vector<uint64_t> vals(static_cast<size_t>(ncpus_));
+  counter_vals_.resize(static_cast<size_t>(ncpus_));
   for (uint32_t k = 0; k < KH_NR_COUNTERS; k++) {
-    if (bpf_map_lookup_elem(fds_.counters, &k, vals.data()) != 0)
+    if (bpf_map_lookup_elem(fds_.counters, &k, counter_vals_.data()) != 0)
       return make_error(errno, "reading counters");
-    for (auto v : vals) raw.counters[k] += v;
+    for (auto v : counter_vals_) raw.counters[k] += v;
   }
   return raw;
 }

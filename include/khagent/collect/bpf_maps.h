@@ -1,6 +1,9 @@
 // MapSource over the runq BPF maps (per-CPU values summed here).
 #pragma once
 
+#include <vector>
+
+#include "khagent/abi/runq.h"
 #include "khagent/collect/collector.h"
 
 namespace khagent {
@@ -10,6 +13,16 @@ struct RunqMapFds {
   int interference = -1;
   int throttle_stats = -1;
   int counters = -1;
+};
+
+// Key and value buffers for batch reads of one per-CPU map. They live as
+// long as the source: allocating and zeroing them on every tick cost more
+// than the reads themselves (megabytes of page faults per tick).
+template <typename K, typename V>
+struct PercpuBatchBuffers {
+  uint32_t chunk = 0;  // entries per batch call
+  std::vector<K> keys;
+  std::vector<V> vals;  // chunk * ncpus
 };
 
 class BpfMapSource : public MapSource {
@@ -25,6 +38,10 @@ class BpfMapSource : public MapSource {
   RunqMapFds fds_;
   int ncpus_;
   bool batch_ok_ = true;
+  PercpuBatchBuffers<uint64_t, kh_cgroup_stats> cgroup_buf_;
+  PercpuBatchBuffers<kh_pair, kh_pair_stats> pair_buf_;
+  PercpuBatchBuffers<uint64_t, kh_throttle_stats> throttle_buf_;
+  std::vector<uint64_t> counter_vals_;
 };
 
 }  // namespace khagent
