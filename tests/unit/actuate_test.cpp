@@ -313,6 +313,11 @@ TEST(RealCgroupFs, FixtureDirectory) {
   EXPECT_EQ(*rfs.read("/be", CgroupFile::CpuMax), "max 100000");
   ASSERT_TRUE(rfs.write("/be", CgroupFile::CpuMax, "50000 100000").ok());
   EXPECT_EQ(*rfs.read("/be", CgroupFile::CpuMax), "50000 100000");
+  // Written as echo(1) writes: an empty value still reaches the kernel.
+  t.write("be/cpuset.cpus", "1\n");
+  ASSERT_TRUE(rfs.write("/be", CgroupFile::CpusetCpus, "").ok());
+  std::ifstream in(t.path / "be/cpuset.cpus");
+  EXPECT_EQ(in.get(), '\n');
   auto gone = rfs.write("/nope", CgroupFile::CpuMax, "max");
   ASSERT_FALSE(gone.ok());
   EXPECT_EQ(gone.error().err, ENOENT);

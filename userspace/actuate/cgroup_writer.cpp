@@ -141,12 +141,16 @@ Result<void> RealCgroupFs::write(const std::string& cgroup, CgroupFile f, const 
   std::string path = root_ + (cgroup == "/" ? "" : cgroup) + "/" + cgroup_file_name(f);
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return make_error(errno, "cannot open " + path);
-  // One write(2): the kernel parses the whole value or rejects it.
-  ssize_t n = ::write(fd, value.data(), value.size());
+  // One write(2) with a newline, as echo(1) writes: the kernel parses the
+  // whole value or rejects it. The newline matters for empty values: a
+  // write of zero bytes never reaches the kernel's handler, so restoring an
+  // empty cpuset.cpus ("use the parent's CPUs") would silently do nothing.
+  std::string line = value + "\n";
+  ssize_t n = ::write(fd, line.data(), line.size());
   int err = errno;
   ::close(fd);
   if (n < 0) return make_error(err, "writing '" + value + "' to " + path);
-  if (static_cast<size_t>(n) != value.size()) return make_error(EIO, "short write to " + path);
+  if (static_cast<size_t>(n) != line.size()) return make_error(EIO, "short write to " + path);
   return {};
 }
 
