@@ -11,6 +11,21 @@
 #   --timeout SEC     host-side limit for the whole boot (default 900)
 #   --log FILE        where the guest console goes (default: a file in the cache)
 #   --mem MIB         guest memory (default 2048)
+#   --append ARGS     extra kernel command line (e.g. "tsc=reliable
+#                     clocksource=tsc", see below)
+#   --cpu MODEL       QEMU -cpu value (default: max,-monitor)
+#
+# The vCPUs have no MONITOR/MWAIT (-cpu max,-monitor), so the guest idles
+# with HLT. With MWAIT the kernel marks an idle CPU as polling and wakes it
+# by a store instead of an IPI, which TCG does not emulate faithfully: the
+# guest then soft-locked up now and then, one CPU never answering a
+# TLB-flush or text-patching IPI while a BPF trampoline was attached.
+# The clock stays the one the kernel picks under TCG (the HPET); every read
+# of it is an emulated MMIO access, so time-stamping costs microseconds here
+# (--append "tsc=reliable clocksource=tsc" makes it cheap, but that was
+# seen to soft-lock up too and is not the default). A soft lockup panics the
+# guest (softlockup_panic=1), so a hung guest fails in seconds instead of
+# at the timeout.
 #
 # The guest mounts proc, sysfs, devtmpfs, cgroup2 at /sys/fs/cgroup (with
 # +cpu +cpuset +memory enabled for children), bpffs and tracefs, then runs
@@ -25,6 +40,8 @@ kernel=""
 timeout=900
 log=""
 mem=2048
+append=""
+cpu="max,-monitor"
 includes=()
 
 die() { echo "vmtest: $*" >&2; exit 2; }
@@ -36,8 +53,10 @@ while (($#)); do
     --timeout) timeout="$2"; shift 2 ;;
     --log) log="$2"; shift 2 ;;
     --mem) mem="$2"; shift 2 ;;
+    --append) append="$2"; shift 2 ;;
+    --cpu) cpu="$2"; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
 done
@@ -90,7 +109,9 @@ put_with_libs() {
   f=$(readlink -f "$1")
   [[ -r "$f" ]] || die "cannot include $1"
   put "$abs"
-  ldd "$f" 2>/dev/null | awk '/=> \// {print $3} /^\t\/[^ ]+ \(/ {print $1}' |
+  # Scripts and data files have no libraries (ldd fails on them).
+  head -c4 "$f" | grep -q ELF || return 0
+  { ldd "$f" 2>/dev/null || true; } | awk '/=> \// {print $3} /^\t\/[^ ]+ \(/ {print $1}' |
     while read -r lib; do put "$lib"; done
 }
 
@@ -151,9 +172,9 @@ echo "vmtest: booting $(basename "$kernel") ($(du -h "$work/initramfs.gz" | cut 
 start=$(date +%s)
 set +e
 timeout --kill-after=10 "$timeout" qemu-system-x86_64 \
-  -accel tcg -cpu max -smp 2 -m "$mem" \
+  -accel tcg -cpu "$cpu" -smp 2 -m "$mem" \
   -kernel "$kernel" -initrd "$work/initramfs.gz" \
-  -append "console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init" \
+  -append "console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init softlockup_panic=1${append:+ $append}" \
   -display none -monitor none -serial "file:$log" -no-reboot -nic none
 qrc=$?
 set -e
