@@ -80,6 +80,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.cpuset.enabled, b.cpuset.enabled);
   EXPECT_EQ(a.cpuset.reserved_cpus, b.cpuset.reserved_cpus);
   EXPECT_EQ(a.cpuset.cpu_manager_state, b.cpuset.cpu_manager_state);
+  EXPECT_EQ(a.cpuset.throttle, b.cpuset.throttle);
 
   EXPECT_EQ(a.offline.targets, b.offline.targets);
   EXPECT_EQ(a.offline.besteffort, b.offline.besteffort);
@@ -186,6 +187,7 @@ cpuset:
   enabled: true
   reserved_cpus: "0-1,4"
   cpu_manager_state: /tmp/cpu_manager_state
+  throttle: true
 offline:
   targets: ["/batch.slice", "/yarn/extra"]
   besteffort: false
@@ -245,6 +247,7 @@ fast_path:
   EXPECT_TRUE(c.cpuset.enabled);
   EXPECT_EQ(c.cpuset.reserved_cpus, "0-1,4");
   EXPECT_EQ(c.cpuset.cpu_manager_state, "/tmp/cpu_manager_state");
+  EXPECT_TRUE(c.cpuset.throttle);
 
   EXPECT_EQ(c.offline.targets, (std::vector<std::string>{"/batch.slice", "/yarn/extra"}));
   EXPECT_FALSE(c.offline.besteffort);
@@ -416,7 +419,7 @@ TEST(ConfigErrors, LineNumberPointsAtTheValue) {
 
 TEST(ConfigErrors, UnknownKeyListsTheKnownOnes) {
   std::string msg = load_error("cpuset: {enable: true}");
-  EXPECT_TRUE(contains(msg, "(known: enabled, reserved_cpus, cpu_manager_state)")) << msg;
+  EXPECT_TRUE(contains(msg, "(known: enabled, reserved_cpus, cpu_manager_state, throttle)")) << msg;
 }
 
 // --- Validation -----------------------------------------------------------------
@@ -737,7 +740,7 @@ TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   EXPECT_EQ(doc["classes"].size(), 3u);
   EXPECT_EQ(doc["online"].size(), 5u);
   EXPECT_EQ(doc["budget"].size(), 11u);
-  EXPECT_EQ(doc["cpuset"].size(), 3u);
+  EXPECT_EQ(doc["cpuset"].size(), 4u);
   EXPECT_EQ(doc["offline"].size(), 6u);
   EXPECT_EQ(doc["fast_path"].size(), 3u);
   EXPECT_EQ(doc["yarn"].size(), 28u);
@@ -789,6 +792,7 @@ TEST(ConfigYaml, EverythingChangedRoundTrips) {
   c.cpuset.enabled = true;
   c.cpuset.reserved_cpus = "0-1,8";
   c.cpuset.cpu_manager_state = "/x/cms";
+  c.cpuset.throttle = true;
   c.offline.targets = {"/with space", "/x.slice/y"};
   c.offline.besteffort = false;
   c.offline.yarn = false;

@@ -328,19 +328,13 @@ std::vector<DesiredValue> Agent::desired(const Decision& d, bool fast) {
   double total = 0;
   for (const auto& t : targets_) total += target_usage_[t];
   double cpus = static_cast<double>(topo_.cpus.size());
-  for (const auto& t : targets_) {
-    // Split the budget by recent use, each target keeping a small share.
-    double share = targets_.size() == 1 ? 1.0
-                   : total > 0          ? std::max(target_usage_[t] / total, 0.1)
-                                        : 1.0 / static_cast<double>(targets_.size());
-    want.push_back({t, CgroupFile::CpuMax,
-                    budget_to_cpu_max(d.budget_cores * share, cpus, cfg_.budget.cpu_max_period_us)});
-    if (fast) continue;
-    if (cfg_.offline.idle) want.push_back({t, CgroupFile::CpuIdle, "1"});
-    if (cfg_.offline.weight && !kubelet_owned_weight(t))
-      want.push_back({t, CgroupFile::CpuWeight, std::to_string(cfg_.offline.weight)});
-  }
-  if (!fast && cfg_.cpuset.enabled) {
+
+  // With cpusets, the offline CPUs for this budget. Without cpuset.throttle
+  // the partition is the enforcement (the fast path moves it too) and the
+  // quota is lifted; the quota comes back whenever no core can be spared.
+  const bool partition_only = cfg_.cpuset.enabled && !cfg_.cpuset.throttle;
+  std::string offline_cpus;
+  if (cfg_.cpuset.enabled && (!fast || partition_only)) {
     PartitionInput pi;
     pi.topo = topo_;
     pi.offline_budget_cores = d.budget_cores;
@@ -348,14 +342,29 @@ std::vector<DesiredValue> Agent::desired(const Decision& d, bool fast) {
     if (auto r = parse_cpu_list(cfg_.cpuset.reserved_cpus)) pi.reserved = *r;
     if (auto cms = read_cpu_manager_state(cfg_.cpuset.cpu_manager_state)) {
       pi.exclusive = cms->exclusive;
+      Partition p = partition_cpus(pi);
+      if (!p.note.empty()) spdlog::debug("cpuset: {}", p.note);
+      if (!p.offline.empty()) offline_cpus = format_cpu_list(p.offline);
     } else {
       spdlog::warn("cpuset partition skipped: {}", cms.error().str());
-      return want;
     }
-    Partition p = partition_cpus(pi);
-    if (!p.note.empty()) spdlog::debug("cpuset: {}", p.note);
-    if (!p.offline.empty())
-      for (const auto& t : targets_) want.push_back({t, CgroupFile::CpusetCpus, format_cpu_list(p.offline)});
+  }
+  const bool quota = !partition_only || offline_cpus.empty();
+  if (!offline_cpus.empty())
+    for (const auto& t : targets_) want.push_back({t, CgroupFile::CpusetCpus, offline_cpus});
+
+  for (const auto& t : targets_) {
+    // Split the budget by recent use, each target keeping a small share.
+    double share = targets_.size() == 1 ? 1.0
+                   : total > 0          ? std::max(target_usage_[t] / total, 0.1)
+                                        : 1.0 / static_cast<double>(targets_.size());
+    want.push_back({t, CgroupFile::CpuMax,
+                    quota ? budget_to_cpu_max(d.budget_cores * share, cpus, cfg_.budget.cpu_max_period_us)
+                          : fmt::format("max {}", cfg_.budget.cpu_max_period_us)});
+    if (fast) continue;
+    if (cfg_.offline.idle) want.push_back({t, CgroupFile::CpuIdle, "1"});
+    if (cfg_.offline.weight && !kubelet_owned_weight(t))
+      want.push_back({t, CgroupFile::CpuWeight, std::to_string(cfg_.offline.weight)});
   }
   return want;
 }
@@ -394,7 +403,8 @@ void Agent::apply(const Decision& d, bool fast, uint64_t first_event_ns) {
     metrics_->record_actions(recs);
   }
   bool wrote = std::any_of(recs.begin(), recs.end(), [](const ActionRecord& r) {
-    return r.file == CgroupFile::CpuMax && (r.outcome == ActionOutcome::Written || r.outcome == ActionOutcome::DryRun);
+    return (r.file == CgroupFile::CpuMax || r.file == CgroupFile::CpusetCpus) &&
+           (r.outcome == ActionOutcome::Written || r.outcome == ActionOutcome::DryRun);
   });
   std::string why = fmt::format("{}: {}", action_name(d.action), d.reason);
   if (wrote && first_event_ns) {

@@ -545,7 +545,7 @@ class Loader {
            auto& s = c.cpuset;
            section(n, at,
                    {flag("enabled", s.enabled), text("reserved_cpus", s.reserved_cpus),
-                    text("cpu_manager_state", s.cpu_manager_state)});
+                    text("cpu_manager_state", s.cpu_manager_state), flag("throttle", s.throttle)});
          }},
         {"offline",
          [this, &c](const YAML::Node& n, const Where& at) {
@@ -918,6 +918,7 @@ std::string config_to_yaml(const Config& c) {
   key("enabled") << c.cpuset.enabled;
   key("reserved_cpus") << c.cpuset.reserved_cpus;
   key("cpu_manager_state") << c.cpuset.cpu_manager_state;
+  key("throttle") << c.cpuset.throttle;
   out << YAML::EndMap;
 
   key("offline") << YAML::BeginMap;

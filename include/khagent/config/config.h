@@ -60,6 +60,10 @@ struct CpusetConfig {
   bool enabled = false;
   std::string reserved_cpus;        // never given to offline (cpu list, e.g. "0-1")
   std::string cpu_manager_state = "/var/lib/kubelet/cpu_manager_state";
+  // false: offline gets ceil(budget) CPUs of its own and no quota inside
+  // them (cpu.max "max"); the quota is used only when no core can be spared.
+  // true: the budget is also enforced with cpu.max inside those CPUs.
+  bool throttle = false;
 };
 
 struct OfflineConfig {
