@@ -339,10 +339,15 @@ TEST_F(RunqHost, IdsResolveByHandleAndRemovalsShowWithoutAWalk) {
     c.stop();
   }  // rmdir
   EXPECT_EQ(index.alive(id), CgroupIndex::Liveness::Gone);
-  // Its last switch-out made it active in the interval it ended in; the idle
-  // check after that one (5 s later, still long before the next walk) finds it.
+  // Its last switch-out made it active in the interval it ended in; an idle
+  // check after that one (every 5 s, still long before the next walk) finds
+  // it. The dead task's final switch-out can land after waitpid() and the
+  // rmdir (slow under emulation): let it land first, and allow a second
+  // idle check for a switch-out that still straddles a tick.
+  sleep_s(0.5);
   ASSERT_TRUE(col.tick_at(7'000'000'000ULL, 3).ok());
-  auto s = col.tick_at(13'000'000'000ULL, 4);
+  ASSERT_TRUE(col.tick_at(13'000'000'000ULL, 4).ok());
+  auto s = col.tick_at(19'000'000'000ULL, 5);
   ASSERT_TRUE(s.ok());
   for (const auto& cg : s->cgroups) EXPECT_NE(cg.id, id);
   EXPECT_FALSE(read().cgroups.count(id)) << "entry of a removed cgroup left in the map";
