@@ -104,12 +104,13 @@ trap 'rm -rf "$work"' EXIT
 stage="$work/root"
 mkdir -p "$stage"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,etc,run}
 
+is_elf() { head -c4 "$1" | grep -q ELF; }
 put() {  # put FILE: copy to the same absolute path, debug info stripped
   local f="$1" dst="$stage$1"
   [[ -e "$dst" ]] && return 0
   mkdir -p "$(dirname "$dst")"
   cp -L "$f" "$dst"
-  if file -b "$dst" 2>/dev/null | grep -q ELF || head -c4 "$dst" | grep -q ELF; then
+  if is_elf "$dst"; then
     objcopy --strip-debug "$dst" 2>/dev/null || true
   fi
 }
@@ -120,7 +121,7 @@ put_with_libs() {
   [[ -r "$f" ]] || die "cannot include $1"
   put "$abs"
   # Scripts and data files have no libraries (ldd fails on them).
-  head -c4 "$f" | grep -q ELF || return 0
+  is_elf "$f" || return 0
   { ldd "$f" 2>/dev/null || true; } | awk '/=> \// {print $3} /^\t\/[^ ]+ \(/ {print $1}' |
     while read -r lib; do put "$lib"; done
 }

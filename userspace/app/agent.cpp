@@ -158,6 +158,7 @@ class Agent {
   std::vector<kh_wait_event> pending_;
   std::map<std::string, uint64_t> quota_warned_;  // pod -> last log
   std::map<std::string, uint64_t> warned_;        // problem -> last log (one a minute)
+  std::optional<CpuSet> exclusive_cpus_;          // from the tick's cpu_manager_state read
   uint64_t ticks_ = 0;
   // Reaction time: first over-threshold wait to the cgroup write.
   uint64_t reactions_ = 0;
@@ -340,13 +341,20 @@ std::vector<DesiredValue> Agent::desired(const Decision& d, bool fast) {
     pi.offline_budget_cores = d.budget_cores;
     pi.online_demand_cores = last_input_.online_cpu_cores + cfg_.budget.reserve_cores;
     if (auto r = parse_cpu_list(cfg_.cpuset.reserved_cpus)) pi.reserved = *r;
-    if (auto cms = read_cpu_manager_state(cfg_.cpuset.cpu_manager_state)) {
-      pi.exclusive = cms->exclusive;
+    // The kubelet's exclusive CPUs are read at each tick; the fast path
+    // uses what the last tick read.
+    if (!fast || !exclusive_cpus_) {
+      exclusive_cpus_.reset();
+      if (auto cms = read_cpu_manager_state(cfg_.cpuset.cpu_manager_state))
+        exclusive_cpus_ = cms->exclusive;
+      else
+        spdlog::warn("cpuset partition skipped: {}", cms.error().str());
+    }
+    if (exclusive_cpus_) {
+      pi.exclusive = *exclusive_cpus_;
       Partition p = partition_cpus(pi);
       if (!p.note.empty()) spdlog::debug("cpuset: {}", p.note);
       if (!p.offline.empty()) offline_cpus = format_cpu_list(p.offline);
-    } else {
-      spdlog::warn("cpuset partition skipped: {}", cms.error().str());
     }
   }
   const bool quota = !partition_only || offline_cpus.empty();
@@ -358,9 +366,9 @@ std::vector<DesiredValue> Agent::desired(const Decision& d, bool fast) {
     double share = targets_.size() == 1 ? 1.0
                    : total > 0          ? std::max(target_usage_[t] / total, 0.1)
                                         : 1.0 / static_cast<double>(targets_.size());
+    // No quota: a budget of the whole node, which is "max".
     want.push_back({t, CgroupFile::CpuMax,
-                    quota ? budget_to_cpu_max(d.budget_cores * share, cpus, cfg_.budget.cpu_max_period_us)
-                          : fmt::format("max {}", cfg_.budget.cpu_max_period_us)});
+                    budget_to_cpu_max(quota ? d.budget_cores * share : cpus, cpus, cfg_.budget.cpu_max_period_us)});
     if (fast) continue;
     if (cfg_.offline.idle) want.push_back({t, CgroupFile::CpuIdle, "1"});
     if (cfg_.offline.weight && !kubelet_owned_weight(t))
