@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -148,6 +149,47 @@ inline khagent::Mounts mounts() {
   auto m = khagent::find_mounts();
   return m.ok() ? m.value() : khagent::Mounts{};
 }
+
+// True when the cpu controller is not in cgroup2 (a hybrid host): khagent
+// then writes the v1 cpu and cpuset hierarchies at the same relative path.
+inline bool hybrid(const khagent::Mounts& m) {
+  std::string ctl = read_file(m.cgroup2 + "/cgroup.controllers");
+  return !m.cpu_v1.empty() && ctl.find("cpu ") == std::string::npos && ctl.find("cpu\n") == std::string::npos &&
+         !(ctl.size() >= 3 && ctl.compare(ctl.size() - 3, 3, "cpu") == 0);
+}
+
+// One cgroup path in cgroup2 and, on a hybrid host, in the v1 cpu and
+// cpuset hierarchies too, as a kubelet or NodeManager makes it there (v1
+// cpusets get their parent's CPUs and memory nodes, or no task may join).
+// Make parents first; destroyed in reverse order by the owner.
+struct LaidOutCgroup {
+  std::vector<std::unique_ptr<TestCgroup>> parts;
+  LaidOutCgroup(const khagent::Mounts& m, const std::string& rel) {
+    parts.push_back(std::make_unique<TestCgroup>(m.cgroup2, rel));
+    if (!hybrid(m)) return;
+    parts.push_back(std::make_unique<TestCgroup>(m.cpu_v1, rel));
+    if (!m.cpuset_v1.empty()) {
+      auto cs = std::make_unique<TestCgroup>(m.cpuset_v1, rel);
+      std::string parent = cs->dir().substr(0, cs->dir().rfind('/'));
+      write_file(cs->dir() + "/cpuset.cpus", read_file(parent + "/cpuset.cpus"));
+      write_file(cs->dir() + "/cpuset.mems", read_file(parent + "/cpuset.mems"));
+      parts.push_back(std::move(cs));
+    }
+  }
+  const TestCgroup& v2() const { return *parts.front(); }
+  // Where a task must be written to join it everywhere.
+  std::vector<std::string> procs() const {
+    std::vector<std::string> out;
+    for (const auto& p : parts) out.push_back(p->dir() + (p->root == parts.front()->root ? "/cgroup.procs" : "/tasks"));
+    return out;
+  }
+  // The file `name` of the v1 cpu (or cpuset) part, "" on a v2 host.
+  std::string v1_file(const std::string& name) const {
+    for (const auto& p : parts)
+      if (p->root != parts.front()->root && std::filesystem::exists(p->dir() + "/" + name)) return p->dir() + "/" + name;
+    return "";
+  }
+};
 
 inline std::string unique(const std::string& base) {
   return base + "-" + std::to_string(getpid());

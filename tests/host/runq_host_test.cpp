@@ -473,17 +473,17 @@ TEST(AgentBinary, RunDryRunSqueezesOfflineForAnOnlinePod) {
                     "-kubepods-burstable-pod1111_2222.slice";
   std::string yarn = "/" + k + "-yarn";
   {
-    TestCgroup top(m.cgroup2, "/" + k + "-kubepods.slice");
-    TestCgroup qos(m.cgroup2, "/" + k + "-kubepods.slice/" + k + "-kubepods-burstable.slice");
-    TestCgroup p(m.cgroup2, pod);
-    TestCgroup c(m.cgroup2, pod + "/cri-containerd-0123456789ab.scope");
-    TestCgroup yr(m.cgroup2, yarn);
-    TestCgroup yc(m.cgroup2, yarn + "/container_1_2_3_4");
-    Child hog({yc.dir() + "/cgroup.procs"}, 0, 0, [] { busy_loop(); });
+    LaidOutCgroup top(m, "/" + k + "-kubepods.slice");
+    LaidOutCgroup qos(m, "/" + k + "-kubepods.slice/" + k + "-kubepods-burstable.slice");
+    LaidOutCgroup p(m, pod);
+    LaidOutCgroup c(m, pod + "/cri-containerd-0123456789ab.scope");
+    LaidOutCgroup yr(m, yarn);
+    LaidOutCgroup yc(m, yarn + "/container_1_2_3_4");
+    Child hog(yc.procs(), 0, 0, [] { busy_loop(); });
     // Nice 19 next to the nice-0 hog on one CPU: its wake-ups rarely preempt
     // the hog, so its waits are long and behind offline on every run (at
     // nice 0 a fast preemption sometimes kept its p99 under the target).
-    Child online({c.dir() + "/cgroup.procs"}, 0, 19, [] { sleep_loop(1000000); });
+    Child online(c.procs(), 0, 19, [] { sleep_loop(1000000); });
     std::string cfg = "/tmp/" + k + ".yaml";
     std::ofstream(cfg) << "tick: 200ms\noffline:\n  yarn_hierarchy: " << k
                        << "-yarn\nonline:\n  wait_p99_target: 20us\nfast_path:\n  wait_threshold: 50us\n";
@@ -503,11 +503,15 @@ TEST(AgentBinary, RunDryRunSqueezesOfflineForAnOnlinePod) {
     ::unlink(cfg.c_str());
     ::unlink(log.c_str());
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
-    EXPECT_NE(out.find("targets [" + yarn + "]"), std::string::npos) << out;
+    EXPECT_NE(out.find("targets [" + yarn + " (yarn-root)]"), std::string::npos) << out;
     EXPECT_NE(out.find("behind offline"), std::string::npos) << out;
-    bool acted = out.find("dry run: would write " + yarn + " cpu.max") != std::string::npos ||
-                 out.find("controller is not enabled") != std::string::npos;
-    EXPECT_TRUE(acted) << out;
+    // The base lever: cpu.idle on the YARN root (v2, or v1 on a hybrid host).
+    bool idle = out.find("dry run: would write " + yarn + " cpu.idle: '0' -> '1'") != std::string::npos ||
+                out.find("dry run: would write " + yarn + " v1:cpu.idle: '0' -> '1'") != std::string::npos;
+    EXPECT_TRUE(idle) << out;
+    // A dry run never takes effect, so the breach lasts and the ladder climbs.
+    EXPECT_NE(out.find("ladder escalate"), std::string::npos) << out;
+    EXPECT_EQ(out.find("rejected"), std::string::npos) << out;
     EXPECT_EQ(out.find("] written"), std::string::npos);
     EXPECT_NE(::access(("/tmp/" + k + "-state.json").c_str(), F_OK), 0) << "dry run wrote a state file";
   }

@@ -124,14 +124,14 @@ TEST(AgentYarn, SlowResourceManagerNeverDelaysTheSqueeze) {
   slow.delay_ms = 2000;
   emu.set_faults(Srv::RM0, slow);
 
-  TestCgroup top(m.cgroup2, "/" + k + "-kubepods.slice");
-  TestCgroup qos(m.cgroup2, "/" + k + "-kubepods.slice/" + k + "-kubepods-burstable.slice");
-  TestCgroup p(m.cgroup2, pod);
-  TestCgroup c(m.cgroup2, pod + "/cri-containerd-0123456789ab.scope");
-  TestCgroup yr(m.cgroup2, yarn);
-  TestCgroup yc(m.cgroup2, yarn + "/container_1700000000000_0001_01_000002");
-  Child hog({yc.dir() + "/cgroup.procs"}, 0, 0, [] { busy_loop(); });
-  Child online({c.dir() + "/cgroup.procs"}, 0, 0, [] { sleep_loop(1000000); });
+  LaidOutCgroup top(m, "/" + k + "-kubepods.slice");
+  LaidOutCgroup qos(m, "/" + k + "-kubepods.slice/" + k + "-kubepods-burstable.slice");
+  LaidOutCgroup p(m, pod);
+  LaidOutCgroup c(m, pod + "/cri-containerd-0123456789ab.scope");
+  LaidOutCgroup yr(m, yarn);
+  LaidOutCgroup yc(m, yarn + "/container_1700000000000_0001_01_000002");
+  Child hog(yc.procs(), 0, 0, [] { busy_loop(); });
+  Child online(c.procs(), 0, 0, [] { sleep_loop(1000000); });
 
   std::string cfg = "/tmp/" + k + ".yaml";
   std::ofstream(cfg) << "tick: 200ms\noffline:\n  yarn_hierarchy: " << k
@@ -166,8 +166,7 @@ TEST(AgentYarn, SlowResourceManagerNeverDelaysTheSqueeze) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
   // The log is in time order: the squeeze comes before the RM's first
   // answer (after which the NodeManager's address is logged).
-  size_t squeeze = std::min(out.find("dry run: would write " + yarn + " cpu.max"),
-                            out.find("controller is not enabled"));
+  size_t squeeze = out.find("dry run: would write " + yarn + " ");
   size_t first_answer = out.find("yarn: NodeManager web address");
   ASSERT_NE(squeeze, std::string::npos) << out;
   ASSERT_NE(first_answer, std::string::npos) << out;

@@ -89,6 +89,13 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.offline.idle, b.offline.idle);
   EXPECT_EQ(a.offline.weight, b.offline.weight);
 
+  EXPECT_EQ(a.ladder.rungs, b.ladder.rungs);
+  EXPECT_EQ(a.ladder.always, b.ladder.always);
+  EXPECT_EQ(a.ladder.escalate_after_ns, b.ladder.escalate_after_ns);
+  EXPECT_EQ(a.ladder.verify_window_ns, b.ladder.verify_window_ns);
+  EXPECT_EQ(a.ladder.min_improvement, b.ladder.min_improvement);
+  EXPECT_EQ(a.ladder.retry_after_ns, b.ladder.retry_after_ns);
+  EXPECT_EQ(a.ladder.relax_after_ns, b.ladder.relax_after_ns);
   EXPECT_EQ(a.fast_path.enabled, b.fast_path.enabled);
   EXPECT_EQ(a.fast_path.wait_threshold_ns, b.fast_path.wait_threshold_ns);
   EXPECT_EQ(a.fast_path.min_interval_ns, b.fast_path.min_interval_ns);
@@ -466,6 +473,13 @@ TEST(ConfigValidate, RejectsImpossibleValues) {
       {"offline: {targets: [/a/..]}", {"offline.targets[0]:", "\"..\""}},
       {"offline: {targets: ['']}", {"offline.targets[0]:", "absolute"}},
       {"offline: {targets: [/]}", {"offline.targets[0]:", "root"}},
+      {"offline: {targets: [/.]}", {"offline.targets[0]:", "root"}},
+      {"offline: {targets: [/./]}", {"offline.targets[0]:", "root"}},
+      {"offline: {yarn_hierarchy: ../../../../tmp/X/yh}", {"offline.yarn_hierarchy:", "\"..\""}},
+      {"offline: {yarn_hierarchy: ''}", {"offline.yarn_hierarchy:"}},
+      {"offline: {yarn_hierarchy: .}", {"offline.yarn_hierarchy:", "root"}},
+      {"offline: {yarn_hierarchy: /hadoop-yarn}", {"offline.yarn_hierarchy:", "relative"}},
+      {"ladder: {min_improvement: 1}", {"ladder.min_improvement"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.text);
@@ -474,6 +488,28 @@ TEST(ConfigValidate, RejectsImpossibleValues) {
     for (const auto& s : c.says)
       EXPECT_TRUE(contains(msg, s)) << "want \"" << s << "\" in: " << msg;
   }
+}
+
+TEST(ConfigLadder, RungsAreKnownLeversOnce) {
+  struct Case {
+    std::string text;
+    std::vector<std::string> says;
+  } cases[] = {
+      {"ladder: {rungs: [idle]}", {"test.yaml:1:", "ladder.rungs[0]", "unknown lever \"idle\""}},
+      {"ladder: {rungs: [quota, quota]}", {"ladder.rungs[1]", "twice"}},
+      {"ladder: {rungs: quota}", {"ladder.rungs", "expected a list"}},
+      {"ladder: {always: [quota, idle]}", {"ladder.always[1]", "unknown lever"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    std::string msg = load_error(c.text);
+    for (const auto& want : c.says) EXPECT_TRUE(contains(msg, want)) << msg;
+  }
+  auto r = load("ladder: {rungs: [quota], always: [cpuset]}");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->ladder.rungs, std::vector<Lever>{Lever::Quota});
+  EXPECT_EQ(r->ladder.always, std::vector<Lever>{Lever::Cpuset});
+  EXPECT_TRUE(default_config().offline.idle);  // cpu.idle is the default lever
 }
 
 TEST(ConfigValidate, AcceptsTheEdgesOfEachRange) {
@@ -489,8 +525,10 @@ TEST(ConfigValidate, AcceptsTheEdgesOfEachRange) {
       "budget: {cpu_max_period: 1s}",
       "online: {interference_share_limit: 0, min_offline_share: 1, self_throttle_share: 1}",
       "offline: {weight: 0}",
-      "offline: {weight: 1}",
-      "offline: {weight: 10000}",
+      "offline: {idle: false, weight: 1}",
+      "offline: {idle: false, weight: 10000}",
+      "ladder: {rungs: [], min_improvement: 0}",
+      "ladder: {rungs: [quota, cpuset], verify_window: 1ms, min_improvement: 0.99}",
       "offline: {targets: [/a/..b, /x.slice/y]}",  // "..b" is a name, not a ".." component
       "fast_path: {enabled: false, wait_threshold: 0s}",
       "cpuset: {reserved_cpus: ''}",
@@ -535,6 +573,7 @@ budget:
   reserve: 0.75
 offline:
   targets: ["/a", "/b"]
+  idle: false
 nodes:
   - match: {name: node-7}
     set: {budget: {floor: 2}}
@@ -736,7 +775,8 @@ TEST(ConfigYaml, DefaultsRoundTripWithReadableDurations) {
 
 TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   YAML::Node doc = YAML::Load(config_to_yaml(default_config()));
-  EXPECT_EQ(doc.size(), 14u);  // tick dry_run state_file, 4 kubelet_* keys, 7 sections
+  EXPECT_EQ(doc.size(), 15u);  // tick dry_run state_file, 4 kubelet_* keys, 8 sections
+  EXPECT_EQ(doc["ladder"].size(), 7u);
   EXPECT_EQ(doc["classes"].size(), 3u);
   EXPECT_EQ(doc["online"].size(), 5u);
   EXPECT_EQ(doc["budget"].size(), 11u);

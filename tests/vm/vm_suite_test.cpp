@@ -398,21 +398,25 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
   double off_offline_s = last_offline_s;
   hogs.clear();
 
-  // khagent on, with two profiles in turn (each: the agent alone, then with
-  // the hogs). "quota": cpu.max with a 10 ms period and cpu.idle, the
-  // offline side keeps every CPU. "cpuset": the same plus cpuset.cpus, the
-  // offline side gets the CPUs the online side does not need.
-  // KHAGENT_VM_E2E_CONFIG: one whole agent configuration instead.
+  // khagent on, with three profiles in turn (each: the agent alone, then
+  // with the hogs). "defaults": cpu.idle on the offline side, the ladder
+  // (cpuset, then quota) only on a lasting breach. "quota": cpu.idle plus a
+  // cpu.max budget with a 10 ms period from the start. "cpuset": cpu.idle
+  // plus cpuset.cpus from the start, the offline side gets the CPUs the
+  // online side does not need. KHAGENT_VM_E2E_CONFIG: one whole agent
+  // configuration instead.
+  enum class Kind { Defaults, Quota, Cpuset, Custom };
   struct Profile {
     std::string name, extra, own;
-    bool cpuset = false;  // offline gets CPUs of its own and no quota
+    Kind kind = Kind::Defaults;
   };
   std::vector<Profile> profiles;
   if (const char* own = std::getenv("KHAGENT_VM_E2E_CONFIG"))
-    profiles.push_back({"custom", "", own});
+    profiles.push_back({"custom", "", own, Kind::Custom});
   else
-    profiles = {{"quota", "offline:\n  idle: true\n", ""},
-                {"cpuset", "offline:\n  idle: true\ncpuset:\n  enabled: true\n  reserved_cpus: \"\"\n", "", true}};
+    profiles = {{"defaults", "", "", Kind::Defaults},
+                {"quota", "ladder:\n  always: [quota]\n", "", Kind::Quota},
+                {"cpuset", "cpuset:\n  enabled: true\n  reserved_cpus: \"\"\n", "", Kind::Cpuset}};
   struct Result {
     Probe::Stats on;
     double offline_s = 0;
@@ -438,13 +442,16 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
     AgentProc agent("run --config " + cfg + " --state-file " + state + " --metrics-address 127.0.0.1 --metrics-port " +
                         std::to_string(port),
                     "/tmp/kh-vm-e2e-" + pr.name + ".log");
-    // The quota profile sets a budget in cpu.max; the cpuset profile gives
-    // the offline side its own CPUs and no quota.
-    const bool cpuset = pr.cpuset;
+    // Every profile sets cpu.idle on the YARN root; the quota profile sets
+    // a budget in cpu.max; the cpuset profile gives the offline side its
+    // own CPUs and no quota.
+    const bool cpuset = pr.kind == Kind::Cpuset;
+    const bool quota = pr.kind == Kind::Quota;
     ASSERT_TRUE(wait_for([&] {
-      return cpuset ? read_file(kRoot + kYarn + "/cpuset.cpus") != "\n"
-                    : read_file(kRoot + kYarn + "/cpu.max") != "max 100000\n";
-    }, 20)) << "the agent never set the offline budget\n" << agent.text();
+      return read_file(kRoot + kYarn + "/cpu.idle") == "1\n" &&
+             (!cpuset || read_file(kRoot + kYarn + "/cpuset.cpus") != "\n") &&
+             (!quota || read_file(kRoot + kYarn + "/cpu.max") != "max 100000\n");
+    }, 20)) << "the agent never set the offline levers\n" << agent.text();
     ::kill(online.pid, SIGCONT);
     agent_pid = agent.pid;
     Result res;
@@ -458,7 +465,7 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
     res.on = phase(("hogs, khagent " + pr.name).c_str(), 8, [&] {
       start = mono_ns();
       start_hogs();
-      if (!cpuset && wait_for([&] { return read_file(kRoot + kYarn + "/cpu.max") != settled; }, 5, 0.001))
+      if (quota && wait_for([&] { return read_file(kRoot + kYarn + "/cpu.max") != settled; }, 5, 0.001))
         cut = mono_ns();
       sleep_s(0.5);
       before = http_get_loopback(port, "/metrics");
@@ -474,7 +481,7 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
     std::string log = agent.text();
     std::printf("khagent %s: the online pod's run-queue waits as khagent measured them: %s\n", pr.name.c_str(),
                 res.kernel.text().c_str());
-    if (!cpuset) {
+    if (quota) {
       EXPECT_GT(cut, 0u) << pr.name << ": no cpu.max cut after the hogs started\n" << log;
     }
     std::smatch m;
@@ -482,8 +489,12 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
     if (std::regex_search(log, m, re))
       std::printf("khagent %s: reaction: hogs started -> first cpu.max cut %.1f ms (guest clock); wait event -> cpu.max "
                   "write %s ms (khagent's own)\n", pr.name.c_str(), res.reaction_ms, m[1].str().c_str());
-    if (!cpuset) {
+    if (quota) {
       EXPECT_NE(log.find("decrease"), std::string::npos) << log;
+    }
+    if (pr.kind == Kind::Defaults) {  // what the ladder did, if anything
+      for (const char* what : {"ladder escalate", "ladder kept", "ladder: ", "ladder relaxed"})
+        if (log.find(what) != std::string::npos) std::printf("khagent defaults: the log has '%s'\n", what);
     }
     // Restored on SIGTERM, the empty cpuset included.
     EXPECT_EQ(read_file(kRoot + kYarn + "/cpu.max"), "max 100000\n") << log;
@@ -513,13 +524,16 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
   //   run-queue wait, see docs/controller.md, so that is not asserted);
   // * cpuset: the offline side is held to the CPUs the online side does not
   //   need (one of the two here), and the probe's p99 comes much closer to
-  //   its baseline than with khagent off.
+  //   its baseline than with khagent off;
+  // * defaults: cpu.idle was set (checked above) and restored; the latency
+  //   claim for it is made on the host's real kernel (tests/host), since
+  //   timings here are emulated.
   for (size_t i = 0; i < profiles.size(); i++) {
     const Result& r = results[i];
-    if (!profiles[i].cpuset && profiles[i].own.empty()) {
+    if (profiles[i].kind == Kind::Quota) {
       EXPECT_LT(r.offline_s, 0.9 * off_offline_s) << "offline CPU was not cut";
     }
-    if (profiles[i].cpuset) {
+    if (profiles[i].kind == Kind::Cpuset) {
       EXPECT_EQ(r.offline_cpus, "1\n") << "the offline side should have one CPU of its own";
       EXPECT_LT(r.offline_s, 0.6 * off_offline_s) << "offline CPU was not confined";
       EXPECT_LT(r.on.p99 - alone.p99, 0.5 * (off.p99 - alone.p99))
@@ -536,7 +550,7 @@ TEST(VmSuite, RestoreAfterSigtermSigkillAndCorruption) {
   // cpuset too: its original here is empty ("the parent's CPUs"), the value
   // that is easiest to restore wrongly.
   write_agent_config("/tmp/kh-vm-restore.yaml",
-                     "offline:\n  idle: true\ncpuset:\n  enabled: true\n  reserved_cpus: \"\"\n");
+                     "ladder:\n  always: [quota]\ncpuset:\n  enabled: true\n  reserved_cpus: \"\"\n  throttle: true\n");
   ASSERT_EQ(read_file(yarn.dir() + "/cpuset.cpus"), "\n");
   const std::string state = "/tmp/kh-vm-restore-state.json";
   ::unlink(state.c_str());
@@ -588,7 +602,7 @@ TEST(VmSuite, BadInputKeepsTheAgentRunning) {
     auto doomed = std::make_unique<TestCgroup>(kRoot, "/kh-vm-doomed");
     write_agent_config("/tmp/kh-vm-bad.yaml", "offline:\n  targets: [/kh-vm-doomed]\n");
     AgentProc a("run --config /tmp/kh-vm-bad.yaml --state-file /tmp/kh-vm-bad-state.json", "/tmp/kh-vm-bad.log");
-    ASSERT_TRUE(wait_for([&] { return read_file(doomed->dir() + "/cpu.max") != "max 100000\n"; }, 20)) << a.text();
+    ASSERT_TRUE(wait_for([&] { return read_file(doomed->dir() + "/cpu.idle") == "1\n"; }, 20)) << a.text();
     doomed.reset();  // rmdir
     sleep_s(1.5);
     EXPECT_TRUE(a.alive()) << a.text();
@@ -642,7 +656,8 @@ TEST(VmBench, ReactionTimeDistribution) {
          "online:\n  wait_p99_target: 500us\n  min_waits: 20\n"
          "budget:\n  floor: 0.1\n  reserve: 0.2\n  calm_period: 1s\n  increase_step: 2\n"
          "  increase_interval: 200ms\n  cpu_max_period: 10ms\n"
-         "fast_path:\n  wait_threshold: 1ms\n  min_interval: 20ms\n";
+         "fast_path:\n  wait_threshold: 1ms\n  min_interval: 20ms\n"
+         "ladder:\n  always: [quota]\n";
   ::unlink("/tmp/kh-vm-bench-state.json");
   ::unlink("/tmp/kh-vm-bench.log");
   AgentProc agent("run --config /tmp/kh-vm-bench.yaml --state-file /tmp/kh-vm-bench-state.json --no-metrics",

@@ -29,13 +29,20 @@ size_t depth(const std::string& cgroup) { return static_cast<size_t>(std::count(
 // is restored first.
 int apply_rank(CgroupFile f) {
   switch (f) {
-    case CgroupFile::CpuWeight: return 0;
-    case CgroupFile::CpuMax: return 1;
-    case CgroupFile::CpuIdle: return 2;
-    case CgroupFile::CpusetCpus: return 3;
+    case CgroupFile::CpuWeight:
+    case CgroupFile::V1CpuShares: return 0;
+    case CgroupFile::CpuMax:
+    case CgroupFile::V1CpuCfs: return 1;
+    case CgroupFile::CpuIdle:
+    case CgroupFile::V1CpuIdle: return 2;
+    case CgroupFile::CpusetCpus:
+    case CgroupFile::V1CpusetCpus: return 3;
   }
   return 4;
 }
+
+bool is_cpuset(CgroupFile f) { return f == CgroupFile::CpusetCpus || f == CgroupFile::V1CpusetCpus; }
+bool is_idle(CgroupFile f) { return f == CgroupFile::CpuIdle || f == CgroupFile::V1CpuIdle; }
 
 }  // namespace
 
@@ -48,7 +55,7 @@ std::vector<ActionRecord> Actuator::apply(const std::vector<DesiredValue>& want,
   // the kernel for CPUs a parent does not have.
   std::vector<DesiredValue> widen, narrow, other;
   for (const auto& d : want) {
-    if (d.file != CgroupFile::CpusetCpus) {
+    if (!is_cpuset(d.file)) {
       other.push_back(d);
       continue;
     }
@@ -97,8 +104,11 @@ ActionRecord Actuator::apply_one(const DesiredValue& d, uint64_t now_ns, bool& d
     if (rec.outcome == ActionOutcome::Gone && fs_.exists(d.cgroup)) {
       // The cgroup is there but not the file: its controller is not enabled.
       rec.outcome = ActionOutcome::Rejected;
-      rec.message = std::string(cgroup_file_name(d.file)) + " missing in " + d.cgroup +
-                    ": the controller is not enabled for it (cgroup.subtree_control of its parent)";
+      rec.message = hierarchy_of(d.file) == Hierarchy::Unified
+                        ? std::string(cgroup_file_name(d.file)) + " missing in " + d.cgroup +
+                              ": the controller is not enabled for it (cgroup.subtree_control of its parent)"
+                        : d.cgroup + " exists in cgroup2 but not in the v1 hierarchy of " +
+                              cgroup_file_name(d.file) + " (whoever made it did not create it there)";
       return rec;
     }
     if (rec.outcome == ActionOutcome::Gone && store_.has(d.cgroup, d.file)) {
@@ -168,22 +178,42 @@ ActionRecord Actuator::apply_one(const DesiredValue& d, uint64_t now_ns, bool& d
 }
 
 std::vector<ActionRecord> Actuator::restore_except(const std::set<std::string>& keep) {
+  return restore_if([&](const OriginalValue& e) { return keep.count(e.cgroup) > 0; });
+}
+
+std::vector<ActionRecord> Actuator::restore_unwanted(const std::vector<DesiredValue>& wanted) {
+  std::set<Key> want;
+  for (const auto& d : wanted) want.insert({d.cgroup, static_cast<int>(d.file)});
+  return restore_if([&](const OriginalValue& e) { return want.count({e.cgroup, static_cast<int>(e.file)}) > 0; });
+}
+
+std::vector<ActionRecord> Actuator::restore_if(const std::function<bool(const OriginalValue&)>& keep) {
   std::vector<ActionRecord> out;
   auto entries = store_.entries();
   // cpusets: restore children before parents would narrow-then-widen wrongly;
   // restoring originals widens in general, so parents first.
   std::stable_sort(entries.begin(), entries.end(), [](const OriginalValue& a, const OriginalValue& b) {
     if (depth(a.cgroup) != depth(b.cgroup)) return depth(a.cgroup) < depth(b.cgroup);
-    return (a.file == CgroupFile::CpuIdle) > (b.file == CgroupFile::CpuIdle);
+    return is_idle(a.file) > is_idle(b.file);
   });
   bool changed = false;
   for (const auto& e : entries) {
-    if (keep.count(e.cgroup)) continue;
+    if (keep(e)) continue;
     ActionRecord rec;
     rec.cgroup = e.cgroup;
     rec.file = e.file;
     rec.to = e.value;
-    auto cur = fs_.read(e.cgroup, e.file);
+    // The state file was checked at load; check again right before writing.
+    auto valid = validate_cgroup_value(e.file, e.value, {});
+    auto cur = valid ? fs_.read(e.cgroup, e.file) : Result<std::string>(valid.error());
+    if (!valid || !is_clean_cgroup_path(e.cgroup) || e.cgroup == "/") {
+      rec.outcome = ActionOutcome::Rejected;
+      rec.message = valid ? "refusing to restore outside the cgroup tree" : valid.error().message;
+      store_.forget(e.cgroup, e.file);  // never retried: it can only be refused again
+      changed = true;
+      out.push_back(std::move(rec));
+      continue;
+    }
     if (!cur) {
       rec.outcome = cur.error().err == ENOENT ? ActionOutcome::Gone : ActionOutcome::Rejected;
       rec.message = cur.error().str();

@@ -53,6 +53,8 @@ bool populated(const std::string& dir) {
 Result<CgroupKillResult> kill_cgroup(const std::string& mount, const std::string& rel,
                                      const CgroupKillOptions& opts) {
   auto confined = confine_cgroup_path(mount, rel);
+  if (!confined && rel.find("..") == std::string::npos && rel.find_first_not_of("/.") == std::string::npos)
+    return make_error(EPERM, "refusing to kill the root cgroup of " + mount);
   if (!confined) return confined.error();
   if (confined.value().empty() || confined.value() == "/") {
     return make_error(EPERM, "refusing to kill the root cgroup of " + mount);

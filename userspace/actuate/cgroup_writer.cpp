@@ -1,8 +1,11 @@
 #include "khagent/actuate/cgroup_writer.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <sstream>
@@ -11,14 +14,8 @@ namespace khagent {
 
 namespace fs = std::filesystem;
 
-const char* cgroup_file_name(CgroupFile f) {
-  switch (f) {
-    case CgroupFile::CpuMax: return "cpu.max";
-    case CgroupFile::CpuWeight: return "cpu.weight";
-    case CgroupFile::CpuIdle: return "cpu.idle";
-    case CgroupFile::CpusetCpus: return "cpuset.cpus";
-  }
-  return "";
+const char* backend_name(CgroupBackend b) {
+  return b == CgroupBackend::V2 ? "cgroup v2" : "hybrid (cpu and cpuset on cgroup v1)";
 }
 
 namespace {
@@ -36,21 +33,93 @@ bool parse_u64(const std::string& s, uint64_t& v) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
+bool has_word(const std::string& text, const std::string& word) {
+  std::istringstream in(text);
+  std::string w;
+  while (in >> w)
+    if (w == word) return true;
+  return false;
+}
+
+// Splits "a b" into exactly two words; false otherwise.
+bool two_words(const std::string& v, std::string& a, std::string& b) {
+  std::istringstream in(v);
+  std::string extra;
+  in >> a >> b >> extra;
+  return !a.empty() && extra.empty();
+}
+
 }  // namespace
 
-Result<void> validate_cgroup_value(CgroupFile f, const std::string& value, const CpuSet& node_cpus) {
-  std::string v = trim(value);
-  std::string what = std::string(cgroup_file_name(f)) + " value '" + value + "'";
+Result<CgroupBackend> choose_backend(const CgroupRoots& roots, const std::string& controllers) {
+  if (roots.unified.empty())
+    return make_error(ENOTSUP, "no cgroup2 file system is mounted: khagent measures by cgroup v2 ids and "
+                               "does not support pure cgroup v1 hosts");
+  if (has_word(controllers, "cpu")) return CgroupBackend::V2;
+  if (!roots.cpu_v1.empty()) return CgroupBackend::V1Hybrid;
+  return make_error(ENOTSUP, "the cpu controller is neither enabled in cgroup2 at " + roots.unified +
+                                 " nor mounted as a cgroup v1 hierarchy: nothing to write CPU limits to");
+}
+
+uint64_t shares_to_weight(uint64_t shares) {
+  // The kubelet's conversion (and runc's): [2, 262144] -> [1, 10000].
+  shares = std::clamp<uint64_t>(shares, 2, 262144);
+  return 1 + ((shares - 2) * 9999) / 262142;
+}
+
+uint64_t weight_to_shares(uint64_t weight) {
+  weight = std::clamp<uint64_t>(weight, 1, 10000);
+  return 2 + ((weight - 1) * 262142) / 9999;
+}
+
+FileValue to_backend(CgroupBackend b, CgroupFile f, const std::string& value) {
+  if (b == CgroupBackend::V2) return {f, value};
   switch (f) {
     case CgroupFile::CpuMax: {
-      std::istringstream in(v);
-      std::string quota, period, extra;
-      in >> quota >> period >> extra;
-      if (quota.empty() || !extra.empty()) return make_error(EINVAL, what + ": want 'max|QUOTA [PERIOD]'");
+      std::string q, p;
+      std::istringstream in(trim(value));
+      in >> q >> p;
+      if (p.empty()) p = "100000";
+      return {CgroupFile::V1CpuCfs, (q == "max" ? "-1" : q) + " " + p};
+    }
+    case CgroupFile::CpuWeight: {
+      uint64_t w = 0;
+      if (!parse_u64(trim(value), w)) return {CgroupFile::V1CpuShares, value};  // refused by validation
+      return {CgroupFile::V1CpuShares, std::to_string(weight_to_shares(w))};
+    }
+    case CgroupFile::CpuIdle: return {CgroupFile::V1CpuIdle, value};
+    case CgroupFile::CpusetCpus: return {CgroupFile::V1CpusetCpus, value};
+    default: return {f, value};
+  }
+}
+
+Result<void> validate_cgroup_value(CgroupFile f, const std::string& value, const CpuSet& node_cpus) {
+  std::string what = std::string(cgroup_file_name(f)) + " value '" + value + "'";
+  // One line: no control characters other than surrounding whitespace.
+  for (char c : trim(value))
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      return make_error(EINVAL, what + ": control characters are not allowed");
+  if (value.size() > 4096) return make_error(EINVAL, std::string(cgroup_file_name(f)) + " value too long");
+  std::string v = trim(value);
+  switch (f) {
+    case CgroupFile::CpuMax: {
+      std::string quota, period;
+      if (!two_words(v, quota, period)) return make_error(EINVAL, what + ": want 'max|QUOTA [PERIOD]'");
       uint64_t q = 0, p = 100000;
       if (quota != "max" && (!parse_u64(quota, q) || q < 1000))
         return make_error(EINVAL, what + ": quota must be 'max' or at least 1000 us");
       if (!period.empty() && (!parse_u64(period, p) || p < 1000 || p > 1000000))
+        return make_error(EINVAL, what + ": period must be 1000..1000000 us");
+      return {};
+    }
+    case CgroupFile::V1CpuCfs: {
+      std::string quota, period;
+      uint64_t q = 0, p = 0;
+      if (!two_words(v, quota, period) || period.empty())
+        return make_error(EINVAL, what + ": want '-1|QUOTA PERIOD'");
+      if (quota != "-1" && (!parse_u64(quota, q) || q < 1000))
+        return make_error(EINVAL, what + ": quota must be -1 or at least 1000 us");
+      if (!parse_u64(period, p) || p < 1000 || p > 1000000)
         return make_error(EINVAL, what + ": period must be 1000..1000000 us");
       return {};
     }
@@ -59,12 +128,20 @@ Result<void> validate_cgroup_value(CgroupFile f, const std::string& value, const
       if (!parse_u64(v, w) || w < 1 || w > 10000) return make_error(EINVAL, what + ": want 1..10000");
       return {};
     }
+    case CgroupFile::V1CpuShares: {
+      uint64_t s = 0;
+      if (!parse_u64(v, s) || s < 2 || s > 262144) return make_error(EINVAL, what + ": want 2..262144");
+      return {};
+    }
     case CgroupFile::CpuIdle:
+    case CgroupFile::V1CpuIdle:
       if (v != "0" && v != "1") return make_error(EINVAL, what + ": want 0 or 1");
       return {};
-    case CgroupFile::CpusetCpus: {
+    case CgroupFile::CpusetCpus:
+    case CgroupFile::V1CpusetCpus: {
       auto cpus = parse_cpu_list(v);
       if (!cpus) return make_error(EINVAL, what + ": " + cpus.error().message);
+      if (node_cpus.empty()) return {};
       for (int c : *cpus)
         if (!node_cpus.count(c))
           return make_error(EINVAL, what + ": CPU " + std::to_string(c) + " is not online on this node");
@@ -76,17 +153,33 @@ Result<void> validate_cgroup_value(CgroupFile f, const std::string& value, const
 
 std::string normalize_cgroup_value(CgroupFile f, const std::string& value) {
   std::string v = trim(value);
-  if (f == CgroupFile::CpuMax) {
+  if (f == CgroupFile::CpuMax || f == CgroupFile::V1CpuCfs) {
     std::istringstream in(v);
     std::string q, p;
     in >> q >> p;
     return q + " " + (p.empty() ? "100000" : p);
   }
-  if (f == CgroupFile::CpusetCpus) {
+  if (f == CgroupFile::CpusetCpus || f == CgroupFile::V1CpusetCpus) {
     auto c = parse_cpu_list(v);
     return c ? format_cpu_list(*c) : v;
   }
   return v;
+}
+
+bool is_clean_cgroup_path(const std::string& rel) {
+  if (rel == "/") return true;
+  if (rel.empty() || rel.front() != '/' || rel.back() == '/' || rel.size() > 4096) return false;
+  size_t start = 1;
+  while (start <= rel.size()) {
+    size_t end = rel.find('/', start);
+    if (end == std::string::npos) end = rel.size();
+    std::string part = rel.substr(start, end - start);
+    if (part.empty() || part == "." || part == ".." || part.size() > 255) return false;
+    for (char c : part)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
+    start = end + 1;
+  }
+  return true;
 }
 
 Result<std::string> confine_cgroup_path(const std::string& mount, const std::string& configured) {
@@ -106,8 +199,18 @@ Result<std::string> confine_cgroup_path(const std::string& mount, const std::str
   } else {
     rel = configured;
   }
-  if (rel.empty() || rel.front() != '/') rel = "/" + rel;
-  while (rel.size() > 1 && rel.back() == '/') rel.pop_back();
+  // Drop "." components and repeated slashes: "/./a//b/" is "/a/b".
+  std::string clean;
+  for (const auto& part : fs::path(rel)) {
+    std::string s = part.string();
+    if (s.empty() || s == "/" || s == ".") continue;
+    clean += "/" + s;
+  }
+  if (clean.empty())
+    return make_error(EINVAL, "cgroup path '" + configured + "' is the root cgroup, which khagent never writes");
+  if (!is_clean_cgroup_path(clean))
+    return make_error(EINVAL, "cgroup path '" + configured + "' has an empty, over-long or non-printable component");
+  rel = clean;
   // Symlinks: the real location must stay inside the mount.
   std::error_code ec;
   fs::path full = fs::path(ms + rel);
@@ -123,39 +226,120 @@ Result<std::string> confine_cgroup_path(const std::string& mount, const std::str
   return rel;
 }
 
-Result<std::string> RealCgroupFs::read(const std::string& cgroup, CgroupFile f) {
-  std::string path = root_ + (cgroup == "/" ? "" : cgroup) + "/" + cgroup_file_name(f);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return make_error(errno, "cannot read " + path);
+RealCgroupFs::RealCgroupFs(CgroupRoots roots, bool use_openat2)
+    : roots_(std::move(roots)), use_openat2_(use_openat2) {}
+
+RealCgroupFs::~RealCgroupFs() {
+  for (int fd : root_fd_)
+    if (fd >= 0) ::close(fd);
+}
+
+Result<int> RealCgroupFs::open_beneath(Hierarchy h, const std::string& rel, int flags) {
+  const std::string& root = roots_.of(h);
+  if (root.empty()) return make_error(ENOENT, "no mounted hierarchy for this file");
+  if (!is_clean_cgroup_path(rel)) return make_error(EINVAL, "refusing cgroup path '" + rel + "'");
+  int& rfd = root_fd_[static_cast<size_t>(h)];
+  if (rfd < 0) {
+    rfd = ::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0) return make_error(errno, "cannot open " + root);
+  }
+  std::string inner = rel == "/" ? "." : rel.substr(1);
+  if (use_openat2_) {
+    open_how how{};
+    how.flags = static_cast<uint64_t>(flags | O_CLOEXEC | O_NOFOLLOW);
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+    long fd = ::syscall(SYS_openat2, rfd, inner.c_str(), &how, sizeof how);
+    if (fd >= 0) return static_cast<int>(fd);
+    if (errno != ENOSYS) return make_error(errno, "cannot open " + root + rel);
+    use_openat2_ = false;  // kernel before 5.6
+  }
+  // One component at a time, never following a symlink. The path is clean
+  // (no "..", no "."), so every step goes down from the root.
+  int dir = ::dup(rfd);
+  if (dir < 0) return make_error(errno, "dup");
+  size_t start = 0;
+  while (true) {
+    size_t end = inner.find('/', start);
+    bool last = end == std::string::npos;
+    std::string part = inner.substr(start, last ? std::string::npos : end - start);
+    int next = ::openat(dir, part.c_str(),
+                        (last ? flags : O_PATH | O_DIRECTORY) | O_NOFOLLOW | O_CLOEXEC);
+    int err = errno;
+    ::close(dir);
+    if (next < 0) return make_error(err, "cannot open " + root + rel);
+    if (last) return next;
+    dir = next;
+    start = end + 1;
+  }
+}
+
+Result<std::string> RealCgroupFs::read_one(Hierarchy h, const std::string& cgroup, const std::string& name) {
+  std::string rel = (cgroup == "/" ? "" : cgroup) + "/" + name;
+  auto fd = open_beneath(h, rel, O_RDONLY);
+  if (!fd) return fd.error();
   std::string out;
   char buf[512];
   ssize_t n;
-  while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  while ((n = ::read(*fd, buf, sizeof(buf))) > 0 && out.size() < 65536) out.append(buf, static_cast<size_t>(n));
   int err = errno;
-  ::close(fd);
-  if (n < 0) return make_error(err, "cannot read " + path);
+  ::close(*fd);
+  if (n < 0) return make_error(err, "cannot read " + roots_.of(h) + rel);
   return trim(out);
 }
 
-Result<void> RealCgroupFs::write(const std::string& cgroup, CgroupFile f, const std::string& value) {
-  std::string path = root_ + (cgroup == "/" ? "" : cgroup) + "/" + cgroup_file_name(f);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return make_error(errno, "cannot open " + path);
+Result<void> RealCgroupFs::write_one(Hierarchy h, const std::string& cgroup, const std::string& name,
+                                     const std::string& value) {
+  std::string rel = (cgroup == "/" ? "" : cgroup) + "/" + name;
+  auto fd = open_beneath(h, rel, O_WRONLY | O_TRUNC);
+  if (!fd) return fd.error();
   // One write(2) with a newline, as echo(1) writes: the kernel parses the
   // whole value or rejects it. The newline matters for empty values: a
   // write of zero bytes never reaches the kernel's handler, so restoring an
   // empty cpuset.cpus ("use the parent's CPUs") would silently do nothing.
   std::string line = value + "\n";
-  ssize_t n = ::write(fd, line.data(), line.size());
+  ssize_t n = ::write(*fd, line.data(), line.size());
   int err = errno;
-  ::close(fd);
-  if (n < 0) return make_error(err, "writing '" + value + "' to " + path);
-  if (static_cast<size_t>(n) != line.size()) return make_error(EIO, "short write to " + path);
+  ::close(*fd);
+  if (n < 0) return make_error(err, "writing '" + value + "' to " + roots_.of(h) + rel);
+  if (static_cast<size_t>(n) != line.size()) return make_error(EIO, "short write to " + roots_.of(h) + rel);
   return {};
 }
 
+Result<std::string> RealCgroupFs::read(const std::string& cgroup, CgroupFile f) {
+  Hierarchy h = hierarchy_of(f);
+  if (f != CgroupFile::V1CpuCfs) return read_one(h, cgroup, kernel_files(f).front());
+  auto q = read_one(h, cgroup, "cpu.cfs_quota_us");
+  if (!q) return q.error();
+  auto p = read_one(h, cgroup, "cpu.cfs_period_us");
+  if (!p) return p.error();
+  return *q + " " + *p;
+}
+
+Result<void> RealCgroupFs::write(const std::string& cgroup, CgroupFile f, const std::string& value) {
+  Hierarchy h = hierarchy_of(f);
+  if (f != CgroupFile::V1CpuCfs) return write_one(h, cgroup, kernel_files(f).front(), value);
+  // v1 checks the quota against the period in place at each write, and
+  // against the parent's and the children's limits: when the period
+  // changes, lift the quota first (always allowed), set the period, then
+  // the quota, so no intermediate step asks for an impossible pair.
+  std::string quota, period;
+  if (!two_words(trim(value), quota, period) || period.empty())
+    return make_error(EINVAL, "v1 cfs value '" + value + "': want 'QUOTA PERIOD'");
+  auto cur = read_one(h, cgroup, "cpu.cfs_period_us");
+  if (!cur) return cur.error();
+  if (*cur != period) {
+    if (auto r = write_one(h, cgroup, "cpu.cfs_quota_us", "-1"); !r) return r;
+    if (auto r = write_one(h, cgroup, "cpu.cfs_period_us", period); !r) return r;
+    if (quota == "-1") return {};
+  }
+  return write_one(h, cgroup, "cpu.cfs_quota_us", quota);
+}
+
 bool RealCgroupFs::exists(const std::string& cgroup) {
-  return ::access((root_ + (cgroup == "/" ? "" : cgroup)).c_str(), F_OK) == 0;
+  auto fd = open_beneath(Hierarchy::Unified, cgroup, O_PATH | O_DIRECTORY);
+  if (!fd) return false;
+  ::close(*fd);
+  return true;
 }
 
 }  // namespace khagent

@@ -4,9 +4,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -16,24 +17,83 @@ namespace {
 
 constexpr int kVersion = 1;
 
-std::optional<CgroupFile> file_from_name(const std::string& s) {
-  for (CgroupFile f : {CgroupFile::CpuMax, CgroupFile::CpuWeight, CgroupFile::CpuIdle, CgroupFile::CpusetCpus})
-    if (s == cgroup_file_name(f)) return f;
-  return std::nullopt;
-}
-
 // The checksum covers the canonical dump of the entries.
 uint32_t checksum_of(const nlohmann::json& entries) {
   std::string s = entries.dump();
   return static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(s.data()), static_cast<uInt>(s.size())));
 }
 
+constexpr size_t kMaxStateBytes = 4u << 20;  // thousands of entries fit in far less
+constexpr int kMaxDepth = 8;                  // {"entries":[{...}]} is 3 deep
+
+// Reads a regular file (no symlink, no FIFO) of at most kMaxStateBytes.
 Result<std::string> slurp(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return make_error(errno, "cannot read " + path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return make_error(errno, "cannot read " + path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return make_error(EBADMSG, path + " is not a regular file");
+  }
+  std::string out;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) {
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > kMaxStateBytes) {
+      ::close(fd);
+      return make_error(EFBIG, path + " is larger than " + std::to_string(kMaxStateBytes) + " bytes");
+    }
+  }
+  int err = errno;
+  ::close(fd);
+  if (n < 0) return make_error(err, "cannot read " + path);
+  return out;
+}
+
+// The nesting depth of JSON text, strings skipped; the parsed document is
+// dumped and destroyed recursively, so a deep one must never be parsed.
+int json_depth(const std::string& text) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') max_depth = std::max(max_depth, ++depth);
+    else if (c == ']' || c == '}') depth--;
+  }
+  return max_depth;
+}
+
+// Writes `text` to `path` through a new file (O_EXCL, no symlink followed)
+// in the same directory, fsynced and renamed over `path`.
+Result<void> write_atomically(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  // A stale temporary (a crash, or something planted) is removed, never
+  // followed: unlink(2) removes a symlink itself, not its target.
+  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) return make_error(errno, "cannot remove " + tmp);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return make_error(errno, "cannot write state file " + tmp);
+  ssize_t n = ::write(fd, text.data(), text.size());
+  int err = errno;
+  bool ok = n == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  if (!ok && n >= 0) err = errno ? errno : EIO;
+  ::close(fd);
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    return make_error(err, "cannot write state file " + tmp);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = errno;
+    ::unlink(tmp.c_str());
+    return make_error(err, "cannot rename " + tmp);
+  }
+  return {};
 }
 
 }  // namespace
@@ -48,7 +108,10 @@ std::string StateStore::serialize() const {
   return doc.dump(1) + "\n";
 }
 
-Result<std::vector<OriginalValue>> StateStore::parse(const std::string& text) {
+Result<ParsedState> StateStore::parse(const std::string& text) {
+  if (text.size() > kMaxStateBytes) return make_error(EFBIG, "larger than " + std::to_string(kMaxStateBytes) + " bytes");
+  if (json_depth(text) > kMaxDepth)
+    return make_error(EBADMSG, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
   nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) return make_error(EBADMSG, "not valid JSON");
   if (!doc.contains("version") || doc["version"] != kVersion)
@@ -58,14 +121,27 @@ Result<std::vector<OriginalValue>> StateStore::parse(const std::string& text) {
     return make_error(EBADMSG, "missing entries or checksum");
   if (doc["checksum"].get<uint32_t>() != checksum_of(doc["entries"]))
     return make_error(EBADMSG, "checksum mismatch: the file was changed or damaged");
-  std::vector<OriginalValue> out;
+  ParsedState out;
   for (const auto& e : doc["entries"]) {
     if (!e.is_object() || !e.contains("cgroup") || !e.contains("file") || !e.contains("original") ||
         !e["cgroup"].is_string() || !e["file"].is_string() || !e["original"].is_string())
       return make_error(EBADMSG, "malformed entry " + e.dump());
-    auto f = file_from_name(e["file"].get<std::string>());
-    if (!f) return make_error(EBADMSG, "unknown cgroup file in entry " + e.dump());
-    out.push_back({e["cgroup"].get<std::string>(), *f, e["original"].get<std::string>()});
+    // The checksum only says the file is as written; whoever wrote it may
+    // not be khagent. Every entry must name a cgroup below the root with a
+    // clean path, a file khagent owns and a value of that file's grammar.
+    const std::string cg = e["cgroup"].get<std::string>();
+    const std::string name = e["file"].get<std::string>();
+    const std::string value = e["original"].get<std::string>();
+    auto f = cgroup_file_from_name(name);
+    std::string why;
+    if (!f) why = "not a file khagent writes";
+    else if (cg == "/" || !is_clean_cgroup_path(cg)) why = "not a cgroup path below the root (no '..', '.', '//' or control characters)";
+    else if (auto v = validate_cgroup_value(*f, value, {}); !v) why = v.error().message;
+    if (!why.empty()) {
+      out.refused.push_back("entry " + e.dump() + " refused: " + why);
+      continue;
+    }
+    out.entries.push_back({cg, *f, value});
   }
   return out;
 }
@@ -73,23 +149,25 @@ Result<std::vector<OriginalValue>> StateStore::parse(const std::string& text) {
 Result<void> StateStore::load() {
   values_.clear();
   note_.clear();
-  auto try_one = [&](const std::string& p) -> Result<std::vector<OriginalValue>> {
+  refused_.clear();
+  auto try_one = [&](const std::string& p) -> Result<ParsedState> {
     auto text = slurp(p);
     if (!text) return text.error();
     auto parsed = parse(*text);
     if (!parsed) return make_error(EBADMSG, p + ": " + parsed.error().message);
     return parsed;
   };
-  if (::access(path_.c_str(), F_OK) != 0) {
+  struct stat st {};
+  if (::lstat(path_.c_str(), &st) != 0) {
     if (errno != ENOENT) return make_error(errno, "cannot access state file " + path_);
     note_ = "no state file: nothing to restore";
     return {};
   }
   auto main = try_one(path_);
-  std::vector<OriginalValue> got;
+  ParsedState got;
   if (main) {
     got = std::move(main.value());
-    note_ = "state file " + path_ + ": " + std::to_string(got.size()) + " original values";
+    note_ = "state file " + path_ + ": " + std::to_string(got.entries.size()) + " original values";
   } else {
     auto prev = try_one(path_ + ".prev");
     if (!prev)
@@ -97,9 +175,11 @@ Result<void> StateStore::load() {
                                      "; no intact previous generation (" + prev.error().message + ")");
     got = std::move(prev.value());
     note_ = "state file " + main.error().message + "; using the previous generation " + path_ +
-            ".prev (" + std::to_string(got.size()) + " original values)";
+            ".prev (" + std::to_string(got.entries.size()) + " original values)";
   }
-  for (const auto& v : got) values_[{v.cgroup, static_cast<int>(v.file)}] = v.value;
+  for (const auto& v : got.entries) values_[{v.cgroup, static_cast<int>(v.file)}] = v.value;
+  refused_ = std::move(got.refused);
+  if (!refused_.empty()) note_ += "; " + std::to_string(refused_.size()) + " entries refused";
   return {};
 }
 
@@ -108,25 +188,12 @@ Result<void> StateStore::save() const {
   std::error_code ec;
   fs::path p(path_);
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
-  std::string tmp = path_ + ".tmp";
-  std::string text = serialize();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return make_error(errno, "cannot write state file " + tmp);
-  ssize_t n = ::write(fd, text.data(), text.size());
-  int err = errno;
-  bool ok = n == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  if (!ok && n >= 0) err = errno ? errno : EIO;
-  ::close(fd);
-  if (!ok) {
-    ::unlink(tmp.c_str());
-    return make_error(err, "cannot write state file " + tmp);
+  // Keep the last good generation (written the same careful way), then move
+  // the new one in place.
+  if (auto cur = slurp(path_); cur && parse(*cur).ok()) {
+    if (auto r = write_atomically(path_ + ".prev", *cur); !r) return r;
   }
-  // Keep the last good generation, then move the new one in place.
-  if (::access(path_.c_str(), F_OK) == 0) {
-    auto cur = slurp(path_);
-    if (cur && parse(*cur).ok()) fs::copy_file(path_, path_ + ".prev", fs::copy_options::overwrite_existing, ec);
-  }
-  if (::rename(tmp.c_str(), path_.c_str()) != 0) return make_error(errno, "cannot rename " + tmp);
+  if (auto r = write_atomically(path_, serialize()); !r) return r;
   if (p.has_parent_path()) {
     int dfd = ::open(p.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {

@@ -6,9 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <dirent.h>
+#include <fstream>
 #include <iostream>
 #include <map>
+#include <ranges>
 #include <set>
+#include <filesystem>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
@@ -25,6 +29,7 @@
 #include "khagent/loader/runq_loader.h"
 #include "khagent/policy/controller.h"
 #include "khagent/policy/cpuset.h"
+#include "khagent/policy/levers.h"
 #include "khagent/signals/workload.h"
 
 namespace khagent {
@@ -45,10 +50,46 @@ bool under(const std::string& path, const std::string& parent) {
                             path[parent.size()] == '/');
 }
 
-// The QoS cgroups the kubelet owns cpu.weight of (it re-applies CPU shares).
-bool kubelet_owned_weight(const std::string& cgroup) {
-  auto id = identify_cgroup(cgroup, "");
-  return id.k8s && id.pod_uid.empty();
+// Subdirectories of a cgroup (one level), as cgroup paths.
+std::vector<std::string> child_cgroups(const std::string& root, const std::string& cgroup) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir((root + (cgroup.empty() ? "/" : cgroup)).c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
+    std::string p = cgroup + "/" + e->d_name;
+    if (is_clean_cgroup_path(p)) out.push_back(p);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string read_small(const std::string& path) {
+  std::ifstream f(path);
+  std::string s, line;
+  while (std::getline(f, line) && s.size() < 4096) s += line + "\n";
+  return s;
+}
+
+// The cgroup roots and the backend, logged once. Pure v1 hosts are refused.
+Result<std::pair<CgroupRoots, CgroupBackend>> cgroup_backend(const Mounts& m) {
+  CgroupRoots roots{m.cgroup2, m.cpu_v1, m.cpuset_v1};
+  auto b = choose_backend(roots, read_small(m.cgroup2 + "/cgroup.controllers"));
+  if (!b) return b.error();
+  return std::make_pair(roots, *b);
+}
+
+// Whether the kernel has cpu.idle (cgroup SCHED_IDLE, 5.15+): the v1 cpu
+// root has it; in v2 the root has no cpu files, so look at a child with the
+// cpu controller.
+bool probe_idle(const CgroupRoots& roots, CgroupBackend b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (b == CgroupBackend::V1Hybrid) return fs::exists(roots.cpu_v1 + "/cpu.idle", ec);
+  for (const auto& c : child_cgroups(roots.unified, ""))
+    if (fs::exists(roots.unified + c + "/cpu.weight", ec)) return fs::exists(roots.unified + c + "/cpu.idle", ec);
+  return true;  // no child with the cpu controller yet: assume, a failed write says otherwise
 }
 
 }  // namespace
@@ -106,7 +147,8 @@ int run_restore(const CliOptions& o) {
     return 1;
   }
   spdlog::info("{}", store.note());
-  RealCgroupFs cgfs(mounts->cgroup2);
+  for (const auto& r : store.refused()) spdlog::error("state file {}: {}", c->state_file, r);
+  RealCgroupFs cgfs(CgroupRoots{mounts->cgroup2, mounts->cpu_v1, mounts->cpuset_v1});
   auto topo = read_topology();
   Actuator act(cgfs, store, false, topo ? topo->all() : CpuSet{});
   int failed = 0;
@@ -115,7 +157,7 @@ int run_restore(const CliOptions& o) {
     spdlog::info("{} {} {}: '{}' -> '{}' {}", outcome_name(r.outcome), r.cgroup, cgroup_file_name(r.file),
                  r.from, r.to, r.message);
   }
-  return failed ? 1 : 0;
+  return failed || !store.refused().empty() ? 1 : 0;
 }
 
 namespace {
@@ -128,8 +170,14 @@ class Agent {
  private:
   void tick();
   void fast_step();
-  std::vector<std::string> targets(const NodeSignals& node);
+  std::vector<OfflineTarget> targets(const NodeSignals& node);
   std::vector<DesiredValue> desired(const Decision& d, bool fast);
+  void ladder(const Decision& d, const ControllerInput& in);
+  // A lever in force: always (configured) or on the ladder now.
+  bool lever(Lever l) const {
+    return lever_on(ladder_, l) || (l == Lever::Cpuset && cfg_.cpuset.enabled) ||
+           std::find(cfg_.ladder.always.begin(), cfg_.ladder.always.end(), l) != cfg_.ladder.always.end();
+  }
   void apply(const Decision& d, bool fast, uint64_t first_event_ns);
   void log_records(const std::vector<ActionRecord>& recs, const std::string& why);
 
@@ -152,8 +200,11 @@ class Agent {
   YarnOffer yarn_offer_;  // the last one, re-offered with the fast path's budget
   ControllerState state_;
   ControllerInput last_input_;
-  std::vector<std::string> targets_;
-  std::map<std::string, double> target_usage_;  // cores, last tick
+  std::vector<OfflineTarget> targets_;
+  CgroupBackend backend_ = CgroupBackend::V2;
+  bool idle_supported_ = true;
+  LadderState ladder_;
+  uint64_t fast_breaches_ = 0;  // since the last tick
   std::unordered_map<uint64_t, CgroupClass> class_of_;
   std::vector<kh_wait_event> pending_;
   std::map<std::string, uint64_t> quota_warned_;  // pod -> last log
@@ -184,6 +235,26 @@ int Agent::run() {
   topo_ = *topo;
   spdlog::info("node: {} CPUs ({} threads per core), cgroup2 at {}", topo_.cpus.size(),
                topo_.threads_per_core(), mounts_.cgroup2);
+  auto be = cgroup_backend(mounts_);
+  if (!be) {
+    spdlog::error("{}", be.error().str());
+    return 2;
+  }
+  backend_ = be->second;
+  idle_supported_ = probe_idle(be->first, backend_);
+  if (backend_ == CgroupBackend::V2)
+    spdlog::info("cgroup backend: {}: measuring and writing in {}", backend_name(backend_), mounts_.cgroup2);
+  else
+    spdlog::info("cgroup backend: {}: measuring by cgroup2 ids in {}, writing cpu in {} and cpuset in {}",
+                 backend_name(backend_), mounts_.cgroup2, mounts_.cpu_v1,
+                 mounts_.cpuset_v1.empty() ? "(none)" : mounts_.cpuset_v1);
+  spdlog::info("levers: {} on offline targets{}; ladder [{}] on a lasting breach", 
+               !cfg_.offline.idle ? "no idle lever" : idle_supported_ ? "cpu.idle=1" : "minimum weight (no cpu.idle in this kernel)",
+               lever(Lever::Cpuset) && lever(Lever::Quota) ? ", cpuset and quota always"
+               : lever(Lever::Cpuset)                      ? ", cpuset always"
+               : lever(Lever::Quota)                       ? ", quota always"
+                                                           : "",
+               fmt::join(cfg_.ladder.rungs | std::views::transform([](Lever l) { return lever_name(l); }), ", "));
 
   if (opts_.metrics) {
     MetricsOptions mo;
@@ -239,10 +310,15 @@ int Agent::run() {
   cpu_stat_ = std::make_unique<CpuStatThrottleReader>(mounts_.cgroup2, mounts_.cpu_v1);
   collector_ = std::make_unique<Collector>(*maps_, *index_, cpu_stat_.get(), bpf_->throttle_source());
   classifier_ = std::make_unique<Classifier>(cfg_.classes, cfg_.offline.yarn_hierarchy);
-  cgfs_ = std::make_unique<RealCgroupFs>(mounts_.cgroup2);
+  cgfs_ = std::make_unique<RealCgroupFs>(be->first);
 
   store_ = std::make_unique<StateStore>(cfg_.state_file);
-  if (auto r = store_->load(); !r) {
+  auto loaded = store_->load();
+  for (const auto& r : store_->refused()) spdlog::error("state file {}: {}", cfg_.state_file, r);
+  if (!loaded && cfg_.dry_run) {
+    // A dry run writes nothing, the state file included: no move aside.
+    spdlog::error("{}; dry run: leaving it as it is", loaded.error().str());
+  } else if (auto& r = loaded; !r) {
     // Both generations damaged: keep the file for an operator and start a new
     // record; the values now in place are taken as the originals.
     std::string aside = cfg_.state_file + ".corrupt-" + std::to_string(time(nullptr));
@@ -297,84 +373,121 @@ int Agent::run() {
   return failed ? 1 : 0;
 }
 
-std::vector<std::string> Agent::targets(const NodeSignals& node) {
-  std::set<std::string> out;
-  auto add_if_exists = [&](const std::string& p) {
-    if (cgfs_->exists(p)) out.insert(p);
-  };
+std::vector<OfflineTarget> Agent::targets(const NodeSignals& node) {
+  TargetCandidates c;
+  auto existing = [&](const std::string& p) { return cgfs_->exists(p); };
   for (const auto& t : cfg_.offline.targets) {
-    auto c = confine_cgroup_path(mounts_.cgroup2, t);
-    if (!c) {
-      spdlog::error("offline target '{}' ignored: {}", t, c.error().message);
+    auto p = confine_cgroup_path(mounts_.cgroup2, t);
+    if (!p) {
+      std::string key = "target " + t;
+      uint64_t now = mono_ns();
+      if (auto& last = warned_[key]; !last || now - last >= 60'000'000'000ULL) {
+        last = now;
+        spdlog::error("offline target '{}' ignored: {}", t, p.error().message);
+      }
       continue;
     }
-    add_if_exists(*c);
+    if (existing(*p)) c.configured.push_back(*p);
   }
-  if (cfg_.offline.besteffort) {
-    add_if_exists("/kubepods.slice/kubepods-besteffort.slice");
-    add_if_exists("/kubepods/besteffort");
+  // The BestEffort QoS cgroups and their pods, found by the kubelet's
+  // layout (systemd: kubepods.slice/kubepods-besteffort.slice; cgroupfs:
+  // kubepods/besteffort), one level of the root at a time.
+  for (const auto& top : child_cgroups(mounts_.cgroup2, "")) {
+    if (!top.ends_with("kubepods.slice") && !top.ends_with("/kubepods")) continue;
+    for (const auto& q : child_cgroups(mounts_.cgroup2, top)) {
+      auto id = identify_cgroup(q, cfg_.offline.yarn_hierarchy);
+      if (!id.k8s || id.qos != QosTier::BestEffort || !id.pod_uid.empty()) continue;
+      c.besteffort_qos.push_back(q);
+      for (const auto& pod : child_cgroups(mounts_.cgroup2, q)) {
+        auto pid = identify_cgroup(pod, cfg_.offline.yarn_hierarchy);
+        if (pid.k8s && !pid.pod_uid.empty() && pid.container_id.empty()) c.besteffort_pods.push_back(pod);
+      }
+    }
   }
-  if (cfg_.offline.yarn) add_if_exists("/" + cfg_.offline.yarn_hierarchy);
-  for (const auto& p : node.offline_parents) {
+  if (auto y = confine_cgroup_path(mounts_.cgroup2, cfg_.offline.yarn_hierarchy); y && existing(*y))
+    c.yarn_roots.push_back(*y);
+  for (const auto& p : node.offline_parents) {  // a YARN hierarchy inside the NodeManager's pod
     auto id = identify_cgroup(p, cfg_.offline.yarn_hierarchy);
-    if ((id.yarn && cfg_.offline.yarn) || (id.qos == QosTier::BestEffort && cfg_.offline.besteffort))
-      add_if_exists(p);
+    if (id.yarn && id.yarn_container.empty() && existing(p)) c.yarn_roots.push_back(p);
   }
-  return {out.begin(), out.end()};
+  return select_targets(c, cfg_.offline);
 }
 
 std::vector<DesiredValue> Agent::desired(const Decision& d, bool fast) {
-  std::vector<DesiredValue> want;
-  if (targets_.empty()) return want;
-  double total = 0;
-  for (const auto& t : targets_) total += target_usage_[t];
-  double cpus = static_cast<double>(topo_.cpus.size());
-
-  // With cpusets, the offline CPUs for this budget. Without cpuset.throttle
-  // the partition is the enforcement (the fast path moves it too) and the
-  // quota is lifted; the quota comes back whenever no core can be spared.
-  const bool partition_only = cfg_.cpuset.enabled && !cfg_.cpuset.throttle;
-  std::string offline_cpus;
-  if (cfg_.cpuset.enabled && (!fast || partition_only)) {
+  LeverInput li;
+  li.targets = targets_;
+  li.idle_supported = idle_supported_;
+  li.cpuset = lever(Lever::Cpuset);
+  li.quota = lever(Lever::Quota);
+  li.budget_cores = d.budget_cores;
+  li.node_cpus = static_cast<double>(topo_.cpus.size());
+  if (li.cpuset) {
     PartitionInput pi;
     pi.topo = topo_;
     pi.offline_budget_cores = d.budget_cores;
     pi.online_demand_cores = last_input_.online_cpu_cores + cfg_.budget.reserve_cores;
     if (auto r = parse_cpu_list(cfg_.cpuset.reserved_cpus)) pi.reserved = *r;
     // The kubelet's exclusive CPUs are read at each tick; the fast path
-    // uses what the last tick read.
+    // uses what the last tick read. No kubelet CPU manager: none exclusive.
     if (!fast || !exclusive_cpus_) {
       exclusive_cpus_.reset();
-      if (auto cms = read_cpu_manager_state(cfg_.cpuset.cpu_manager_state))
+      std::error_code ec;
+      if (!std::filesystem::exists(cfg_.cpuset.cpu_manager_state, ec)) {
+        exclusive_cpus_ = CpuSet{};
+      } else if (auto cms = read_cpu_manager_state(cfg_.cpuset.cpu_manager_state)) {
         exclusive_cpus_ = cms->exclusive;
-      else
+      } else {
         spdlog::warn("cpuset partition skipped: {}", cms.error().str());
+      }
     }
     if (exclusive_cpus_) {
       pi.exclusive = *exclusive_cpus_;
       Partition p = partition_cpus(pi);
       if (!p.note.empty()) spdlog::debug("cpuset: {}", p.note);
-      if (!p.offline.empty()) offline_cpus = format_cpu_list(p.offline);
+      if (!p.offline.empty()) li.offline_cpus = format_cpu_list(p.offline);
     }
   }
-  const bool quota = !partition_only || offline_cpus.empty();
-  if (!offline_cpus.empty())
-    for (const auto& t : targets_) want.push_back({t, CgroupFile::CpusetCpus, offline_cpus});
-
-  for (const auto& t : targets_) {
-    // Split the budget by recent use, each target keeping a small share.
-    double share = targets_.size() == 1 ? 1.0
-                   : total > 0          ? std::max(target_usage_[t] / total, 0.1)
-                                        : 1.0 / static_cast<double>(targets_.size());
-    // No quota: a budget of the whole node, which is "max".
-    want.push_back({t, CgroupFile::CpuMax,
-                    budget_to_cpu_max(quota ? d.budget_cores * share : cpus, cpus, cfg_.budget.cpu_max_period_us)});
-    if (fast) continue;
-    if (cfg_.offline.idle) want.push_back({t, CgroupFile::CpuIdle, "1"});
-    if (cfg_.offline.weight && !kubelet_owned_weight(t))
-      want.push_back({t, CgroupFile::CpuWeight, std::to_string(cfg_.offline.weight)});
+  auto want = offline_writes(li, cfg_);
+  if (fast) {  // the fast path moves the budget only: quota and cpuset
+    std::erase_if(want, [](const DesiredValue& v) {
+      return v.file != CgroupFile::CpuMax && v.file != CgroupFile::CpusetCpus;
+    });
+  }
+  for (auto& v : want) {
+    FileValue fv = to_backend(backend_, v.file, v.value);
+    v.file = fv.file;
+    v.value = fv.value;
   }
   return want;
+}
+
+void Agent::ladder(const Decision& d, const ControllerInput& in) {
+  LadderInput li;
+  li.now_ns = in.now_ns;
+  li.breach = fast_breaches_ > 0;
+  fast_breaches_ = 0;
+  for (const auto& v : d.verdicts)
+    if (v.kind == PodVerdictKind::Breach) li.breach = true;
+  uint64_t behind = 0;
+  for (const auto& p : in.online_pods) behind += p.offline_wait_ns;
+  li.offline_wait_rate = static_cast<double>(behind) * 1e9 / static_cast<double>(std::max<uint64_t>(cfg_.tick_ns, 1));
+  li.can_cpuset = cfg_.cpuset.enabled || topo_.cpus.size() >= 2;
+  LadderDecision ld = ladder_step(li, cfg_.ladder, ladder_);
+  if (metrics_) {
+    std::vector<std::pair<std::string, bool>> act = {{"idle", cfg_.offline.idle}};
+    for (Lever l : {Lever::Cpuset, Lever::Quota})
+      act.emplace_back(lever_name(l), lever(l));
+    metrics_->record_levers(act);
+  }
+  if (ld.action == LadderAction::Hold) return;
+  bool verdict = ld.action == LadderAction::Kept || ld.action == LadderAction::Undone;
+  if (metrics_)
+    metrics_->record_ladder_step(ld.lever, ladder_action_name(ld.action), ld.before_rate / 1e9, ld.after_rate / 1e9,
+                                 verdict);
+  if (ld.action == LadderAction::Undone)
+    spdlog::warn("ladder: {}", ld.reason);
+  else
+    spdlog::info("ladder {}: {}", ladder_action_name(ld.action), ld.reason);
 }
 
 void Agent::log_records(const std::vector<ActionRecord>& recs, const std::string& why) {
@@ -405,13 +518,21 @@ void Agent::log_records(const std::vector<ActionRecord>& recs, const std::string
 }
 
 void Agent::apply(const Decision& d, bool fast, uint64_t first_event_ns) {
-  auto recs = actuator_->apply(desired(d, fast), mono_ns());
+  auto want = desired(d, fast);
+  auto recs = actuator_->apply(want, mono_ns());
+  if (!fast && !store_->empty()) {
+    // Put back what is no longer wanted: a lever released, a target gone.
+    auto back = actuator_->restore_unwanted(want);
+    log_records(back, "no longer wanted (lever released or not an offline target)");
+    recs.insert(recs.end(), back.begin(), back.end());
+  }
   if (metrics_) {
     metrics_->record_decision(d);
     metrics_->record_actions(recs);
   }
   bool wrote = std::any_of(recs.begin(), recs.end(), [](const ActionRecord& r) {
-    return (r.file == CgroupFile::CpuMax || r.file == CgroupFile::CpusetCpus) &&
+    return (r.file == CgroupFile::CpuMax || r.file == CgroupFile::CpusetCpus || r.file == CgroupFile::V1CpuCfs ||
+            r.file == CgroupFile::V1CpusetCpus) &&
            (r.outcome == ActionOutcome::Written || r.outcome == ActionOutcome::DryRun);
   });
   std::string why = fmt::format("{}: {}", action_name(d.action), d.reason);
@@ -445,7 +566,11 @@ void Agent::fast_step() {
     first = std::min<uint64_t>(first, e.ts_ns);
   }
   Decision d = controller_step(in, cfg_, state_);
-  if (d.changed) {
+  fast_breaches_ += d.fast_breaches;
+  // With cpu.idle alone there is nothing to move between ticks; the ladder
+  // decides at the next tick whether to add a rung.
+  bool budget_lever = lever(Lever::Cpuset) || lever(Lever::Quota);
+  if (d.changed && budget_lever) {
     apply(d, true, first);
     if (yarn_) {  // shrink YARN's view at once too, not at the next tick
       yarn_offer_.now_ns = in.now_ns;
@@ -483,11 +608,10 @@ void Agent::tick() {
   }
 
   targets_ = targets(node);
-  target_usage_.clear();
-  for (const auto& c : sample->cgroups)
-    for (const auto& t : targets_)
-      if (under(c.path, t) && sample->interval_ns)
-        target_usage_[t] += static_cast<double>(c.interval.cpu_ns) / static_cast<double>(sample->interval_ns);
+  for (auto& t : targets_)
+    for (const auto& c : sample->cgroups)
+      if (under(c.path, t.path) && sample->interval_ns)
+        t.usage_cores += static_cast<double>(c.interval.cpu_ns) / static_cast<double>(sample->interval_ns);
 
   ControllerInput in;
   in.now_ns = mono_ns();
@@ -539,10 +663,13 @@ void Agent::tick() {
       }
     }
   }
+  ladder(d, in);
   if (d.changed || ticks_ == 1) {
+    std::vector<std::string> names;
+    for (const auto& t : targets_) names.push_back(t.path + " (" + target_kind_name(t.kind) + ")");
     spdlog::info("budget {:.2f} cores ({}): {}; online {:.2f} cores, offline {:.2f} cores, targets [{}]",
                  d.budget_cores, action_name(d.action), d.reason, in.online_cpu_cores, in.offline_cpu_cores,
-                 fmt::join(targets_, ", "));
+                 fmt::join(names, ", "));
   }
   apply(d, false, 0);
   if (yarn_) {
@@ -563,11 +690,6 @@ void Agent::tick() {
     if (metrics_) metrics_->update_yarn(yarn_->status());
   }
   if (metrics_) metrics_->set_ready();
-  // Restore what is no longer a target (configuration changed, cgroup left).
-  if (!store_->empty()) {
-    auto recs = actuator_->restore_except({targets_.begin(), targets_.end()});
-    log_records(recs, "no longer an offline target");
-  }
 }
 
 }  // namespace

@@ -806,7 +806,8 @@ std::vector<std::string> offline_targets(const Config& cfg, const std::string& c
   }
   if (cfg.offline.yarn) add_if_exists("/" + cfg.offline.yarn_hierarchy);
   for (const auto& e : entries)
-    if (e.file == "cpu.max") add_if_exists(e.cgroup);
+    if (e.file == cgroup_file_name(CgroupFile::CpuMax) || e.file == cgroup_file_name(CgroupFile::V1CpuCfs))
+      add_if_exists(e.cgroup);
   return {out.begin(), out.end()};
 }
 
@@ -866,14 +867,22 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
   }
 
   std::string cgroup2;
-  if (auto m = find_mounts()) cgroup2 = m->cgroup2;
+  CgroupRoots roots;
+  CgroupBackend backend = CgroupBackend::V2;
+  if (auto m = find_mounts()) {
+    cgroup2 = m->cgroup2;
+    roots = {m->cgroup2, m->cpu_v1, m->cpuset_v1};
+    std::ifstream ctl(m->cgroup2 + "/cgroup.controllers");
+    std::string controllers((std::istreambuf_iterator<char>(ctl)), std::istreambuf_iterator<char>());
+    if (auto b = choose_backend(roots, controllers)) backend = *b;
+  }
   r.state_file = cfg.state_file;
   StateStore store(cfg.state_file);
   if (auto l = store.load(); !l) {
     r.state_error = l.error().str();
   } else {
     r.state_note = store.note();
-    RealCgroupFs cgfs(cgroup2);
+    RealCgroupFs cgfs(roots);
     for (const auto& e : store.entries()) {
       StatusEntry s{e.cgroup, cgroup_file_name(e.file), e.value, std::nullopt, ""};
       if (auto v = cgfs.read(e.cgroup, e.file))
@@ -887,12 +896,16 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
     }
   }
   if (!cgroup2.empty()) {
-    RealCgroupFs cgfs(cgroup2);
+    RealCgroupFs cgfs(roots);
+    const CgroupFile quota_file = to_backend(backend, CgroupFile::CpuMax, "max").file;
     for (const auto& t : offline_targets(cfg, cgroup2, r.entries)) {
       StatusTarget st{t, std::nullopt, "", std::nullopt};
-      if (auto v = cgfs.read(t, CgroupFile::CpuMax)) {
-        st.cpu_max = *v;
-        st.cores = cpu_max_cores(*v);
+      if (auto v = cgfs.read(t, quota_file)) {
+        // The v1 pair "QUOTA PERIOD" reads like cpu.max, with -1 for max.
+        std::string as_max = *v;
+        if (as_max.rfind("-1 ", 0) == 0) as_max = "max" + as_max.substr(2);
+        st.cpu_max = as_max;
+        st.cores = cpu_max_cores(as_max);
       } else {
         st.error = v.error().err == ENOENT ? "no cpu.max: the cpu controller is not enabled for this cgroup"
                                            : v.error().str();

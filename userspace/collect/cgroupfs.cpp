@@ -67,12 +67,10 @@ Mounts parse_mountinfo(const std::string& text) {
     const std::string& fstype = right[0];
     if (fstype == "cgroup2" && m.cgroup2.empty()) {
       m.cgroup2 = mountpoint;
-    } else if (fstype == "cgroup" && m.cpu_v1.empty()) {
+    } else if (fstype == "cgroup") {
       for (const auto& opt : split(right[2], ',')) {
-        if (opt == "cpu") {
-          m.cpu_v1 = mountpoint;
-          break;
-        }
+        if (opt == "cpu" && m.cpu_v1.empty()) m.cpu_v1 = mountpoint;
+        if (opt == "cpuset" && m.cpuset_v1.empty()) m.cpuset_v1 = mountpoint;
       }
     }
   }

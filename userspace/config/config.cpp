@@ -11,6 +11,8 @@ const char* class_name(CgroupClass c) {
   return "system";
 }
 
+const char* lever_name(Lever l) { return l == Lever::Cpuset ? "cpuset" : "quota"; }
+
 std::optional<CgroupClass> parse_class(const std::string& s) {
   if (s == "online") return CgroupClass::Online;
   if (s == "offline") return CgroupClass::Offline;

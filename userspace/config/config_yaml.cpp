@@ -445,6 +445,22 @@ class Loader {
               }}});
   }
 
+  // A list of distinct levers: cpuset, quota.
+  void levers(const YAML::Node& v, const Where& w, std::vector<Lever>& out) const {
+    if (!v.IsSequence()) fail(w, "expected a list of levers (cpuset, quota), got " + describe(v));
+    out.clear();
+    for (size_t i = 0; i < v.size(); i++) {
+      const Where here = w.item(i, mark_of(v[i], w.mark));
+      const std::string name = string(v[i], here);
+      Lever lv = Lever::Cpuset;
+      if (name == "quota") lv = Lever::Quota;
+      else if (name != "cpuset")
+        fail(here, "unknown lever \"" + name + "\" (known: cpuset, quota; cpu.idle is offline.idle)");
+      if (std::find(out.begin(), out.end(), lv) != out.end()) fail(here, "lever \"" + name + "\" listed twice");
+      out.push_back(lv);
+    }
+  }
+
   void yarn(const YAML::Node& n, const Where& at, YarnConfig& y) const {
     section(
         n, at,
@@ -562,6 +578,16 @@ class Loader {
                    {flag("enabled", f.enabled), ns("wait_threshold", f.wait_threshold_ns),
                     ns("min_interval", f.min_interval_ns)});
          }},
+        {"ladder",
+         [this, &c](const YAML::Node& n, const Where& at) {
+           auto& l = c.ladder;
+           section(n, at,
+                   {{"rungs", [&](const YAML::Node& v, const Where& w) { levers(v, w, l.rungs); }},
+                    {"always", [&](const YAML::Node& v, const Where& w) { levers(v, w, l.always); }},
+                    ns("escalate_after", l.escalate_after_ns), ns("verify_window", l.verify_window_ns),
+                    num("min_improvement", l.min_improvement), ns("retry_after", l.retry_after_ns),
+                    ns("relax_after", l.relax_after_ns)});
+         }},
         {"yarn", [this, &c](const YAML::Node& n, const Where& at) { yarn(n, at, c.yarn); }},
     };
   }
@@ -669,6 +695,18 @@ std::string check_cgroup_path(const std::string& p) {
     if (p.compare(start, end - start, "..") == 0) return "must not contain \"..\"";
     start = end + 1;
   }
+  // "/." and "/./" are the root too, "/a/./b" is an alias of "/a/b".
+  std::string clean;
+  for (size_t i = 0; i < p.size();) {
+    size_t end = p.find('/', i);
+    if (end == std::string::npos) end = p.size();
+    std::string part = p.substr(i, end - i);
+    if (!part.empty() && part != ".") clean += "/" + part;
+    i = end + 1;
+  }
+  if (clean.empty()) return "must not be the root cgroup";
+  for (char ch : p)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) return "must not contain control characters";
   return "";
 }
 
@@ -749,6 +787,13 @@ Result<void> validate_config(const Config& c) {
                  "\"" + c.offline.targets[i] + "\" " + err);
     }
   }
+  // The YARN hierarchy is a name or path relative to the cgroup2 mount.
+  if (auto err = check_cgroup_path("/" + c.offline.yarn_hierarchy); !err.empty() ||
+      c.offline.yarn_hierarchy.empty() || c.offline.yarn_hierarchy.front() == '/') {
+    return bad("offline.yarn_hierarchy",
+               "\"" + c.offline.yarn_hierarchy + "\" " +
+                   (err.empty() ? std::string("must be a path relative to the cgroup2 mount, like hadoop-yarn") : err));
+  }
   if (c.offline.weight > 10000) {  // 0 = leave cpu.weight alone
     return bad("offline.weight", "must be 0 (leave as is) or between 1 and 10000, got " +
                                      std::to_string(c.offline.weight));
@@ -756,6 +801,10 @@ Result<void> validate_config(const Config& c) {
   if (c.offline.idle && c.offline.weight != 0) {
     // The kernel ignores (and refuses writes to) cpu.weight of idle cgroups.
     return bad("offline.weight", "must be 0 when offline.idle is true: an idle cgroup has no weight");
+  }
+
+  if (!(c.ladder.min_improvement >= 0 && c.ladder.min_improvement < 1)) {
+    return bad("ladder.min_improvement", "must be at least 0 and below 1, got " + format_double(c.ladder.min_improvement));
   }
 
   if (c.fast_path.enabled && c.fast_path.wait_threshold_ns == 0) {
@@ -928,6 +977,22 @@ std::string config_to_yaml(const Config& c) {
   key("yarn_hierarchy") << c.offline.yarn_hierarchy;
   key("idle") << c.offline.idle;
   key("weight") << c.offline.weight;
+  out << YAML::EndMap;
+
+  key("ladder") << YAML::BeginMap;
+  {
+    std::vector<std::string> rungs;
+    for (Lever l : c.ladder.rungs) rungs.emplace_back(lever_name(l));
+    key("rungs") << YAML::Flow << rungs;
+    rungs.clear();
+    for (Lever l : c.ladder.always) rungs.emplace_back(lever_name(l));
+    key("always") << YAML::Flow << rungs;
+  }
+  key("escalate_after") << format_duration_ns(c.ladder.escalate_after_ns);
+  key("verify_window") << format_duration_ns(c.ladder.verify_window_ns);
+  key("min_improvement") << format_double(c.ladder.min_improvement);
+  key("retry_after") << format_duration_ns(c.ladder.retry_after_ns);
+  key("relax_after") << format_duration_ns(c.ladder.relax_after_ns);
   out << YAML::EndMap;
 
   key("fast_path") << YAML::BeginMap;

@@ -179,6 +179,9 @@ struct Metrics::Impl {
   Family<Histogram>* pod_wait = nullptr;
   Family<Counter>* aggressor = nullptr;
   Family<Counter>* actions = nullptr;
+  Family<Gauge>* lever_active = nullptr;
+  Family<Counter>* ladder_steps = nullptr;
+  Family<Gauge>* lever_effect = nullptr;
   Family<Gauge>* source_info = nullptr;
   Family<Counter>* prog_time = nullptr;
   Family<Counter>* prog_runs = nullptr;
@@ -307,6 +310,20 @@ void Metrics::Impl::build() {
                  .Name("khagent_actions_total")
                  .Help("Values the actuator handled, by cgroup file and outcome")
                  .Register(r);
+  lever_active = &prometheus::BuildGauge()
+                      .Name("khagent_lever_active")
+                      .Help("1 while a lever restrains the offline side (idle is the base lever; cpuset and "
+                            "quota are ladder rungs)")
+                      .Register(r);
+  ladder_steps = &prometheus::BuildCounter()
+                      .Name("khagent_ladder_steps_total")
+                      .Help("Ladder steps by lever and action (escalate, kept, undone, relaxed)")
+                      .Register(r);
+  lever_effect = &prometheus::BuildGauge()
+                      .Name("khagent_lever_effect_offline_wait_ratio")
+                      .Help("Online run-queue wait behind offline work (seconds per second) over the window "
+                            "before and after the last step of a lever")
+                      .Register(r);
   reaction = &prometheus::BuildHistogram()
                   .Name("khagent_reaction_seconds")
                   .Help("Time from a fast-path breach to the new offline budget being applied")
@@ -648,6 +665,21 @@ void Metrics::record_actions(const std::vector<ActionRecord>& recs) {
   // Bounded: 4 files x 8 outcomes. Add() returns the existing series.
   for (const auto& r : recs)
     m.actions->Add({{"file", cgroup_file_name(r.file)}, {"outcome", outcome_name(r.outcome)}}).Increment();
+}
+
+void Metrics::record_levers(const std::vector<std::pair<std::string, bool>>& active) {
+  auto& m = *impl_;
+  std::lock_guard lk(m.mu);
+  for (const auto& [lever, on] : active) m.lever_active->Add({{"lever", lever}}).Set(on ? 1 : 0);
+}
+
+void Metrics::record_ladder_step(const std::string& lever, const std::string& action, double before_ratio,
+                                 double after_ratio, bool verdict) {
+  auto& m = *impl_;
+  std::lock_guard lk(m.mu);
+  m.ladder_steps->Add({{"lever", lever}, {"action", action}}).Increment();
+  m.lever_effect->Add({{"lever", lever}, {"window", "before"}}).Set(before_ratio);
+  if (verdict) m.lever_effect->Add({{"lever", lever}, {"window", "after"}}).Set(after_ratio);
 }
 
 void Metrics::record_reaction(double seconds) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -15,12 +16,6 @@
 #include "khagent/actuate/state_store.h"
 
 namespace khagent {
-
-struct DesiredValue {
-  std::string cgroup;  // relative to the cgroup2 mount
-  CgroupFile file = CgroupFile::CpuMax;
-  std::string value;
-};
 
 enum class ActionOutcome { Written, Unchanged, DryRun, Gone, Rejected, Reverted, Backoff, Restored };
 const char* outcome_name(ActionOutcome o);
@@ -48,9 +43,13 @@ class Actuator {
   std::vector<ActionRecord> restore() { return restore_except({}); }
   // Restores (and forgets) the originals of cgroups not in `keep`.
   std::vector<ActionRecord> restore_except(const std::set<std::string>& keep);
+  // Restores (and forgets) every original whose file is not wanted any
+  // more: a lever released, a cgroup no longer a target.
+  std::vector<ActionRecord> restore_unwanted(const std::vector<DesiredValue>& wanted);
 
  private:
   using Key = std::pair<std::string, int>;
+  std::vector<ActionRecord> restore_if(const std::function<bool(const OriginalValue&)>& keep);
   ActionRecord apply_one(const DesiredValue& d, uint64_t now_ns, bool& state_dirty);
 
   CgroupFs& fs_;

@@ -20,6 +20,11 @@ struct OriginalValue {
   std::string value;   // as read before khagent's first write
 };
 
+struct ParsedState {
+  std::vector<OriginalValue> entries;
+  std::vector<std::string> refused;  // entries that break the rules, and why
+};
+
 class StateStore {
  public:
   explicit StateStore(std::string path) : path_(std::move(path)) {}
@@ -43,11 +48,18 @@ class StateStore {
 
   // The text that would be saved (checksum included), and its parser.
   std::string serialize() const;
-  static Result<std::vector<OriginalValue>> parse(const std::string& text);
+  // Entries that name a path outside the tree, a file khagent does not own
+  // or a value outside that file's grammar are refused (listed in
+  // `refused`), the rest kept. Files over 4 MiB or nested deeper than 8
+  // levels are errors, before any JSON is built.
+  static Result<ParsedState> parse(const std::string& text);
+  // What the last load() refused (to report).
+  const std::vector<std::string>& refused() const { return refused_; }
 
  private:
   std::string path_;
   std::string note_;
+  std::vector<std::string> refused_;
   std::map<std::pair<std::string, int>, std::string> values_;
 };
 

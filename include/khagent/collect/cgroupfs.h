@@ -14,6 +14,7 @@ namespace khagent {
 struct Mounts {
   std::string cgroup2;  // cgroup2 mount point ("" if none)
   std::string cpu_v1;   // v1 hierarchy holding the cpu controller ("" if none)
+  std::string cpuset_v1;  // v1 hierarchy holding the cpuset controller ("" if none)
 };
 
 // Parses /proc/self/mountinfo-formatted text.

@@ -71,8 +71,27 @@ struct OfflineConfig {
   bool besteffort = true;             // write the BestEffort QoS cgroup
   bool yarn = true;                   // write the YARN hierarchy's root
   std::string yarn_hierarchy = "hadoop-yarn";
-  bool idle = false;                  // cpu.idle=1 on offline targets
+  // cpu.idle=1 on the YARN root, each BestEffort pod and offline.targets
+  // (never on the BestEffort QoS cgroup, whose weight the kubelet writes);
+  // without cpu.idle in the kernel, the minimum weight instead.
+  bool idle = true;
   uint32_t weight = 0;                // cpu.weight on offline targets khagent owns; 0 = leave
+};
+
+// Levers above cpu.idle, climbed in order while an online pod stays in
+// breach; each step is checked against the online waits behind offline in
+// the window before it, and undone when it did not cut them enough.
+enum class Lever { Cpuset, Quota };
+const char* lever_name(Lever l);
+
+struct LadderConfig {
+  std::vector<Lever> rungs = {Lever::Cpuset, Lever::Quota};
+  std::vector<Lever> always;                   // in force from the start, whatever the ladder says
+  uint64_t escalate_after_ns = 1'000'000'000;  // breach this long before the next rung
+  uint64_t verify_window_ns = 3'000'000'000;   // before/after window of a step
+  double min_improvement = 0.25;               // a step must cut the waits behind offline by this share
+  uint64_t retry_after_ns = 300'000'000'000;   // an undone rung is not tried again before this
+  uint64_t relax_after_ns = 60'000'000'000;    // calm this long: step one rung down
 };
 
 struct FastPathConfig {
@@ -139,6 +158,7 @@ struct Config {
   CpusetConfig cpuset;
   OfflineConfig offline;
   FastPathConfig fast_path;
+  LadderConfig ladder;
   YarnConfig yarn;
 };
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <utility>
 
 #include "khagent/signals/histogram.h"
 #include "khagent/util/result.h"
@@ -73,6 +74,11 @@ class Metrics {
   void record_actions(const std::vector<ActionRecord>& recs);
   // Time from a breach (fast-path event) to the budget being applied.
   void record_reaction(double seconds);
+  // Which levers are in force (lever -> on), and each ladder step with the
+  // online wait behind offline (s/s) before it and, for a verdict, after.
+  void record_levers(const std::vector<std::pair<std::string, bool>>& active);
+  void record_ladder_step(const std::string& lever, const std::string& action, double before_ratio,
+                          double after_ratio, bool verdict);
   // Cumulative per-program run time and count (kernel.bpf_stats_enabled).
   void update_bpf_cost(const std::vector<ProgStats>& progs);
 

@@ -1,0 +1,223 @@
+// What protects an online task, on this machine's real kernel, through the
+// writers khagent uses here (v1 cpu and cpuset on a hybrid host, v2
+// otherwise): a service-like probe (wakes every 5 ms, computes 1 ms) in a
+// Burstable pod next to CPU hogs in a YARN container. The agent with its
+// defaults must keep the probe's p99 near its alone baseline while the hogs
+// keep most of the CPU the probe leaves idle, must never put a quota on a
+// cgroup without cpu.idle, and must leave the kubelet's and the
+// NodeManager's own weight writes working.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "host_util.h"
+
+using namespace hosttest;
+using khagent::Mounts;
+
+namespace {
+
+constexpr int kPeriodUs = 5000;
+constexpr int kWorkUs = 1000;
+constexpr size_t kMaxSamples = 1 << 16;
+
+// Shared with the probe child: response times in microseconds, from the
+// intended start of each period (an overrun delays the next start, which
+// then counts its lateness too: no coordinated omission).
+struct ProbeShm {
+  std::atomic<uint32_t> n{0};
+  float us[kMaxSamples];
+};
+
+uint64_t now_ns(clockid_t c = CLOCK_MONOTONIC) {
+  timespec ts{};
+  clock_gettime(c, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+[[noreturn]] void probe_loop(ProbeShm* shm) {
+  uint64_t next = now_ns() + kPeriodUs * 1000ULL;
+  for (;;) {
+    timespec ts{static_cast<time_t>(next / 1'000'000'000ULL), static_cast<long>(next % 1'000'000'000ULL)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+    }
+    uint64_t cpu0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
+    while (now_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0 < kWorkUs * 1000ULL) asm volatile("" ::: "memory");
+    uint32_t i = shm->n.load(std::memory_order_relaxed);
+    if (i < kMaxSamples) shm->us[i] = static_cast<float>(static_cast<double>(now_ns() - next) / 1e3);
+    shm->n.store(i + 1, std::memory_order_release);
+    next += kPeriodUs * 1000ULL;
+  }
+}
+
+struct Stats {
+  double p50 = 0, p99 = 0, p999 = 0;
+  size_t n = 0;
+};
+
+Stats measure(ProbeShm* shm, double seconds) {
+  shm->n.store(0);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  size_t n = std::min<size_t>(shm->n.load(std::memory_order_acquire), kMaxSamples);
+  std::vector<float> v(shm->us, shm->us + n);
+  std::sort(v.begin(), v.end());
+  Stats s;
+  s.n = n;
+  auto q = [&](double p) { return n ? static_cast<double>(v[std::min(n - 1, static_cast<size_t>(p * static_cast<double>(n)))]) : 0.0; };
+  s.p50 = q(0.5);
+  s.p99 = q(0.99);
+  s.p999 = q(0.999);
+  return s;
+}
+
+double usage_s(const std::string& v2_dir) {
+  std::istringstream in(read_file(v2_dir + "/cpu.stat"));
+  std::string k;
+  uint64_t v = 0;
+  while (in >> k >> v)
+    if (k == "usage_usec") return static_cast<double>(v) / 1e6;
+  return 0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpareCpu) {
+  REQUIRE_ROOT();
+  Mounts m = mounts();
+  ASSERT_FALSE(m.cgroup2.empty());
+  const bool v1 = hybrid(m);
+  std::printf("writers: %s\n", v1 ? "v1 cpu and cpuset (hybrid host)" : "cgroup v2");
+  std::string k = unique("khp");
+  std::string kube = "/" + k + "-kubepods.slice";
+  std::string burst = kube + "/" + k + "-kubepods-burstable.slice";
+  std::string pod = burst + "/" + k + "-kubepods-burstable-pod1111_2222.slice";
+  std::string ctr = pod + "/cri-containerd-0123456789ab.scope";
+  std::string be = kube + "/" + k + "-kubepods-besteffort.slice";
+  std::string be_pod = be + "/" + k + "-kubepods-besteffort-pod3333_4444.slice";
+  std::string yarn = "/" + k + "-yarn";
+  std::string ycont = yarn + "/container_e01_1700000000000_0001_01_000002";
+
+  auto* shm = static_cast<ProbeShm*>(
+      mmap(nullptr, sizeof(ProbeShm), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(shm, MAP_FAILED);
+  new (shm) ProbeShm();
+  std::string cfg = "/tmp/" + k + ".yaml";
+  std::string state = "/tmp/" + k + "-state.json";
+  std::ofstream(cfg) << "tick: 200ms\noffline:\n  yarn_hierarchy: " << k << "-yarn\n";
+  {
+    LaidOutCgroup c_kube(m, kube), c_burst(m, burst), c_pod(m, pod), c_ctr(m, ctr);
+    LaidOutCgroup c_be(m, be), c_be_pod(m, be_pod);
+    LaidOutCgroup c_yarn(m, yarn), c_ycont(m, ycont);
+    const std::string yarn_v2 = c_yarn.v2().dir();
+    // The files the agent writes on the offline side, v1 or v2.
+    const std::string idle_file = v1 ? c_yarn.v1_file("cpu.idle") : yarn_v2 + "/cpu.idle";
+    const std::string quota_file = v1 ? c_yarn.v1_file("cpu.cfs_quota_us") : yarn_v2 + "/cpu.max";
+    ASSERT_FALSE(idle_file.empty()) << "no cpu.idle in this kernel's cpu controller";
+    Child probe(c_ctr.procs(), -1, 0, [&] { probe_loop(shm); });
+    ASSERT_GT(probe.pid, 0);
+    std::vector<Child> hogs;
+    auto start_hogs = [&] {
+      for (int i = 0; i < 4; i++) hogs.emplace_back(c_ycont.procs(), -1, 0, [] { busy_loop(); });
+    };
+
+    std::vector<double> alone, off, on, off_cpu, on_cpu, spare_on;
+    std::string logs;
+    bool quota_without_idle = false, idle_seen = false;
+    const double T = 4.0;
+    measure(shm, 1.0);  // warm up
+    for (int round = 0; round < 2; round++) {
+      alone.push_back(measure(shm, T).p99);
+
+      start_hogs();
+      double u0 = usage_s(yarn_v2);
+      off.push_back(measure(shm, T).p99);
+      off_cpu.push_back(usage_s(yarn_v2) - u0);
+      hogs.clear();
+
+      std::string log = "/tmp/" + k + "-agent.log";
+      ::unlink(state.c_str());
+      pid_t agent = fork();
+      if (agent == 0) {
+        std::string cmd = std::string("exec ") + KHAGENT_BINARY + " --no-pin run --no-metrics --config " + cfg +
+                          " --state-file " + state + " > " + log + " 2>&1";
+        execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+        _exit(127);
+      }
+      for (int i = 0; i < 200 && read_file(idle_file) != "1\n"; i++) sleep_s(0.05);
+      idle_seen = read_file(idle_file) == "1\n";
+      start_hogs();
+      u0 = usage_s(yarn_v2);
+      double p0 = usage_s(c_pod.v2().dir());
+      // Sample the offline files while the agent acts: a quota only with cpu.idle.
+      std::atomic<bool> done{false};
+      std::thread watch([&] {
+        while (!done) {
+          std::string q = read_file(quota_file);
+          bool limited = v1 ? q != "-1\n" : q.rfind("max", 0) != 0;
+          if (limited && read_file(idle_file) != "1\n") quota_without_idle = true;
+          sleep_s(0.02);
+        }
+      });
+      on.push_back(measure(shm, T).p99);
+      done = true;
+      watch.join();
+      double used = usage_s(yarn_v2) - u0;
+      double online = usage_s(c_pod.v2().dir()) - p0;
+      on_cpu.push_back(used);
+      spare_on.push_back(2.0 * T - online);  // what the probe left idle, of 2 CPUs
+      hogs.clear();
+
+      // The owners' own writes still work after khagent acted: the kubelet
+      // writes the BestEffort QoS cgroup's weight, the NodeManager its
+      // containers' weights.
+      if (v1) {
+        EXPECT_TRUE(write_file(c_be.v1_file("cpu.shares"), "2")) << "the kubelet's QoS shares write failed";
+        EXPECT_TRUE(write_file(c_ycont.v1_file("cpu.shares"), "1024")) << "the NodeManager's shares write failed";
+        EXPECT_EQ(read_file(c_be.v1_file("cpu.idle")), "0\n") << "cpu.idle on the BestEffort QoS cgroup";
+        EXPECT_EQ(read_file(c_be_pod.v1_file("cpu.idle")), "1\n") << "no cpu.idle on the BestEffort pod";
+      } else {
+        EXPECT_TRUE(write_file(c_be.v2().dir() + "/cpu.weight", "1")) << "the kubelet's QoS weight write failed";
+        EXPECT_TRUE(write_file(c_ycont.v2().dir() + "/cpu.weight", "100")) << "the NodeManager's weight write failed";
+      }
+      ::kill(agent, SIGTERM);
+      int st = 0;
+      waitpid(agent, &st, 0);
+      std::string text = read_file(log);
+      ::unlink(log.c_str());
+      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text;
+      EXPECT_EQ(read_file(idle_file), "0\n") << "cpu.idle not restored\n" << text;
+      logs += text;
+    }
+    ::unlink(state.c_str());
+    ::unlink((state + ".prev").c_str());
+    probe.stop();
+
+    double a = median(alone), o = median(off), n = median(on);
+    double kept = median(on_cpu), spare = median(spare_on), free_cpu = median(off_cpu);
+    std::printf("probe response p99 (us), medians of %zu rounds: alone %.0f, hogs %.0f, hogs + khagent %.0f "
+                "(ratio to alone %.2f)\n", alone.size(), a, o, n, a > 0 ? n / a : 0);
+    std::printf("offline CPU s per %.0f s: hogs free %.2f, khagent on %.2f; the probe left %.2f s idle, offline kept "
+                "%.0f%% of it\n", T, free_cpu, kept, spare, spare > 0 ? 100 * kept / spare : 0);
+    EXPECT_TRUE(idle_seen) << "the agent never set cpu.idle on the YARN root\n" << logs;
+    EXPECT_FALSE(quota_without_idle) << "a quota was written on a cgroup without cpu.idle\n" << logs;
+    // The hogs must hurt, or the test shows nothing.
+    ASSERT_GT(o, a + 1000) << "the hogs did not delay the probe (alone " << a << " us, hogs " << o << " us)";
+    // Near the baseline: within a quarter of it, and well below the hogs' p99.
+    EXPECT_LT(n, 1.25 * a) << "khagent's defaults did not keep the probe's p99 near its baseline";
+    EXPECT_LT(n - a, 0.3 * (o - a));
+    EXPECT_GT(kept, 0.8 * spare) << "offline did not keep most of the spare CPU";
+  }
+  ::unlink(cfg.c_str());
+  munmap(shm, sizeof(ProbeShm));
+}
