@@ -221,3 +221,49 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
   ::unlink(cfg.c_str());
   munmap(shm, sizeof(ProbeShm));
 }
+
+// Every signal that would end the agent ends it through the restore, and a
+// closed log reader does not kill it (SIGPIPE).
+TEST(AgentProtection, EverySignalThatEndsTheAgentRestoresFirst) {
+  REQUIRE_ROOT();
+  Mounts m = mounts();
+  ASSERT_FALSE(m.cgroup2.empty());
+  const bool v1 = hybrid(m);
+  std::string k = unique("khs");
+  std::string yarn = "/" + k + "-yarn";
+  std::string cfg = "/tmp/" + k + ".yaml";
+  std::string state = "/tmp/" + k + "-state.json";
+  std::ofstream(cfg) << "tick: 100ms\noffline:\n  yarn_hierarchy: " << k << "-yarn\n";
+  LaidOutCgroup c_yarn(m, yarn);
+  const std::string idle_file = v1 ? c_yarn.v1_file("cpu.idle") : c_yarn.v2().dir() + "/cpu.idle";
+  ASSERT_FALSE(idle_file.empty());
+  for (int sig : {SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
+    SCOPED_TRACE(sigabbrev_np(sig));
+    ::unlink(state.c_str());
+    int err[2];
+    ASSERT_EQ(pipe(err), 0);
+    pid_t agent = fork();
+    if (agent == 0) {
+      ::dup2(err[1], 2);
+      ::close(err[0]);
+      ::close(err[1]);
+      execl(KHAGENT_BINARY, KHAGENT_BINARY, "--no-pin", "run", "--no-metrics", "--config", cfg.c_str(),
+            "--state-file", state.c_str(), nullptr);
+      _exit(127);
+    }
+    ::close(err[1]);
+    for (int i = 0; i < 200 && read_file(idle_file) != "1\n"; i++) sleep_s(0.05);
+    ASSERT_EQ(read_file(idle_file), "1\n") << "the agent never set cpu.idle";
+    // The log's reader goes away: the next log line meets a closed pipe.
+    ::close(err[0]);
+    if (sig != SIGPIPE) ::kill(agent, sig);
+    else ::kill(agent, SIGTERM);  // SIGPIPE itself comes from the closed stderr when it logs
+    int st = 0;
+    waitpid(agent, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st)) << "killed by signal " << (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    EXPECT_EQ(read_file(idle_file), "0\n") << "not restored";
+  }
+  ::unlink(state.c_str());
+  ::unlink((state + ".prev").c_str());
+  ::unlink(cfg.c_str());
+}

@@ -354,7 +354,8 @@ int Agent::run() {
   }
 
   if (pods_) pods_->stop();
-  spdlog::info("stopping: restoring original values");
+  const char* sig = g_stop > 0 ? sigabbrev_np(static_cast<int>(g_stop)) : nullptr;
+  spdlog::info("stopping on SIG{}: restoring original values", sig ? sig : "?");
   int failed = 0;
   auto recs = actuator_->restore();
   for (const auto& r : recs) {

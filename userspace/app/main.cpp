@@ -23,7 +23,7 @@
 
 namespace {
 
-void on_signal(int) { khagent::g_stop = 1; }
+void on_signal(int sig) { khagent::g_stop = sig; }
 
 // Sleeps until `deadline` (CLOCK_MONOTONIC) or a signal.
 void sleep_until(const timespec& deadline) {
@@ -121,10 +121,14 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   khagent::route_libbpf_logs(o.log_level == "debug" || o.log_level == "trace");
 
+  // Every signal that would end the process by default ends it through the
+  // restore instead (SIGHUP from a closed terminal, SIGQUIT, SIGUSR1/2 sent
+  // by mistake); SIGPIPE is ignored so a closed log reader or peer is an
+  // error to handle, not an exit with the cgroups still squeezed.
   struct sigaction sa {};
   sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaction(sig, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
 
   switch (o.command) {
     case khagent::Command::Run: return khagent::run_agent(o);

@@ -1128,12 +1128,20 @@ std::vector<DoctorCheck> doctor_checks(const DoctorEnv& env, const BpfProbe& bpf
             "available but not enabled for child cgroups (" + why + "): echo +" + c + " > " + m.cgroup2 +
                 "/cgroup.subtree_control");
       else if (!v1.empty())
-        add(missing, name,
-            "hybrid host: " + c + " controller on v1 (" + v1 + "), khagent cannot write " + file + " here (" + why +
-                "); boot with systemd.unified_cgroup_hierarchy=1 to move it to cgroup v2");
+        add(L::Ok, name,
+            "hybrid host: on cgroup v1 at " + v1 + "; khagent measures by cgroup2 ids and writes the v1 " + c +
+                " files at the same relative path (" + (c == "cpu" ? "cpu.cfs_quota_us/cfs_period_us, cpu.shares, cpu.idle" : "cpuset.cpus") + ")");
       else
         add(missing, name, "not in " + m.cgroup2 + "/cgroup.controllers (" + why + ")");
     };
+    {
+      CgroupRoots roots{m.cgroup2, m.cpu_v1, m.cpuset_v1};
+      auto b = choose_backend(roots, controllers);
+      if (b)
+        add(L::Ok, "cgroup backend", std::string(backend_name(*b)));
+      else
+        add(L::Fail, "cgroup backend", b.error().message);
+    }
     controller("cpu", "cpu.max", L::Fail, "it measures but cannot limit offline CPU");
     controller("cpuset", "cpuset.cpus", cfg.cpuset.enabled ? L::Fail : L::Warn,
                cfg.cpuset.enabled ? "cpuset.enabled is on" : "only needed with cpuset.enabled");
