@@ -263,6 +263,34 @@ TEST(AgentProtection, EverySignalThatEndsTheAgentRestoresFirst) {
     EXPECT_TRUE(WIFEXITED(st)) << "killed by signal " << (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
     EXPECT_EQ(read_file(idle_file), "0\n") << "not restored";
   }
+  // SIGKILL gives no chance to restore: the next start keeps the recorded
+  // original (never its own squeezed value) and restores it on its exit.
+  ::unlink(state.c_str());
+  auto start = [&] {
+    pid_t p = fork();
+    if (p == 0) {
+      int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, 2);
+      execl(KHAGENT_BINARY, KHAGENT_BINARY, "--no-pin", "run", "--no-metrics", "--config", cfg.c_str(),
+            "--state-file", state.c_str(), nullptr);
+      _exit(127);
+    }
+    return p;
+  };
+  pid_t a = start();
+  for (int i = 0; i < 200 && read_file(idle_file) != "1\n"; i++) sleep_s(0.05);
+  ASSERT_EQ(read_file(idle_file), "1\n");
+  ::kill(a, SIGKILL);
+  int st = 0;
+  waitpid(a, &st, 0);
+  EXPECT_EQ(read_file(idle_file), "1\n");
+  EXPECT_NE(read_file(state).find(v1 ? "v1:cpu.idle" : "\"cpu.idle\""), std::string::npos) << read_file(state);
+  pid_t b = start();
+  sleep_s(1.5);
+  ::kill(b, SIGTERM);
+  waitpid(b, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  EXPECT_EQ(read_file(idle_file), "0\n") << "the original from before the SIGKILL was not restored";
   ::unlink(state.c_str());
   ::unlink((state + ".prev").c_str());
   ::unlink(cfg.c_str());
