@@ -295,3 +295,56 @@ TEST(AgentProtection, EverySignalThatEndsTheAgentRestoresFirst) {
   ::unlink((state + ".prev").c_str());
   ::unlink(cfg.c_str());
 }
+
+// The cpuset rung on this kernel: the offline parent and (on a hybrid host,
+// where v1 refuses to narrow a parent below a child) every descendant get
+// the offline CPUs, and all of it comes back on exit.
+TEST(AgentProtection, CpusetRungNarrowsDescendantsFirstAndRestores) {
+  REQUIRE_ROOT();
+  Mounts m = mounts();
+  ASSERT_FALSE(m.cgroup2.empty());
+  const bool v1 = hybrid(m);
+  if (!v1 && read_file(m.cgroup2 + "/cgroup.subtree_control").find("cpuset") == std::string::npos)
+    FAIL() << "neither a v1 cpuset hierarchy nor the cpuset controller in cgroup2: cannot test the cpuset rung";
+  if (v1 && m.cpuset_v1.empty()) FAIL() << "hybrid host without a v1 cpuset hierarchy";
+  std::string k = unique("khc");
+  std::string yarn = "/" + k + "-yarn";
+  std::string ycont = yarn + "/container_e01_1700000000000_0001_01_000002";
+  std::string cfg = "/tmp/" + k + ".yaml";
+  std::string state = "/tmp/" + k + "-state.json";
+  std::ofstream(cfg) << "tick: 100ms\noffline:\n  yarn_hierarchy: " << k
+                     << "-yarn\nladder:\n  always: [cpuset]\ncpuset:\n  reserved_cpus: \"\"\n";
+  LaidOutCgroup c_yarn(m, yarn), c_cont(m, ycont);
+  auto cpus_of = [&](const LaidOutCgroup& c) {
+    return v1 ? read_file(c.v1_file("cpuset.cpus")) : read_file(c.v2().dir() + "/cpuset.cpus");
+  };
+  const std::string root_before = cpus_of(c_yarn), cont_before = cpus_of(c_cont);
+  std::string log = "/tmp/" + k + ".log";
+  pid_t a = fork();
+  if (a == 0) {
+    std::string cmd = std::string("exec ") + KHAGENT_BINARY + " --no-pin run --no-metrics --config " + cfg +
+                      " --state-file " + state + " > " + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+    _exit(127);
+  }
+  for (int i = 0; i < 200 && cpus_of(c_yarn) == root_before; i++) sleep_s(0.05);
+  std::string root_during = cpus_of(c_yarn), cont_during = cpus_of(c_cont);
+  ::kill(a, SIGTERM);
+  int st = 0;
+  waitpid(a, &st, 0);
+  std::string text = read_file(log);
+  ::unlink(log.c_str());
+  ::unlink(cfg.c_str());
+  ::unlink(state.c_str());
+  ::unlink((state + ".prev").c_str());
+  std::printf("offline parent cpuset: %s -> %s; its container: %s -> %s\n", root_before.c_str(), root_during.c_str(),
+              cont_before.c_str(), cont_during.c_str());
+  EXPECT_NE(root_during, root_before) << "the cpuset rung did not partition the offline parent\n" << text;
+  if (v1) {
+    EXPECT_EQ(cont_during, root_during) << "the container kept CPUs its parent no longer has\n" << text;
+  }
+  EXPECT_EQ(text.find("rejected"), std::string::npos) << text;
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text;
+  EXPECT_EQ(cpus_of(c_yarn), root_before) << text;
+  EXPECT_EQ(cpus_of(c_cont), cont_before) << text;
+}

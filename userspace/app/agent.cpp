@@ -454,12 +454,24 @@ std::vector<DesiredValue> Agent::desired(const Decision& d, bool fast) {
       return v.file != CgroupFile::CpuMax && v.file != CgroupFile::CpusetCpus;
     });
   }
+  std::vector<DesiredValue> out;
   for (auto& v : want) {
     FileValue fv = to_backend(backend_, v.file, v.value);
-    v.file = fv.file;
-    v.value = fv.value;
+    out.push_back({v.cgroup, fv.file, fv.value});
+    // v1 refuses to narrow a cpuset below a child's CPUs (EBUSY), and the
+    // kubelet's and runtimes' children copy their parent's: on a hybrid host
+    // the partition goes on every descendant in the cpuset hierarchy too
+    // (the actuator narrows children first and widens parents first).
+    if (fv.file == CgroupFile::V1CpusetCpus && !mounts_.cpuset_v1.empty()) {
+      std::vector<std::string> todo = child_cgroups(mounts_.cpuset_v1, v.cgroup);
+      for (size_t i = 0; i < todo.size() && i < 4096; i++) {
+        out.push_back({todo[i], fv.file, fv.value});
+        auto more = child_cgroups(mounts_.cpuset_v1, todo[i]);
+        todo.insert(todo.end(), more.begin(), more.end());
+      }
+    }
   }
-  return want;
+  return out;
 }
 
 void Agent::ladder(const Decision& d, const ControllerInput& in) {
