@@ -2,8 +2,12 @@
 
 #include <cerrno>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
+
+#include "khagent/util/curl_util.h"
+#include "khagent/util/json_bounded.h"
 
 namespace khagent {
 
@@ -11,10 +15,15 @@ namespace {
 
 using json = nlohmann::json;
 
+// The RM's answers to an update (resourceInfo, or a RemoteException) are a
+// few hundred bytes; anything much larger is not one of them.
+constexpr JsonLimits kAnswerLimits{size_t{1} << 20, 64, 100'000};
+
 // The message of Hadoop's {"RemoteException":{"exception","message",...}}, or
 // the start of the body.
 std::string remote_message(const std::string& body) {
-  json doc = json::parse(body, nullptr, false);
+  auto parsed = parse_json_bounded(body, kAnswerLimits);
+  const json doc = parsed ? std::move(parsed).value() : json();
   if (doc.is_object()) {
     auto it = doc.find("RemoteException");
     if (it != doc.end() && it->is_object()) {
@@ -27,7 +36,7 @@ std::string remote_message(const std::string& body) {
       if (!ex.empty() || !msg.empty()) return ex + (ex.empty() || msg.empty() ? "" : ": ") + msg;
     }
   }
-  return body.substr(0, 200);
+  return body_excerpt(body);
 }
 
 }  // namespace
@@ -39,9 +48,15 @@ std::string node_resource_body(const YarnResource& r, int64_t over_commit_timeou
 }
 
 Result<YarnResource> parse_resource_info(const std::string& text) {
-  json doc = json::parse(text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object()) {
-    return make_error(EPROTO, "update-resource answer is not a JSON object: " + text.substr(0, 80));
+  auto parsed = parse_json_bounded(text, kAnswerLimits);
+  if (!parsed) {
+    return make_error(parsed.error().err == E2BIG ? E2BIG : EPROTO,
+                      "update-resource answer: " + parsed.error().message + " (starts \"" +
+                          body_excerpt(text, 80) + "\")");
+  }
+  const json& doc = parsed.value();
+  if (!doc.is_object()) {
+    return make_error(EPROTO, "update-resource answer is not a JSON object: " + body_excerpt(text, 80));
   }
   auto it = doc.find("resourceInfo");
   if (it == doc.end() || !it->is_object()) {
@@ -52,15 +67,24 @@ Result<YarnResource> parse_resource_info(const std::string& text) {
   if (m == it->end() || !m->is_number() || v == it->end() || !v->is_number()) {
     return make_error(EPROTO, "update-resource answer lacks numeric memory/vCores");
   }
-  return YarnResource{v->get<int64_t>(), m->get<int64_t>()};
+  auto vc = json_int_in_range(*v, 0, kYarnMaxVcores);
+  auto mb = json_int_in_range(*m, 0, kYarnMaxMemoryMb);
+  if (!vc || !mb) {
+    return make_error(ERANGE, "update-resource answer: " + v->dump() + " vcores/" + m->dump() +
+                                  " MB out of range");
+  }
+  return YarnResource{*vc, *mb};
 }
 
 Result<YarnResource> post_node_resource(HttpClient& rm, const std::string& node_id,
                                         const YarnResource& r, int64_t over_commit_timeout_ms,
                                         const std::atomic<bool>* abort) {
+  // The range of `r` is the caller's to check (app/yarn_downscaler does,
+  // before every POST); the RM answers a negative one with a 400.
+  if (node_id.empty()) return make_error(EINVAL, "POST resource: empty node id");
   HttpRequest req;
   req.method = "POST";
-  req.path = "/ws/v1/cluster/nodes/" + node_id + "/resource";
+  req.path = "/ws/v1/cluster/nodes/" + url_path_segment(node_id) + "/resource";
   req.body = node_resource_body(r, over_commit_timeout_ms);
   auto sent = rm.send(req, abort);
   if (!sent) return sent.error();

@@ -125,10 +125,15 @@ int main(int argc, char** argv) {
   // restore instead (SIGHUP from a closed terminal, SIGQUIT, SIGUSR1/2 sent
   // by mistake); SIGPIPE is ignored so a closed log reader or peer is an
   // error to handle, not an exit with the cgroups still squeezed.
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaction(sig, &sa, nullptr);
+  // One-shot commands (config check, restore, status, doctor) keep the
+  // default dispositions: a SIGTERM must end them, even mid-parse.
   signal(SIGPIPE, SIG_IGN);
+  if (o.command == khagent::Command::Run || o.command == khagent::Command::Observe ||
+      o.command == khagent::Command::Top) {
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaction(sig, &sa, nullptr);
+  }
 
   switch (o.command) {
     case khagent::Command::Run: return khagent::run_agent(o);

@@ -19,6 +19,7 @@
 
 #include "khagent/actuate/cgroup_kill.h"
 #include "khagent/actuate/yarn_resize.h"
+#include "khagent/util/json_bounded.h"
 
 namespace khagent {
 
@@ -65,23 +66,61 @@ struct MaxRecord {
   YarnResource max;
 };
 
+// A NodeManager id as the RM writes it (host:port): printable, no spaces.
+bool plausible_node_id(const std::string& id) {
+  if (id.empty() || id.size() > 1024) return false;
+  return std::all_of(id.begin(), id.end(), [](char ch) {
+    auto c = static_cast<unsigned char>(ch);
+    return c > 0x20 && c < 0x7f;
+  });
+}
+
+// Reads the record back, checking it as if the NodeManager had just said it:
+// a bad value saved by an older version (or a hand edit) must not become the
+// size the node is restored to.
 std::optional<MaxRecord> load_max(const std::string& path) {
   if (path.empty()) return std::nullopt;
   std::ifstream in(path);
   if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (!j.is_object() || !j.contains("node_id") || !j["node_id"].is_string() || !j.contains("vcores") ||
-      !j["vcores"].is_number_integer() || !j.contains("memory_mb") || !j["memory_mb"].is_number_integer()) {
+  constexpr size_t kMaxRecordBytes = 64 * 1024;  // a record is ~80 bytes
+  std::string text(kMaxRecordBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  auto parsed = parse_json_bounded(text, JsonLimits{kMaxRecordBytes, 4, 64});
+  if (!parsed) {
+    spdlog::warn("yarn: ignoring {}: {}", path, parsed.error().message);
+    return std::nullopt;
+  }
+  const nlohmann::json& j = parsed.value();
+  auto field = [&j](const char* k) -> const nlohmann::json* {
+    auto it = j.is_object() ? j.find(k) : j.end();
+    return it == j.end() ? nullptr : &*it;
+  };
+  const auto* id = field("node_id");
+  const auto* vc = field("vcores");
+  const auto* mb = field("memory_mb");
+  if (id == nullptr || !id->is_string() || vc == nullptr || !vc->is_number_integer() || mb == nullptr ||
+      !mb->is_number_integer()) {
     spdlog::warn("yarn: ignoring {}: not a resource record", path);
     return std::nullopt;
   }
-  return MaxRecord{j["node_id"].get<std::string>(), {j["vcores"].get<int64_t>(), j["memory_mb"].get<int64_t>()}};
+  auto v = json_int_in_range(*vc, 0, kYarnMaxVcores);
+  auto m = json_int_in_range(*mb, 0, kYarnMaxMemoryMb);
+  if (!plausible_node_id(id->get<std::string>()) || !v || !m) {
+    spdlog::warn("yarn: ignoring {}: node {} with {} vcores/{} MB is out of range (at most {} vcores/{} MB)",
+                 path, id->dump(), vc->dump(), mb->dump(), kYarnMaxVcores, kYarnMaxMemoryMb);
+    return std::nullopt;
+  }
+  return MaxRecord{id->get<std::string>(), {*v, *m}};
 }
 
 void save_max(const std::string& path, const MaxRecord& r) {
   if (path.empty()) return;
+  if (!yarn_resource_sane(r.max) || !plausible_node_id(r.node_id)) {  // the readers refuse these already
+    spdlog::error("yarn: not saving {} with {} vcores/{} MB to {}: out of range", r.node_id, r.max.vcores,
+                  r.max.memory_mb, path);
+    return;
+  }
   nlohmann::json j = {{"node_id", r.node_id}, {"vcores", r.max.vcores}, {"memory_mb", r.max.memory_mb}};
   std::string tmp = path + ".tmp";
   std::error_code ec;
@@ -103,8 +142,7 @@ void save_max(const std::string& path, const MaxRecord& r) {
   if (::rename(tmp.c_str(), path.c_str()) != 0) spdlog::warn("yarn: cannot rename {} to {}", tmp, path);
 }
 
-// The part of an error message before the details: the step that failed.
-std::string error_kind(const std::string& what) { return what.substr(0, what.find(':')); }
+constexpr size_t kMaxErrorCauses = 64;  // distinct causes remembered for the rate limit
 
 uint64_t mono_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -177,6 +215,10 @@ void YarnDownscaler::stop(bool restore) {
   // a cancelled POST may still have been applied: once anything was posted,
   // restore, unless a read after the last POST showed the full size.
   if (!posted_ && st.advertised_known && st.advertised == st.configured) return;
+  if (!yarn_resource_sane(st.configured)) {  // not reached: only numbers in range are kept
+    spdlog::error("yarn: not restoring {} to {}: out of range", st.node_id, res_str(st.configured));
+    return;
+  }
   if (dry_run_) {
     spdlog::info("yarn: dry-run: would restore {} to {}", st.node_id, res_str(st.configured));
     return;
@@ -221,20 +263,32 @@ void YarnDownscaler::run() {
   }
 }
 
-void YarnDownscaler::note_error(const std::string& what) {
+void YarnDownscaler::note_error(const std::string& cause, int err, const std::string& what) {
   if (stopping_) return;  // requests cut short by stop() are not errors
-  uint64_t now = mono_ns();
-  bool log = last_error_log_ns_ == 0 || now - last_error_log_ns_ >= kErrorLogIntervalNs;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    // Details (curl's timings, ports) vary; a new kind of error is news.
-    log = log || error_kind(status_.last_error) != error_kind(what);
     status_.last_error = what;
   }
-  if (log) {
-    spdlog::warn("yarn: {}", what);
-    last_error_log_ns_ = now;
+  // Details (curl's timings, ports, sizes) vary from one time to the next;
+  // the step and the errno do not.
+  const std::string key = cause + "/" + std::to_string(err);
+  const uint64_t now = mono_ns();
+  auto it = error_log_.find(key);
+  if (it == error_log_.end()) {
+    if (error_log_.size() >= kMaxErrorCauses) error_log_.clear();
+    it = error_log_.emplace(key, ErrorLog{}).first;
+  } else if (now - it->second.last_ns < kErrorLogIntervalNs) {
+    it->second.suppressed++;
+    return;
   }
+  if (it->second.suppressed > 0) {
+    spdlog::warn("yarn: {} ({} more like it in the last {:.0f}s)", what, it->second.suppressed,
+                 static_cast<double>(now - it->second.last_ns) / 1e9);
+  } else {
+    spdlog::warn("yarn: {}", what);
+  }
+  it->second.last_ns = now;
+  it->second.suppressed = 0;
 }
 
 void YarnDownscaler::sync_stats() {
@@ -260,29 +314,34 @@ bool YarnDownscaler::ensure_node() {
   if (id.empty()) {
     auto nodes = YarnRest(*rm_, *rm_).nodes(&stopping_);
     if (!nodes) {
-      note_error("node list from the RM: " + nodes.error().str());
+      note_error("node list", nodes.error().err, "node list from the RM: " + nodes.error().str());
       return false;
     }
     auto m = match_node(nodes.value(), hostnames_);
     if (!m) {
-      note_error(m.error().message);
+      note_error("match node", m.error().err, m.error().message);
       return false;
     }
     node = m.value();
+    if (!node.invalid.empty()) {
+      note_error("node numbers", ERANGE, "node list from the RM: " + node.invalid + "; skipped");
+      return false;
+    }
     spdlog::info("yarn: this node is NodeManager {} (host {}, web {}) by its host name", node.id,
                  node.host, node.http_address);
   } else {
     auto n = YarnRest(*rm_, *rm_).node(id, &stopping_);
     if (!n) {
-      note_error("node " + id + " from the RM: " + n.error().str());
+      note_error("node", n.error().err, "node " + id + " from the RM: " + n.error().str());
       return false;
     }
     node = n.value();
   }
   if (!nm_) {
     if (node.http_address.empty()) {
-      note_error("the RM gives no web address for NodeManager " + node.id + " (state " + node.state +
-                 "); set yarn.nm_url");
+      note_error("nm address", 0,
+                 "the RM gives no web address for NodeManager " + node.id + " (state " + node.state +
+                     "); set yarn.nm_url");
       return false;
     }
     // The NodeManager's web UI uses the same scheme as the RM's.
@@ -304,7 +363,7 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
 
   auto configured = rest_->nm_configured(&stopping_);
   if (!configured) {
-    note_error("NodeManager resources: " + configured.error().str());
+    note_error("nm info", configured.error().err, "NodeManager resources: " + configured.error().str());
     return false;
   }
   auto node = rest_->node(id, &stopping_);
@@ -324,13 +383,49 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
     return false;
   }
   if (!node) {
-    note_error("node " + id + " from the RM: " + node.error().str());
+    note_error("node", node.error().err, "node " + id + " from the RM: " + node.error().str());
     return false;
   }
   auto containers = rest_->containers(&stopping_);
   if (!containers) {
-    note_error("NodeManager containers: " + containers.error().str());
+    note_error("nm containers", containers.error().err, "NodeManager containers: " + containers.error().str());
     return false;
+  }
+  // The maximum: the most the NodeManager was ever seen with (see MaxRecord).
+  // The readers took only numbers in range (collect/yarn_rest.h).
+  YarnResource seen_now = configured.value();
+  if (max_node_ != id) {
+    max_node_ = id;
+    max_ = seen_now;
+    save_max(max_file_, {max_node_, max_});
+  } else if (seen_now.vcores > max_.vcores || seen_now.memory_mb > max_.memory_mb) {
+    max_ = {std::max(max_.vcores, seen_now.vcores), std::max(max_.memory_mb, seen_now.memory_mb)};
+    save_max(max_file_, {max_node_, max_});
+  }
+  // A container with numbers out of range, or larger than the node itself,
+  // is left out (neither counted nor killed): what it says cannot be used.
+  {
+    std::vector<NmContainer> usable;
+    usable.reserve(containers.value().size());
+    size_t skipped = 0;
+    std::string first;
+    for (auto& c : containers.value()) {
+      std::string why = c.invalid;
+      if (why.empty() && !yarn_resource_within(c.resource, max_)) {
+        why = "container " + c.id + ": " + res_str(c.resource) + " is more than the node's " + res_str(max_);
+      }
+      if (!why.empty()) {
+        if (skipped++ == 0) first = why;
+        continue;
+      }
+      usable.push_back(std::move(c));
+    }
+    if (skipped > 0) {
+      note_error("container numbers", ERANGE,
+                 "NodeManager containers: " + std::to_string(skipped) +
+                     " skipped for resources out of range, first: " + first);
+    }
+    containers.value() = std::move(usable);
   }
   // Queues only order the reclaim: without them (a slow or huge answer),
   // the last known ones are used and everything else goes on.
@@ -338,9 +433,22 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
   auto apps = rest_->running_apps(&stopping_);
   if (apps) {
     by_id.clear();
-    for (auto& a : apps.value()) by_id[a.id] = std::move(a);
+    size_t invalid = 0;
+    std::string first;
+    for (auto& a : apps.value()) {
+      if (!a.invalid.empty()) {  // its queue is then unknown
+        if (invalid++ == 0) first = a.invalid;
+        continue;
+      }
+      by_id[a.id] = std::move(a);
+    }
+    if (invalid > 0) {
+      note_error("app numbers", ERANGE,
+                 "running applications from the RM: " + std::to_string(invalid) +
+                     " skipped for numbers out of range, first: " + first);
+    }
   } else {
-    note_error("running applications from the RM: " + apps.error().str());
+    note_error("apps", apps.error().err, "running applications from the RM: " + apps.error().str());
   }
   // The AM container of each application with a container here, looked up
   // once per application and again when a container of a later attempt
@@ -378,16 +486,6 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
                               [&](const NmContainer& c) { return c.id == *k && nm_container_active(c.state); });
     k = listed ? std::next(k) : killed_.erase(k);
   }
-  // The maximum: the most the NodeManager was ever seen with (see MaxRecord).
-  YarnResource seen_now = configured.value();
-  if (max_node_ != id) {
-    max_node_ = id;
-    max_ = seen_now;
-    save_max(max_file_, {max_node_, max_});
-  } else if (seen_now.vcores > max_.vcores || seen_now.memory_mb > max_.memory_mb) {
-    max_ = {std::max(max_.vcores, seen_now.vcores), std::max(max_.memory_mb, seen_now.memory_mb)};
-    save_max(max_file_, {max_node_, max_});
-  }
   last_refresh_ns_ = now_ns;
   have_inventory_ = true;
   std::lock_guard<std::mutex> lk(mu_);
@@ -420,6 +518,13 @@ void YarnDownscaler::capacity(const YarnOffer& o) {
     status_.last_action = yarn_action_name(d.action);
   }
   if (!d.post) return;
+  // The last guard before the RM: nothing outside the node's own size.
+  if (!yarn_resource_within(d.resource, st.configured)) {
+    note_error("resize range", ERANGE,
+               "not resizing " + st.node_id + " to " + res_str(d.resource) + ": out of range (node has " +
+                   res_str(st.configured) + ")");
+    return;
+  }
   if (dry_run_) {
     spdlog::info("yarn: dry-run: would POST {}/ws/v1/cluster/nodes/{}/resource {} ({})", rm_->current(),
                  st.node_id, node_resource_body(d.resource, cfg_.over_commit_timeout_ms), d.reason);
@@ -458,7 +563,7 @@ void YarnDownscaler::capacity(const YarnOffer& o) {
     status_.updates_failed++;
   }
   post_error_ = "resizing " + st.node_id + " to " + res_str(d.resource) + ": " + r.error().str();
-  note_error(post_error_);
+  note_error("resize", r.error().err, post_error_);
 }
 
 void YarnDownscaler::reclaim(const YarnOffer& o) {

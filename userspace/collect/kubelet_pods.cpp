@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -43,6 +44,15 @@ const json* object_field(const json& obj, const char* key) {
   return it != obj.end() && it->is_object() ? &*it : nullptr;
 }
 
+// Whether `url` starts with `scheme` ("http://"), ignoring case as curl does.
+bool has_scheme(const std::string& url, std::string_view scheme) {
+  if (url.size() < scheme.size()) return false;
+  for (size_t i = 0; i < scheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(url[i])) != scheme[i]) return false;
+  }
+  return true;
+}
+
 enum class TokenRead { Absent, Ok, Invalid };
 
 // The bearer token, surrounding whitespace trimmed. Absent if the file cannot
@@ -67,13 +77,10 @@ TokenRead read_token(const std::string& path, std::string& token) {
 
 }  // namespace
 
-Result<PodMetaMap> parse_pod_list(const std::string& text) {
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    return make_error(EINVAL, std::string("pod list: malformed JSON: ") + e.what());
-  }
+Result<PodMetaMap> parse_pod_list(const std::string& text, const JsonLimits& limits) {
+  auto parsed = parse_json_bounded(text, limits);
+  if (!parsed) return make_error(parsed.error().err, "pod list: " + parsed.error().message);
+  const json& doc = parsed.value();
   if (!doc.is_object()) {
     return make_error(EINVAL, std::string("pod list: expected a JSON object, got ") + doc.type_name());
   }
@@ -119,14 +126,25 @@ bool pods_equal(const PodMetaMap& a, const PodMetaMap& b) {
 }
 
 KubeletPodsClient::KubeletPodsClient(KubeletPodsOptions opts) : opts_(std::move(opts)) {
-  if (opts_.insecure_skip_verify && opts_.url.rfind("https:", 0) == 0) {
+  if (opts_.insecure_skip_verify && has_scheme(opts_.url, "https://")) {
     spdlog::warn("kubelet pod list {}: TLS certificate verification is disabled", opts_.url);
+  }
+  std::string token;
+  if (has_scheme(opts_.url, "http://") && read_token(opts_.token_file, token) != TokenRead::Absent) {
+    warned_clear_token_ = true;
+    spdlog::warn("kubelet pod list {}: plain http: the bearer token from {} is sent in clear text "
+                 "(use https://, or kubelet_token_file: \"\" for the read-only port)",
+                 opts_.url, opts_.token_file);
   }
 }
 
 Result<PodMetaMap> KubeletPodsClient::fetch(const std::atomic<bool>* abort) {
   const std::string what = "kubelet pod list " + opts_.url;
   if (opts_.url.empty()) return make_error(EINVAL, "kubelet pod list: no URL configured");
+  const bool plain_http = has_scheme(opts_.url, "http://");
+  if (!plain_http && !has_scheme(opts_.url, "https://")) {
+    return make_error(EINVAL, what + ": only http:// and https:// URLs are allowed");
+  }
   if (opts_.timeout_ms <= 0) return make_error(EINVAL, what + ": timeout must be positive");
   if (CURLcode g = curl_global(); g != CURLE_OK) {
     return make_error(EIO, what + ": curl_global_init: " + curl_easy_strerror(g));
@@ -148,6 +166,10 @@ Result<PodMetaMap> KubeletPodsClient::fetch(const std::atomic<bool>* abort) {
     case TokenRead::Absent:
       break;
     case TokenRead::Ok:
+      if (plain_http && !warned_clear_token_.exchange(true)) {
+        spdlog::warn("{}: plain http: the bearer token from {} is sent in clear text", what,
+                     opts_.token_file);
+      }
       if (!add_header("Authorization: Bearer " + token)) return make_error(ENOMEM, what);
       break;
     case TokenRead::Invalid:
@@ -170,6 +192,8 @@ Result<PodMetaMap> KubeletPodsClient::fetch(const std::atomic<bool>* abort) {
   set(curl_easy_setopt(c, CURLOPT_URL, opts_.url.c_str()));
 #if LIBCURL_VERSION_NUM >= 0x075500  // 7.85.0
   set(curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https"));
+#else
+  set(curl_easy_setopt(c, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS)));
 #endif
   set(curl_easy_setopt(c, CURLOPT_HTTPGET, 1L));
   set(curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get()));
@@ -228,7 +252,8 @@ Result<PodMetaMap> KubeletPodsClient::fetch(const std::atomic<bool>* abort) {
     return make_error(status == 401 || status == 403 ? EACCES : 0, std::move(msg));
   }
 
-  auto pods = parse_pod_list(sink.body);
+  JsonLimits limits{opts_.max_body_bytes, opts_.max_json_depth, opts_.max_json_values};
+  auto pods = parse_pod_list(sink.body, limits);
   if (!pods) return make_error(pods.error().err, what + ": " + pods.error().message);
   return pods;
 }

@@ -11,25 +11,30 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "khagent/util/curl_util.h"
+
 namespace khagent {
 
 namespace {
 
 using json = nlohmann::json;
 
-// Problems in a document are thrown as this and returned as EPROTO.
+// Problems in a document are thrown as this and returned with `err`: EPROTO
+// (not JSON, or something missing or of the wrong type), ERANGE (a number out
+// of range), E2BIG (over kYarnJsonLimits).
 struct ShapeError {
   std::string what;
+  int err = EPROTO;
 };
 
 json parse(const std::string& text, const char* what) {
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    std::string start = text.substr(0, 80);
-    throw ShapeError{std::string(what) + ": not JSON (starts \"" + start + "\")"};
+  auto doc = parse_json_bounded(text, kYarnJsonLimits);
+  if (!doc) {
+    if (doc.error().err == E2BIG) throw ShapeError{doc.error().message, E2BIG};  // guarded() names `what`
+    throw ShapeError{std::string(what) + ": not JSON (starts \"" + body_excerpt(text, 80) + "\")"};
   }
-  if (!doc.is_object()) throw ShapeError{std::string(what) + ": not a JSON object"};
-  return doc;
+  if (!doc->is_object()) throw ShapeError{std::string(what) + ": not a JSON object"};
+  return std::move(doc).value();
 }
 
 const json& member(const json& obj, const char* key, const std::string& where) {
@@ -48,56 +53,88 @@ std::string str(const json& obj, const char* key, const std::string& where, bool
   return it->get<std::string>();
 }
 
-int64_t num(const json& obj, const char* key, const std::string& where, bool required = false) {
+// obj[key] as an integer in [lo, hi] (absent or null: 0, unless required).
+int64_t num(const json& obj, const char* key, const std::string& where, int64_t lo, int64_t hi,
+            bool required = false) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) {
     if (required) throw ShapeError{where + ": no \"" + key + "\""};
     return 0;
   }
-  if (it->is_number_integer() || it->is_number_unsigned()) return it->get<int64_t>();
-  if (it->is_number_float()) return static_cast<int64_t>(it->get<double>());
-  throw ShapeError{where + ": \"" + key + "\" is not a number"};
+  if (!it->is_number()) throw ShapeError{where + ": \"" + key + "\" is not a number"};
+  auto v = json_int_in_range(*it, lo, hi);
+  if (!v) {
+    throw ShapeError{where + ": \"" + key + "\" " + it->dump() + " is out of range [" + std::to_string(lo) +
+                         ", " + std::to_string(hi) + "]",
+                     ERANGE};
+  }
+  return *v;
+}
+
+int64_t vcores(const json& obj, const char* key, const std::string& where, bool required = false) {
+  return num(obj, key, where, 0, kYarnMaxVcores, required);
+}
+int64_t memory(const json& obj, const char* key, const std::string& where, bool required = false) {
+  return num(obj, key, where, 0, kYarnMaxMemoryMb, required);
 }
 
 YarnResource resource(const json& r, const std::string& where) {
   if (!r.is_object()) throw ShapeError{where + " is not an object"};
-  return {num(r, "vCores", where, true), num(r, "memory", where, true)};
+  return {vcores(r, "vCores", where, true), memory(r, "memory", where, true)};
 }
 
+constexpr int64_t kMaxContainers = 10'000'000;
+constexpr int64_t kMaxInt32 = 2'147'483'647;
+constexpr int64_t kMaxEpochMs = int64_t{1} << 53;  // exact in a double; the year 287396
+
 // {"<outer>":{"<inner>":[...]}} with the empty forms null, "" and {}; a
-// single element may come as an object instead of a one-element list.
-std::vector<json> list(const json& doc, const char* outer, const char* inner) {
+// single element may come as an object instead of a one-element list. The
+// entries point into `doc`.
+std::vector<const json*> list(const json& doc, const char* outer, const char* inner) {
   const json& o = member(doc, outer, "document");
   if (o.is_null() || (o.is_string() && o.get<std::string>().empty())) return {};
   if (!o.is_object()) throw ShapeError{std::string("\"") + outer + "\" is not an object"};
   auto it = o.find(inner);
   if (it == o.end() || it->is_null()) return {};
-  if (it->is_object()) return {*it};
+  if (it->is_object()) return {&*it};
   if (!it->is_array()) throw ShapeError{std::string("\"") + outer + "." + inner + "\" is not a list"};
-  std::vector<json> out;
+  std::vector<const json*> out;
+  out.reserve(it->size());
   for (const auto& e : *it) {
     if (!e.is_object()) throw ShapeError{std::string("an entry of \"") + outer + "." + inner + "\" is not an object"};
-    out.push_back(e);
+    out.push_back(&e);
   }
   return out;
 }
 
-YarnNodeReport node_of(const json& n) {
-  YarnNodeReport r;
+// Fills `r` from `n`, the strings first, so that a number out of range
+// (ERANGE, thrown) leaves the node's identity in `r`.
+void node_of(const json& n, YarnNodeReport& r) {
   r.id = str(n, "id", "node", true);
   const std::string where = "node " + r.id;
   r.host = str(n, "nodeHostName", where);
   r.http_address = str(n, "nodeHTTPAddress", where);
   r.state = str(n, "state", where);
+  r.used = {vcores(n, "usedVirtualCores", where), memory(n, "usedMemoryMB", where)};
   if (auto it = n.find("totalResource"); it != n.end() && !it->is_null()) {
     r.total = resource(*it, where + " totalResource");
   } else {
-    // Older RMs: used + available.
-    r.total = {num(n, "usedVirtualCores", where) + num(n, "availableVirtualCores", where),
-               num(n, "usedMemoryMB", where) + num(n, "availMemoryMB", where)};
+    // Older RMs: used + available (available is negative on an over-committed node).
+    YarnResource avail{num(n, "availableVirtualCores", where, -kYarnMaxVcores, kYarnMaxVcores),
+                       num(n, "availMemoryMB", where, -kYarnMaxMemoryMb, kYarnMaxMemoryMb)};
+    r.total = {r.used.vcores + avail.vcores, r.used.memory_mb + avail.memory_mb};
+    if (!yarn_resource_sane(r.total)) {
+      throw ShapeError{where + ": used + available resources " + std::to_string(r.total.vcores) + " vcores/" +
+                           std::to_string(r.total.memory_mb) + " MB are out of range",
+                       ERANGE};
+    }
   }
-  r.used = {num(n, "usedVirtualCores", where), num(n, "usedMemoryMB", where)};
-  r.containers = num(n, "numContainers", where);
+  r.containers = num(n, "numContainers", where, 0, kMaxContainers);
+}
+
+YarnNodeReport node_of(const json& n) {
+  YarnNodeReport r;
+  node_of(n, r);
   return r;
 }
 
@@ -106,7 +143,7 @@ auto guarded(const char* what, F&& f) -> Result<decltype(f())> {
   try {
     return f();
   } catch (const ShapeError& e) {
-    return make_error(EPROTO, std::string(what) + ": " + e.what);
+    return make_error(e.err, std::string(what) + ": " + e.what);
   } catch (const json::exception& e) {
     return make_error(EPROTO, std::string(what) + ": " + e.what());
   }
@@ -124,7 +161,20 @@ std::string first_label(const std::string& host) { return host.substr(0, host.fi
 Result<std::vector<YarnNodeReport>> parse_yarn_nodes(const std::string& text) {
   return guarded("RM node list", [&] {
     std::vector<YarnNodeReport> out;
-    for (const auto& n : list(parse(text, "RM node list"), "nodes", "node")) out.push_back(node_of(n));
+    const json doc = parse(text, "RM node list");
+    for (const json* n : list(doc, "nodes", "node")) {
+      YarnNodeReport r;
+      try {
+        node_of(*n, r);
+      } catch (const ShapeError& e) {
+        if (e.err != ERANGE) throw;
+        // Another node's nonsense must not hide this one: keep the entry, unusable.
+        r.total = r.used = {};
+        r.containers = 0;
+        r.invalid = e.what;
+      }
+      out.push_back(std::move(r));
+    }
     return out;
   });
 }
@@ -141,14 +191,22 @@ Result<YarnNodeReport> parse_yarn_node(const std::string& text) {
 Result<std::vector<NmContainer>> parse_nm_containers(const std::string& text) {
   return guarded("NM containers", [&] {
     std::vector<NmContainer> out;
-    for (const auto& c : list(parse(text, "NM containers"), "containers", "container")) {
+    const json doc = parse(text, "NM containers");
+    for (const json* cp : list(doc, "containers", "container")) {
+      const json& c = *cp;
       NmContainer n;
       n.id = str(c, "id", "container", true);
       const std::string where = "container " + n.id;
       n.state = str(c, "state", where, true);
       n.user = str(c, "user", where);
-      n.resource = {num(c, "totalVCoresNeeded", where), num(c, "totalMemoryNeededMB", where)};
       n.execution_type = str(c, "executionType", where);
+      try {
+        n.resource = {vcores(c, "totalVCoresNeeded", where), memory(c, "totalMemoryNeededMB", where)};
+      } catch (const ShapeError& e) {
+        if (e.err != ERANGE) throw;
+        n.resource = {};
+        n.invalid = e.what;
+      }
       out.push_back(std::move(n));
     }
     return out;
@@ -160,22 +218,32 @@ Result<YarnResource> parse_nm_node_info(const std::string& text) {
     json doc = parse(text, "NM node info");
     const json& n = member(doc, "nodeInfo", "document");
     if (!n.is_object()) throw ShapeError{"\"nodeInfo\" is not an object"};
-    return YarnResource{num(n, "totalVCoresAllocatedContainers", "nodeInfo", true),
-                        num(n, "totalPmemAllocatedContainersMB", "nodeInfo", true)};
+    return YarnResource{vcores(n, "totalVCoresAllocatedContainers", "nodeInfo", true),
+                        memory(n, "totalPmemAllocatedContainersMB", "nodeInfo", true)};
   });
 }
 
 Result<std::vector<YarnApp>> parse_yarn_apps(const std::string& text) {
   return guarded("RM apps", [&] {
     std::vector<YarnApp> out;
-    for (const auto& a : list(parse(text, "RM apps"), "apps", "app")) {
+    const json doc = parse(text, "RM apps");
+    for (const json* ap : list(doc, "apps", "app")) {
+      const json& a = *ap;
       YarnApp app;
       app.id = str(a, "id", "app", true);
       const std::string where = "app " + app.id;
       app.queue = str(a, "queue", where);
-      app.priority = static_cast<int>(num(a, "priority", where));
-      int64_t started = num(a, "startedTime", where);
-      app.started_ms = started > 0 ? static_cast<uint64_t>(started) : 0;
+      try {
+        app.priority = static_cast<int>(num(a, "priority", where, -kMaxInt32 - 1, kMaxInt32));
+        // 0 and -1 (not started) are "unknown".
+        int64_t started = num(a, "startedTime", where, -1, kMaxEpochMs);
+        app.started_ms = started > 0 ? static_cast<uint64_t>(started) : 0;
+      } catch (const ShapeError& e) {
+        if (e.err != ERANGE) throw;
+        app.priority = 0;
+        app.started_ms = 0;
+        app.invalid = e.what;
+      }
       out.push_back(std::move(app));
     }
     return out;
@@ -186,8 +254,10 @@ Result<std::string> parse_am_container(const std::string& text) {
   return guarded("RM app attempts", [&] {
     std::string best;
     int64_t best_id = -1;
-    for (const auto& a : list(parse(text, "RM app attempts"), "appAttempts", "appAttempt")) {
-      int64_t id = num(a, "id", "appAttempt", true);
+    const json doc = parse(text, "RM app attempts");
+    for (const json* ap : list(doc, "appAttempts", "appAttempt")) {
+      const json& a = *ap;
+      int64_t id = num(a, "id", "appAttempt", 0, kMaxInt32, true);
       if (id > best_id) {
         best_id = id;
         best = str(a, "containerId", "appAttempt " + std::to_string(id));
@@ -299,7 +369,7 @@ Result<std::string> YarnRest::get(HttpClient& c, const std::string& path,
   if (resp.status < 200 || resp.status >= 300) {
     int err = resp.status == 401 || resp.status == 403 ? EACCES : resp.status == 404 ? ENOENT : EIO;
     return make_error(err, "GET " + resp.base_url + path + ": HTTP " + std::to_string(resp.status) +
-                               ": " + resp.body.substr(0, 200));
+                               ": " + body_excerpt(resp.body));
   }
   return resp.body;
 }
@@ -317,7 +387,8 @@ Result<std::vector<YarnNodeReport>> YarnRest::nodes(const std::atomic<bool>* abo
 }
 
 Result<YarnNodeReport> YarnRest::node(const std::string& id, const std::atomic<bool>* abort) {
-  return fetch(rm_, "/ws/v1/cluster/nodes/" + id, parse_yarn_node, abort);
+  if (id.empty()) return make_error(EINVAL, "RM node: empty node id");
+  return fetch(rm_, "/ws/v1/cluster/nodes/" + url_path_segment(id), parse_yarn_node, abort);
 }
 
 Result<std::vector<YarnApp>> YarnRest::running_apps(const std::atomic<bool>* abort) {
@@ -327,7 +398,9 @@ Result<std::vector<YarnApp>> YarnRest::running_apps(const std::atomic<bool>* abo
 }
 
 Result<std::string> YarnRest::am_container(const std::string& app_id, const std::atomic<bool>* abort) {
-  return fetch(rm_, "/ws/v1/cluster/apps/" + app_id + "/appattempts", parse_am_container, abort);
+  if (app_id.empty()) return make_error(EINVAL, "RM app attempts: empty application id");
+  return fetch(rm_, "/ws/v1/cluster/apps/" + url_path_segment(app_id) + "/appattempts", parse_am_container,
+               abort);
 }
 
 Result<std::vector<NmContainer>> YarnRest::containers(const std::atomic<bool>* abort) {

@@ -29,11 +29,26 @@ constexpr double kRoundingSlack = 1e-9;
 // Far above any real vcore count, far below the int64 range.
 constexpr double kMaxRawVcores = 1e12;
 
+int64_t sat_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (!__builtin_add_overflow(a, b, &r)) return r;
+  return b > 0 ? INT64_MAX : INT64_MIN;
+}
+
+int64_t sat_sub(int64_t a, int64_t b) {
+  int64_t r;
+  if (!__builtin_sub_overflow(a, b, &r)) return r;
+  return b < 0 ? INT64_MAX : INT64_MIN;
+}
+
 // The memory to advertise with `vcores`.
 int64_t memory_for(int64_t vcores, const YarnResource& configured, const YarnConfig& cfg) {
   if (cfg.memory_follows_cpu) {
     if (configured.vcores <= 0) return configured.memory_mb;
-    return configured.memory_mb * vcores / configured.vcores;  // rounded down
+    // In 128 bits: no overflow for any int64 inputs; vcores <= configured.vcores
+    // (yarn_target clamps), so the quotient fits.
+    __int128 m = static_cast<__int128>(configured.memory_mb) * vcores / configured.vcores;  // rounded down
+    return m > INT64_MAX ? INT64_MAX : m < INT64_MIN ? INT64_MIN : static_cast<int64_t>(m);
   }
   if (cfg.memory_mb > 0) return std::min(cfg.memory_mb, configured.memory_mb);
   return configured.memory_mb;
@@ -98,9 +113,17 @@ bool fits(const YarnResource& used, const YarnResource& cap) {
 
 }  // namespace
 
+bool yarn_resource_sane(const YarnResource& r) {
+  return r.vcores >= 0 && r.vcores <= kYarnMaxVcores && r.memory_mb >= 0 && r.memory_mb <= kYarnMaxMemoryMb;
+}
+
+bool yarn_resource_within(const YarnResource& r, const YarnResource& limit) {
+  return yarn_resource_sane(r) && r.vcores <= limit.vcores && r.memory_mb <= limit.memory_mb;
+}
+
 YarnResource yarn_target(double budget_cores, const YarnResource& configured, const YarnConfig& cfg) {
   if (!(budget_cores >= 0)) budget_cores = 0;  // negative or NaN
-  int64_t v = round_vcores(budget_cores * cfg.vcores_per_core, cfg.rounding) - cfg.reserve_vcores;
+  int64_t v = sat_sub(round_vcores(budget_cores * cfg.vcores_per_core, cfg.rounding), cfg.reserve_vcores);
   int64_t hi = std::max<int64_t>(configured.vcores, 0);
   int64_t lo = std::clamp<int64_t>(cfg.min_vcores, 0, hi);
   YarnResource t;
@@ -131,6 +154,17 @@ YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnC
     d.action = action;
     d.reason = head + ", " + why;
   };
+
+  // Numbers from the RM/NM that slipped past the readers: never act on them.
+  if (!yarn_resource_sane(in.configured) || (in.known && !yarn_resource_sane(a))) {
+    reset_grow(st);
+    d.target = {};
+    no_post(YarnCapacityAction::Unknown,
+            fmt::format("configured {}{}: out of range (at most {} vcores/{} MB), nothing posted",
+                        res(in.configured), in.known ? ", advertised " + res(a) : std::string(),
+                        kYarnMaxVcores, kYarnMaxMemoryMb));
+    return d;
+  }
 
   if (!in.known) {
     reset_grow(st);
@@ -226,8 +260,8 @@ std::vector<size_t> rank_for_reclaim(const std::vector<YarnContainerInfo>& cs) {
 ReclaimDecision reclaim_step(const ReclaimInput& in, const YarnConfig& cfg, ReclaimState& st) {
   ReclaimDecision d;
   for (const auto& c : in.containers) {
-    d.used.vcores += c.resource.vcores;
-    d.used.memory_mb += c.resource.memory_mb;
+    d.used.vcores = sat_add(d.used.vcores, c.resource.vcores);
+    d.used.memory_mb = sat_add(d.used.memory_mb, c.resource.memory_mb);
   }
   if (fits(d.used, in.capacity)) {
     st.marked_ns.clear();
@@ -244,8 +278,8 @@ ReclaimDecision reclaim_step(const ReclaimInput& in, const YarnConfig& cfg, Recl
     bool helps = (rest.vcores > in.capacity.vcores && c.resource.vcores > 0) ||
                  (rest.memory_mb > in.capacity.memory_mb && c.resource.memory_mb > 0);
     if (!helps) continue;
-    rest.vcores -= c.resource.vcores;
-    rest.memory_mb -= c.resource.memory_mb;
+    rest.vcores = sat_sub(rest.vcores, c.resource.vcores);
+    rest.memory_mb = sat_sub(rest.memory_mb, c.resource.memory_mb);
     victims.push_back(&c);
   }
 

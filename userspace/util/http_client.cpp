@@ -192,6 +192,32 @@ Attempt perform(CURL* c, const HttpClientOptions& opts, const std::string& base,
 
 }  // namespace
 
+std::string url_path_segment(std::string_view s) {
+  static const char kHex[] = "0123456789ABCDEF";
+  auto encode = [](std::string& out, unsigned char c) {
+    out += '%';
+    out += kHex[c >> 4];
+    out += kHex[c & 0xf];
+  };
+  std::string out;
+  out.reserve(s.size());
+  if (s == "." || s == "..") {
+    for (char c : s) encode(out, static_cast<unsigned char>(c));
+    return out;
+  }
+  for (char ch : s) {
+    auto c = static_cast<unsigned char>(ch);
+    bool keep = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+                c == '.' || c == '_' || c == '~' || c == ':';
+    if (keep) {
+      out += ch;
+    } else {
+      encode(out, c);
+    }
+  }
+  return out;
+}
+
 HttpClient::HttpClient(HttpClientOptions opts) : opts_(std::move(opts)) {
   // "http://rm:8088/" and "http://rm:8088" are the same base: paths start with '/'.
   for (auto& b : opts_.base_urls) {

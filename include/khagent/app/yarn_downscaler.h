@@ -71,7 +71,10 @@ class YarnDownscaler {
   bool refresh(uint64_t now_ns, bool force);
   void capacity(const YarnOffer& o);
   void reclaim(const YarnOffer& o);
-  void note_error(const std::string& what);
+  // Records `what` as the last error and logs it, at most once a minute per
+  // `cause` (a fixed name of the step, with the errno `err`), so a failure
+  // that repeats every refresh, or two that alternate, do not flood the log.
+  void note_error(const std::string& cause, int err, const std::string& what);
   void sync_stats();
 
   const YarnConfig cfg_;
@@ -104,7 +107,11 @@ class YarnDownscaler {
   std::map<std::string, uint64_t> caused_at_refresh_;  // container -> caused_total at last refresh
   std::map<std::string, uint64_t> interference_;       // container -> caused in the last window
   std::map<std::string, uint64_t> kill_tried_ns_;      // container -> last kill attempt
-  uint64_t last_error_log_ns_ = 0;
+  struct ErrorLog {
+    uint64_t last_ns = 0;     // when this cause was last logged
+    uint64_t suppressed = 0;  // times it came again since, not logged
+  };
+  std::map<std::string, ErrorLog> error_log_;  // cause/errno -> its rate limit
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

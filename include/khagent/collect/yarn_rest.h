@@ -13,9 +13,25 @@
 
 #include "khagent/policy/yarn.h"
 #include "khagent/util/http_client.h"
+#include "khagent/util/json_bounded.h"
 #include "khagent/util/result.h"
 
 namespace khagent {
+
+// What one RM or NM answer may take to parse (see util/json_bounded.h). The
+// bytes are the HTTP client's cap (16 MiB decoded, HttpClientOptions); real
+// YARN documents carry 20-25 bytes a value, so 16 MiB holds ~800k values:
+// 1M leaves room for them, while a hostile body of "0," (8M values in 16 MiB)
+// or of nested brackets (a 14 MB one took 540 MB unbounded) stops early. The
+// documents nest at most ~6 deep. Worst case within these: ~100 MB.
+inline constexpr JsonLimits kYarnJsonLimits{size_t{16} << 20, 64, 1'000'000};
+
+// Every number read is range-checked: resources within [0, kYarnMaxVcores] and
+// [0, kYarnMaxMemoryMb] (policy/yarn.h), counts, priorities and times within
+// their own bounds; fractions are truncated toward zero. Where one entry of a
+// list is out of range, the entry is kept with `invalid` saying why (its
+// numbers zeroed) so the caller can log and skip it; in a single document
+// (a node, the NM's info, an answer) it is an ERANGE error.
 
 // One entry of GET /ws/v1/cluster/nodes (or /nodes/{id}).
 struct YarnNodeReport {
@@ -26,6 +42,7 @@ struct YarnNodeReport {
   YarnResource total;         // totalResource: what the RM believes the node has
   YarnResource used;          // usedMemoryMB / usedVirtualCores
   int64_t containers = 0;     // numContainers
+  std::string invalid;        // "" or why its numbers are unusable (list entries only)
 };
 
 // One entry of the NodeManager's GET /ws/v1/node/containers.
@@ -35,6 +52,7 @@ struct NmContainer {
   std::string user;
   YarnResource resource;      // totalVCoresNeeded / totalMemoryNeededMB
   std::string execution_type; // GUARANTEED | OPPORTUNISTIC | ""
+  std::string invalid;        // "" or why its numbers are unusable
 };
 
 // A running application: its queue and priority, and the AM container of
@@ -45,10 +63,12 @@ struct YarnApp {
   int priority = 0;
   uint64_t started_ms = 0;
   std::string am_container;
+  std::string invalid;        // "" or why its numbers are unusable
 };
 
 // Lists may be {"node":[...]}, null, "" or {} (empty) depending on the
-// Hadoop version. Errors (EPROTO) say what was missing or of the wrong type.
+// Hadoop version. Errors (EPROTO) say what was missing or of the wrong type;
+// E2BIG for a document over kYarnJsonLimits, ERANGE for a number out of range.
 Result<std::vector<YarnNodeReport>> parse_yarn_nodes(const std::string& json);
 Result<YarnNodeReport> parse_yarn_node(const std::string& json);       // {"node":{...}}
 Result<std::vector<NmContainer>> parse_nm_containers(const std::string& json);
@@ -89,6 +109,9 @@ class YarnRest {
   Result<std::string> am_container(const std::string& app_id, const std::atomic<bool>* abort = nullptr);
   Result<std::vector<NmContainer>> containers(const std::atomic<bool>* abort = nullptr);
   Result<YarnResource> nm_configured(const std::atomic<bool>* abort = nullptr);
+  // Node and application ids go into the path percent-encoded
+  // (url_path_segment): a node id "h:1/../../x?y=" cannot leave
+  // /ws/v1/cluster/nodes/.
 
  private:
   Result<std::string> get(HttpClient& c, const std::string& path, const std::atomic<bool>* abort);

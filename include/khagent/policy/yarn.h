@@ -19,6 +19,19 @@ struct YarnResource {
   bool operator!=(const YarnResource& o) const { return !(*this == o); }
 };
 
+// Sane bounds for the resources of one node (or one container) as the RM and
+// NM report them: far above any real machine (~1000 vcores, ~100 TB), far
+// enough below int64 that sums over a million containers and the products in
+// yarn_target cannot overflow. Numbers outside are refused where they are
+// read (collect/yarn_rest), before they are saved, and before a POST.
+inline constexpr int64_t kYarnMaxVcores = 1'000'000;
+inline constexpr int64_t kYarnMaxMemoryMb = 1'000'000'000;  // 1 PB
+
+// 0 <= vcores <= kYarnMaxVcores and 0 <= memory_mb <= kYarnMaxMemoryMb.
+bool yarn_resource_sane(const YarnResource& r);
+// Sane, and no larger than `limit` in either dimension.
+bool yarn_resource_within(const YarnResource& r, const YarnResource& limit);
+
 // ---- capacity ---------------------------------------------------------------
 
 struct YarnCapacityInput {
@@ -56,7 +69,8 @@ YarnResource yarn_target(double budget_cores, const YarnResource& configured, co
 // at least the deadband, or the memory must drop); grow only after the target
 // stayed above the advertised value for grow_stable_ns, by the lowest target
 // seen meanwhile, and at most once per grow_interval_ns. Unknown advertised
-// resources: post the target (the first contact).
+// resources: post the target (the first contact). Configured or advertised
+// resources that are not yarn_resource_sane: no post (action Unknown).
 YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnConfig& cfg,
                                         YarnCapacityState& state);
 
@@ -99,7 +113,7 @@ struct ReclaimDecision {
 };
 
 // Victims are taken in rank order until the rest fits the capacity in both
-// vcores and memory. A victim is marked when first chosen; it is killed once
+// vcores and memory (sums saturate; callers pass sane resources). A victim is marked when first chosen; it is killed once
 // it has stayed a victim for reclaim_grace_ns (YARN's own preemption or the
 // job may end it first). Marks of containers that are no longer victims are
 // dropped. With cfg.emergency and in.emergency, the highest-ranked victim

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "khagent/util/result.h"
@@ -15,6 +16,13 @@
 namespace khagent {
 
 enum class HttpAuth { None, Simple, Kerberos };
+
+// `s` made safe as one segment of a URL path: every byte but the unreserved
+// ones (A-Z a-z 0-9 - . _ ~) and ':' is percent-encoded (so '/', '?', '#',
+// '%', spaces and control bytes are), and a segment "." or ".." is encoded
+// whole ("%2E%2E"), so that neither curl nor the server resolves it as a
+// dot-segment. "vm:1/../x?y" gives "vm:1%2F..%2Fx%3Fy".
+std::string url_path_segment(std::string_view s);
 
 struct HttpClientOptions {
   // Base URLs (scheme://host:port, no path; trailing '/' is dropped), tried
