@@ -29,6 +29,21 @@ static __always_inline long kh_task_state(struct task_struct *p)
 }
 
 /*
+ * Is the task on a CPU right now (running, or being switched out)?
+ * task_struct::on_cpu exists on every SMP kernel khagent can load on (SMP
+ * kernels have it unconditionally since v3.1, "sched: Always provide
+ * p->on_cpu"). Uniprocessor kernels lack it: answer "no" there, where a
+ * task woken while still running can then be counted a wait that began at
+ * that wakeup.
+ */
+static __always_inline int kh_task_on_cpu(struct task_struct *p)
+{
+	if (!bpf_core_field_exists(p->on_cpu))
+		return 0;
+	return p->on_cpu; /* a direct load through the BTF pointer */
+}
+
+/*
  * Is the cfs_rq this task is queued on (or an ancestor's) throttled?
  * cfs_rq::throttle_count exists with CONFIG_CFS_BANDWIDTH, sched_entity::cfs_rq
  * with CONFIG_FAIR_GROUP_SCHED; throttle_count counts throttled ancestors too

@@ -8,6 +8,25 @@
  * waited, split by cause: its own cfs_rq was throttled, a task of the same
  * cgroup ran, or another cgroup ran (interference, recorded per pair). Who
  * ran is read from a small per-CPU ring of the slices that ended recently.
+ *
+ * Memory: the per-cgroup and per-pair maps are shared hashes, one value per
+ * key whatever the number of CPUs, updated with atomic adds. Per-CPU copies
+ * of them would grow with the possible CPUs: at 128 CPUs the per-CPU
+ * cgroup_stats alone took 474 MB. They are not LRU maps either: an LRU insert
+ * evicts another cgroup's entry instead of failing (so "full" was never
+ * seen), and an evicted element reused under a new key while another CPU
+ * still held a pointer to it took that CPU's increments under the new key.
+ * Here an insert into a full map fails and is counted (KH_CNT_STATS_FULL,
+ * KH_CNT_PAIRS_FULL), and userspace deletes the entries of cgroups that are
+ * gone (collect/collector.cpp).
+ *
+ * Cost: a shared entry costs a hash lookup and atomic adds, which on every
+ * switch would make sched_switch about a third dearer. So each CPU gathers
+ * the counts of one cgroup at a time in its cpu_state (plain adds, only that
+ * CPU writes them) and adds them to cgroup_stats when the cgroup changes,
+ * when the CPU goes idle, or cfg_pending_ns after the first of them. Readers
+ * of cgroup_stats see a cgroup's counts that late at most (plus, as before,
+ * the slice running now: CPU time is charged when a task is switched out).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -20,11 +39,28 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define TASK_RUNNING 0
 #define SLICE_RING 16 /* power of two */
+#define KH_EEXIST 17  /* errno: vmlinux.h has no macros */
+
+/*
+ * An add to a counter shared by all CPUs: BPF_ATOMIC_ADD, the result unused
+ * (a `lock add` on x86). Concurrent adds from several CPUs never lose one.
+ */
+#define kh_add(p, v) __sync_fetch_and_add((p), (v))
+
+/* Layout version of the maps (include/khagent/abi/runq.h), for readers of the pins. */
+const volatile __u32 kh_abi_version = KH_RUNQ_ABI_VERSION;
 
 /* Record interference pairs (victim, aggressor); off saves map updates. */
 const volatile bool cfg_interference = true;
 /* Use the cfs_rq throttle state to tell throttle-caused waits apart. */
 const volatile bool cfg_throttle_cause = true;
+
+/*
+ * Counts gathered on one CPU for one cgroup are added to cgroup_stats at the
+ * latest this long after the first of them (checked at each switch; a CPU
+ * going idle adds them at once).
+ */
+const volatile __u64 cfg_pending_ns = 10000000;
 
 /* Fast path: waits shorter than this never look up the protected map. */
 const volatile __u64 cfg_event_min_ns = ~0ULL;
@@ -41,22 +77,52 @@ struct slice {
 	__u64 end;
 };
 
+#define PENDING_HIST 4 /* distinct histogram buckets a pending batch holds */
+
+/*
+ * Counts of one cgroup gathered on this CPU with plain adds, then added to
+ * its shared cgroup_stats entry in one go (flush_pending). While a CPU keeps
+ * switching between tasks of one cgroup (threads of one service, a client
+ * and its server) a switch then costs no hash lookup and no atomic add; when
+ * the cgroup changes at every switch, it costs what charging cgroup_stats
+ * directly does.
+ */
+struct pending {
+	__u64 cgid;       /* the cgroup these counts belong to; 0 = none */
+	__u64 since;      /* when the first of them was gathered (or the last flush) */
+	__u64 wait_ns;
+	__u64 waits;
+	__u64 cpu_ns;
+	__u64 preemptions;
+	__u64 cause_ns[KH_NR_WAIT_CAUSES];
+	__u64 hist_n[PENDING_HIST];  /* waits in bucket hist_b[i] */
+	__u32 hist_b[PENDING_HIST];
+	__u32 nhist;                 /* slots of hist_b/hist_n in use */
+	__u32 pad;
+};
+
 struct cpu_state {
 	__u64 cur_cgid;   /* cgroup v2 id of the task on this CPU; 0 = idle */
 	__u64 cur_start;  /* when it was switched in; 0 = unknown */
 	__u64 head;       /* slices pushed so far; ring[(head - 1) % RING] is newest */
+	__u64 switches;   /* sched_switch events not yet added to counters */
 	struct slice ring[SLICE_RING];
+	struct pending pd;
 };
 
 struct task_state {
 	__u64 wait_start; /* ns when the current wait began; 0 = not waiting */
 	__u32 throttled;  /* the wait began on a throttled cfs_rq */
-	__u32 pad;
+	__u32 sleeping;   /* preempted on its way to sleep, not woken since */
 };
 
-/* key: cgroup v2 id; value: that cgroup's counters on this CPU */
+/*
+ * key: cgroup v2 id; value: that cgroup's counters, summed over all CPUs.
+ * Preallocated (max_entries set by the loader): lookups never allocate, and
+ * an insert into a full map fails. Userspace deletes gone cgroups.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u64);
 	__type(value, struct kh_cgroup_stats);
@@ -64,7 +130,7 @@ struct {
 
 /* key: (victim, aggressor) cgroup ids; value: victim wait while aggressor ran */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct kh_pair);
 	__type(value, struct kh_pair_stats);
@@ -72,7 +138,7 @@ struct {
 
 /* key: cgroup v2 id; value: throttle events and time (fentry source only) */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u64);
 	__type(value, struct kh_throttle_stats);
@@ -86,7 +152,7 @@ struct {
 	__type(value, __u64);
 } throttle_start SEC(".maps");
 
-/* key: 0; value: this CPU's running slice and ring of recent slices */
+/* key: 0; value: this CPU's running slice, ring of recent slices, pending counts */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -124,12 +190,17 @@ struct {
 	__type(value, struct task_state);
 } task_state SEC(".maps");
 
-static __always_inline void count(__u32 c)
+static __always_inline void count_n(__u32 c, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &c);
 
 	if (v)
-		(*v)++;
+		*v += n;
+}
+
+static __always_inline void count(__u32 c)
+{
+	count_n(c, 1);
 }
 
 /*
@@ -143,6 +214,24 @@ static __always_inline __u64 task_cgid(struct task_struct *p)
 	return p->cgroups->dfl_cgrp->kn->id;
 }
 
+/*
+ * The counters of cgroup cgid, created zeroed on first use.
+ *
+ * Races, said out loud:
+ * - Two CPUs may insert the same new id at once: the loser's BPF_NOEXIST
+ *   update fails with EEXIST and its second lookup finds the winner's entry.
+ * - Userspace deletes the entry of a cgroup that is gone. A prealloc'd
+ *   element goes back to the free list at once, so a CPU that looked it up
+ *   just before could add into it after it was reused for another cgroup.
+ *   That needs a task of the removed cgroup to switch in or out during the
+ *   delete; a cgroup can only be removed once it has no tasks, and userspace
+ *   deletes only cgroups that are gone and were idle for a whole interval.
+ *   A CPU's pending counts of such a cgroup, added after the delete,
+ *   create the entry again: userspace finds it gone and deletes it again.
+ * - Userspace reads values while CPUs add to them: each 8-byte counter is
+ *   read whole, but one batch's fields (wait_ns, waits, hist, cause_ns) may
+ *   be read half-added; the rest shows in the next read.
+ */
 static __always_inline struct kh_cgroup_stats *stats_of(__u64 cgid)
 {
 	struct kh_cgroup_stats *st = bpf_map_lookup_elem(&cgroup_stats, &cgid);
@@ -152,37 +241,166 @@ static __always_inline struct kh_cgroup_stats *stats_of(__u64 cgid)
 	bpf_map_update_elem(&cgroup_stats, &cgid, &kh_zero_stats, BPF_NOEXIST);
 	st = bpf_map_lookup_elem(&cgroup_stats, &cgid);
 	if (!st)
-		count(KH_CNT_STATS_FULL);
+		count(KH_CNT_STATS_FULL); /* full (E2BIG): counted, never evicts */
 	return st;
 }
 
+/*
+ * Adds this CPU's pending counts to their cgroup's shared entry (atomic adds,
+ * since other CPUs add to it too) and empties them. If the map is full, the
+ * batch is lost and counted once (KH_CNT_STATS_FULL).
+ */
+static __always_inline void flush_pending(struct pending *pd)
+{
+	struct kh_cgroup_stats *st;
+	__u32 i, b;
+
+	if (!pd->cgid)
+		return;
+	st = stats_of(pd->cgid);
+	if (st) {
+		if (pd->cpu_ns)
+			kh_add(&st->cpu_ns, pd->cpu_ns);
+		if (pd->preemptions)
+			kh_add(&st->preemptions, pd->preemptions);
+		if (pd->waits) {
+			kh_add(&st->wait_ns, pd->wait_ns);
+			kh_add(&st->waits, pd->waits);
+		}
+		for (i = 0; i < KH_NR_WAIT_CAUSES; i++)
+			if (pd->cause_ns[i])
+				kh_add(&st->cause_ns[i], pd->cause_ns[i]);
+		for (i = 0; i < PENDING_HIST; i++) {
+			if (i >= pd->nhist)
+				break;
+			b = pd->hist_b[i];
+			if (b >= KH_HIST_BUCKETS)
+				b = KH_HIST_BUCKETS - 1;
+			kh_add(&st->hist[b], pd->hist_n[i]);
+		}
+	}
+	pd->cgid = 0;
+	pd->wait_ns = 0;
+	pd->waits = 0;
+	pd->cpu_ns = 0;
+	pd->preemptions = 0;
+	for (i = 0; i < KH_NR_WAIT_CAUSES; i++)
+		pd->cause_ns[i] = 0;
+	pd->nhist = 0;
+}
+
+/* Publishes everything this CPU gathered: pending counts, switches. */
+static __always_inline void flush_cpu(struct cpu_state *cs, __u64 now)
+{
+	flush_pending(&cs->pd);
+	cs->pd.since = now;
+	if (cs->switches) {
+		count_n(KH_CNT_SWITCHES, cs->switches);
+		cs->switches = 0;
+	}
+}
+
+/* This CPU's pending counts for cgroup cgid (those of another cgroup are flushed first). */
+static __always_inline struct pending *pending_of(struct cpu_state *cs, __u64 cgid, __u64 now)
+{
+	struct pending *pd = &cs->pd;
+
+	if (pd->cgid != cgid) {
+		flush_pending(pd);
+		pd->cgid = cgid;
+		pd->since = now;
+	}
+	return pd;
+}
+
+/* Counts one wait in bucket b of the pending histogram (flushing if it has no room). */
+static __always_inline void pending_hist(struct pending *pd, __u32 b)
+{
+	__u32 i, n;
+	__u64 cgid, since;
+
+	n = pd->nhist;
+	for (i = 0; i < PENDING_HIST; i++) {
+		if (i >= n)
+			break;
+		if (pd->hist_b[i] == b) {
+			pd->hist_n[i]++;
+			return;
+		}
+	}
+	/*
+	 * A fresh load of the count, not the loop's register: 6.1's verifier
+	 * derives an impossible range for it after the loop (umin 4, umax 3),
+	 * does not prune the dead branch, and loses the pointer on the index.
+	 */
+	n = *(volatile __u32 *)&pd->nhist;
+	if (n >= PENDING_HIST) {
+		/* No room for another bucket: add the batch, keep gathering. */
+		cgid = pd->cgid;
+		since = pd->since;
+		flush_pending(pd);
+		pd->cgid = cgid;
+		pd->since = since;
+		n = 0;
+	}
+	n &= PENDING_HIST - 1;
+	pd->hist_b[n] = b;
+	pd->hist_n[n] = 1;
+	pd->nhist = n + 1;
+}
+
+/* Adds ns of a victim's wait to the (victim, aggressor) pair; same races as stats_of. */
+/* Inlined: a BPF-to-BPF call makes 6.1 reject the tp_btf main program ("reg type unsupported for arg#0"). */
 static __always_inline void pair_add(__u64 victim, __u64 aggressor, __u64 ns)
 {
 	struct kh_pair key = { .victim = victim, .aggressor = aggressor };
 	struct kh_pair_stats *v, init = { .wait_ns = ns, .count = 1 };
+	long err;
 
 	v = bpf_map_lookup_elem(&interference, &key);
-	if (v) {
-		v->wait_ns += ns;
-		v->count++;
-		return;
+	if (!v) {
+		err = bpf_map_update_elem(&interference, &key, &init, BPF_NOEXIST);
+		if (!err)
+			return;
+		/* Another CPU inserted the pair first: add to its entry. */
+		v = err == -KH_EEXIST ? bpf_map_lookup_elem(&interference, &key) : NULL;
+		if (!v) {
+			count(KH_CNT_PAIRS_FULL);
+			return;
+		}
 	}
-	if (bpf_map_update_elem(&interference, &key, &init, BPF_NOEXIST))
-		count(KH_CNT_PAIRS_FULL);
+	kh_add(&v->wait_ns, ns);
+	kh_add(&v->count, 1);
 }
 
 static __always_inline void start_wait(struct task_struct *p, __u64 now)
 {
 	struct task_state *ts;
 
+	/*
+	 * A task woken while it still runs (between set_current_state() and
+	 * schedule(), the kernel's ttwu_runnable()) does not wait: it goes on
+	 * running. If it is switched out still runnable, sched_switch starts
+	 * its wait. This check is what lets sched_switch leave a sleeping
+	 * prev's task storage alone: no wait start can be left behind on a
+	 * running task.
+	 */
+	if (kh_task_on_cpu(p))
+		return;
 	ts = bpf_task_storage_get(&task_state, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!ts) {
 		count(KH_CNT_STORAGE_MISS);
 		return;
 	}
-	/* Already queued (preempted, then woken again): keep the earlier start. */
-	if (ts->wait_start)
+	/*
+	 * Already queued (preempted, then woken again): keep the earlier start,
+	 * unless it was preempted on its way to sleep. Until this wakeup it
+	 * was waiting for its event, not for a CPU (it would have been asleep
+	 * had it not been preempted): its wait starts now, as any sleeper's.
+	 */
+	if (ts->wait_start && !ts->sleeping)
 		return;
+	ts->sleeping = 0;
 	ts->wait_start = now;
 	ts->throttled = cfg_throttle_cause ? kh_task_throttled(p) : 0;
 }
@@ -216,27 +434,27 @@ static __always_inline void report_wait(__u64 cgid, __u64 wait, __u64 now, __u64
 	count(KH_CNT_EVENTS);
 }
 
-/* Charge a wait [t0, now] of a task of cgroup cgid that now runs on this CPU. */
-static __always_inline void end_wait(struct cpu_state *cs, __u64 cgid, __u64 t0,
-				     __u64 now, __u32 throttled)
+/*
+ * Charge a wait [t0, now] of a task of cgroup cgid that now runs on this
+ * CPU, to this CPU's pending counts of that cgroup (pd, only this CPU
+ * writes them: plain adds).
+ */
+static __always_inline void end_wait(struct cpu_state *cs, struct pending *pd,
+				     __u64 cgid, __u64 t0, __u64 now, __u32 throttled)
 {
-	struct kh_cgroup_stats *st;
-	__u64 wait = now - t0, same = 0, other = 0, agg = 0, agg_ns = 0, top = 0, top_ns = 0;
+	__u64 wait = now - t0, same = 0, other = 0, rest, agg = 0, agg_ns = 0, top = 0, top_ns = 0;
 	__u32 b;
 	int i;
 
-	st = stats_of(cgid);
-	if (!st)
-		return;
-	st->wait_ns += wait;
-	st->waits++;
 	b = kh_hist_bucket(wait);
 	if (b >= KH_HIST_BUCKETS)
 		b = KH_HIST_BUCKETS - 1;
-	st->hist[b]++;
+	pending_hist(pd, b);
+	pd->wait_ns += wait;
+	pd->waits++;
 
 	if (throttled) {
-		st->cause_ns[KH_WAIT_THROTTLED] += wait;
+		pd->cause_ns[KH_WAIT_THROTTLED] += wait;
 		report_wait(cgid, wait, now, 0, 0, KH_WAIT_THROTTLED);
 		return;
 	}
@@ -276,13 +494,13 @@ static __always_inline void end_wait(struct cpu_state *cs, __u64 cgid, __u64 t0,
 
 	if (same + other > wait) /* clock skew between CPUs */
 		other = wait > same ? wait - same : 0;
-	st->cause_ns[KH_WAIT_SAME_CGROUP] += same;
-	st->cause_ns[KH_WAIT_OTHER_CGROUP] += other;
-	st->cause_ns[KH_WAIT_UNATTRIBUTED] += wait - same - other;
+	rest = wait - same - other;
+	pd->cause_ns[KH_WAIT_SAME_CGROUP] += same;
+	pd->cause_ns[KH_WAIT_OTHER_CGROUP] += other;
+	pd->cause_ns[KH_WAIT_UNATTRIBUTED] += rest;
 	if (wait >= cfg_event_min_ns)
 		report_wait(cgid, wait, now, top, top_ns,
-			    other >= same ? (other >= wait - same - other ? KH_WAIT_OTHER_CGROUP
-									  : KH_WAIT_UNATTRIBUTED)
+			    other >= same ? (other >= rest ? KH_WAIT_OTHER_CGROUP : KH_WAIT_UNATTRIBUTED)
 					  : KH_WAIT_SAME_CGROUP);
 }
 
@@ -310,38 +528,57 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next)
 {
-	__u64 now = bpf_ktime_get_ns(), cgid;
+	__u64 now = bpf_ktime_get_ns(), cgid, t0;
+	struct pending *pd;
 	struct task_state *ts;
 	struct cpu_state *cs;
-	__u32 zero = 0;
+	__u32 zero = 0, throttled;
 
 	cs = bpf_map_lookup_elem(&cpu_state, &zero);
 	if (!cs)
 		return 0;
-	count(KH_CNT_SWITCHES);
+	cs->switches++; /* added to counters with the pending counts */
 
 	/* prev leaves the CPU: charge its slice, start a wait if still runnable. */
 	if (prev->pid) {
-		bool runnable = kh_task_state(prev) == TASK_RUNNING;
-		struct kh_cgroup_stats *st;
+		/*
+		 * A preempted task stays queued whatever its state: one preempted
+		 * on its way to sleep (state set, schedule() not reached yet) is
+		 * not dequeued (__schedule() dequeues only on a voluntary switch)
+		 * and must run again, if only to go to sleep. Its wait starts now;
+		 * if its event comes first, the wakeup restarts it (start_wait()).
+		 * The kernel's schedstat starts a run_delay only if
+		 * task_is_running(prev), so in that rare case khagent counts a
+		 * wait schedstat does not (as it already did when such a task
+		 * was woken before it ran again).
+		 * RunqHost.WaitsMatchKernelAndTracerAndBlameTheHog checks the
+		 * counts still agree with schedstat within 2%.
+		 */
+		bool running = kh_task_state(prev) == TASK_RUNNING;
+		bool runnable = preempt || running;
 
 		cgid = cs->cur_cgid;
 		if (!cgid)
 			cgid = task_cgid(prev);
-		st = stats_of(cgid);
-		if (st) {
-			if (cs->cur_start)
-				st->cpu_ns += now - cs->cur_start;
-			if (runnable)
-				st->preemptions++;
-		}
-		ts = bpf_task_storage_get(&task_state, prev, 0,
-					  runnable ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
-		if (ts) {
-			ts->wait_start = runnable ? now : 0;
-			ts->throttled = runnable && cfg_throttle_cause ? kh_task_throttled(prev) : 0;
-		} else if (runnable) {
-			count(KH_CNT_STORAGE_MISS);
+		pd = pending_of(cs, cgid, now);
+		if (cs->cur_start)
+			pd->cpu_ns += now - cs->cur_start;
+		if (runnable)
+			pd->preemptions++;
+		/*
+		 * A sleeping prev has no wait to clear: its last one ended when it
+		 * was switched in, and start_wait() starts none while it runs.
+		 */
+		if (runnable) {
+			ts = bpf_task_storage_get(&task_state, prev, 0,
+						  BPF_LOCAL_STORAGE_GET_F_CREATE);
+			if (ts) {
+				ts->wait_start = now;
+				ts->throttled = cfg_throttle_cause ? kh_task_throttled(prev) : 0;
+				ts->sleeping = !running;
+			} else {
+				count(KH_CNT_STORAGE_MISS);
+			}
 		}
 		if (cs->cur_start) {
 			struct slice *sl = &cs->ring[cs->head & (SLICE_RING - 1)];
@@ -356,16 +593,24 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 	/* next arrives: end its wait. */
 	cs->cur_start = now;
 	cs->cur_cgid = 0;
-	if (!next->pid)
+	if (!next->pid) {
+		/* Going idle, maybe for long: publish what this CPU gathered. */
+		flush_cpu(cs, now);
 		return 0;
+	}
 	cgid = task_cgid(next);
 	cs->cur_cgid = cgid;
 	ts = bpf_task_storage_get(&task_state, next, 0, 0);
-	if (!ts || !ts->wait_start)
-		return 0;
-	if (now > ts->wait_start)
-		end_wait(cs, cgid, ts->wait_start, now, ts->throttled);
-	ts->wait_start = 0;
+	if (ts && ts->wait_start) {
+		t0 = ts->wait_start;
+		throttled = ts->throttled;
+		ts->wait_start = 0;
+		if (now > t0)
+			end_wait(cs, pending_of(cs, cgid, now), cgid, t0, now, throttled);
+	}
+	/* Bound how late cgroup_stats shows what this CPU gathered. */
+	if (now - cs->pd.since >= cfg_pending_ns)
+		flush_cpu(cs, now);
 	return 0;
 }
 
@@ -399,13 +644,15 @@ int BPF_PROG(handle_unthrottle_cfs_rq, struct cfs_rq *cfs_rq)
 	cgid = cfs_rq_cgid(cfs_rq);
 	v = bpf_map_lookup_elem(&throttle_stats, &cgid);
 	if (!v) {
+		/* EEXIST from a racing CPU is fine: the lookup finds its entry. */
 		bpf_map_update_elem(&throttle_stats, &cgid, &init, BPF_NOEXIST);
 		v = bpf_map_lookup_elem(&throttle_stats, &cgid);
 	}
 	if (v) {
-		v->events++;
+		/* Each CPU's cfs_rq of the cgroup unthrottles on its own: atomic. */
+		kh_add(&v->events, 1);
 		if (now > *start)
-			v->throttled_ns += now - *start;
+			kh_add(&v->throttled_ns, now - *start);
 	}
 	bpf_map_delete_elem(&throttle_start, &key);
 	return 0;

@@ -48,8 +48,10 @@ done
 bt() { "$bpftool" "$@"; }
 section() { printf '\n== %s\n' "$*"; }
 
-# Entries of a pinned per-CPU map as JSON with BTF field names:
-# [{"key": ..., "values": [{"cpu": N, "value": {...}}]}].
+# Entries of a pinned map as JSON with BTF field names: one "value" per key
+# for shared maps, [{"key": ..., "values": [{"cpu": N, "value": {...}}]}] for
+# per-CPU ones (counters). sum(f) adds f over both forms.
+jq_sum='def sum(f): if has("values") then ([.values[].value | f] | add) else (.value | f) end; '
 dump() {
   bt -j map dump pinned "$pin_dir/$1" |
     jq -e 'if length == 0 or (.[0] | has("formatted")) then map(.formatted) else error("no BTF") end' 2>/dev/null ||
@@ -154,11 +156,10 @@ echo "(storage_miss, stats_full, pairs_full and events_dropped should stay 0; ri
 section "top $top cgroups by run-queue wait (cgroup_stats)"
 printf '%-48s %12s %10s %10s %6s %6s %6s %6s %12s %9s\n' \
   cgroup wait_ms waits mean_us thr% same% other% unat% cpu_ms preempt
-dump cgroup_stats | jq -r --argjson top "$top" '
+dump cgroup_stats | jq -r --argjson top "$top" "$jq_sum"'
   map({id: .key,
-       wait: ([.values[].value.wait_ns] | add), waits: ([.values[].value.waits] | add),
-       cpu: ([.values[].value.cpu_ns] | add), pre: ([.values[].value.preemptions] | add),
-       cause: ([.values[].value.cause_ns] | transpose | map(add))})
+       wait: sum(.wait_ns), waits: sum(.waits), cpu: sum(.cpu_ns), pre: sum(.preemptions),
+       cause: (if has("values") then ([.values[].value.cause_ns] | transpose | map(add)) else .value.cause_ns end)})
   | sort_by(-.wait) | .[:$top][]
   | def pct(x): if .wait > 0 then (100 * x / .wait | floor) else 0 end;
     [.id, (.wait / 1e6), .waits, (if .waits > 0 then .wait / .waits / 1e3 else 0 end),
@@ -172,9 +173,8 @@ echo "(thr/same/other/unat: share of the wait spent CFS-throttled / behind the s
 # --- 4. Interference pairs ------------------------------------------------------------
 section "top $top interference pairs (victim waited while aggressor ran)"
 printf '%-40s %-40s %12s %9s\n' victim aggressor wait_ms waits
-dump interference | jq -r --argjson top "$top" '
-  map({v: .key.victim, a: .key.aggressor,
-       ns: ([.values[].value.wait_ns] | add), n: ([.values[].value.count] | add)})
+dump interference | jq -r --argjson top "$top" "$jq_sum"'
+  map({v: .key.victim, a: .key.aggressor, ns: sum(.wait_ns), n: sum(.count)})
   | sort_by(-.ns) | .[:$top][] | [.v, .a, (.ns / 1e6), .n] | @tsv' |
   with_paths |                                                  # victim id -> path
   awk -F'\t' -v OFS='\t' '{ print $2, $1, $3, $4 }' | with_paths |  # aggressor id -> path
@@ -188,8 +188,8 @@ if [[ -e "$pin_dir/throttle_stats" ]]; then
     echo "empty (throttling comes from cpu.stat, or no cgroup was throttled)"
   else
     printf '%-48s %10s %14s\n' cgroup events throttled_ms
-    dump throttle_stats | jq -r --argjson top "$top" '
-      map({id: .key, e: ([.values[].value.events] | add), ns: ([.values[].value.throttled_ns] | add)})
+    dump throttle_stats | jq -r --argjson top "$top" "$jq_sum"'
+      map({id: .key, e: sum(.events), ns: sum(.throttled_ns)})
       | sort_by(-.ns) | .[:$top][] | [.id, .e, (.ns / 1e6)] | @tsv' |
       with_paths | awk -F'\t' "$awk_tail"'{ printf "%-48s %10.0f %14.1f\n", tail($1, 48), $2, $3 }'
   fi

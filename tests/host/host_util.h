@@ -166,7 +166,15 @@ struct LaidOutCgroup {
   std::vector<std::unique_ptr<TestCgroup>> parts;
   LaidOutCgroup(const khagent::Mounts& m, const std::string& rel) {
     parts.push_back(std::make_unique<TestCgroup>(m.cgroup2, rel));
-    if (!hybrid(m)) return;
+    if (!hybrid(m)) {
+      // Pure v2: the controllers the parent has, for the children to come
+      // (as the kubelet and systemd enable them down their trees).
+      std::string avail = read_file(parts.front()->dir() + "/cgroup.controllers");
+      for (const char* c : {"cpu", "cpuset"})
+        if (avail.find(c) != std::string::npos)
+          write_file(parts.front()->dir() + "/cgroup.subtree_control", std::string("+") + c);
+      return;
+    }
     parts.push_back(std::make_unique<TestCgroup>(m.cpu_v1, rel));
     if (!m.cpuset_v1.empty()) {
       auto cs = std::make_unique<TestCgroup>(m.cpuset_v1, rel);

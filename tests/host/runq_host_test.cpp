@@ -281,8 +281,51 @@ TEST_F(RunqHost, BpftoolDumpsPinnedMapsWithFieldNames) {
   int rc = pclose(p);
   EXPECT_EQ(rc, 0) << out.substr(0, 2000);
   for (const char* field : {"\"wait_ns\"", "\"waits\"", "\"cpu_ns\"", "\"preemptions\"",
-                            "\"cause_ns\"", "\"hist\"", "\"cpu\""})
+                            "\"cause_ns\"", "\"hist\"", "\"value\""})
     EXPECT_NE(out.find(field), std::string::npos) << field << " missing in:\n" << out.substr(0, 2000);
+  // One value per cgroup, summed over CPUs in the kernel: no per-CPU copies.
+  EXPECT_EQ(out.find("\"values\""), std::string::npos) << out.substr(0, 2000);
+}
+
+// The maps do not evict: with room for 4 cgroups and 4 pairs, the first ones
+// to run keep their entries (their counters only grow) and every insert
+// beyond is refused and counted, where an LRU map evicted silently.
+TEST_F(RunqHost, FullMapsCountFailedInsertsInsteadOfEvicting) {
+  LoaderOptions o;
+  o.pin = false;
+  o.max_cgroups = 4;
+  o.max_pairs = 4;
+  auto small = RunqBpf::open_and_load(o);
+  ASSERT_TRUE(small.ok()) << small.error().str();
+  BpfMapSource maps((*small)->map_fds());
+  auto& hog = cgroup("hog");
+  spawn(hog, 0, [] { busy_loop(); });
+  for (int i = 0; i < 6; i++) {
+    auto& cg = cgroup("s" + std::to_string(i));
+    spawn(cg, 0, [] { sleep_loop(1000000); });
+  }
+  sleep_s(0.5);
+  auto r0 = maps.read();
+  ASSERT_TRUE(r0.ok()) << r0.error().str();
+  sleep_s(0.5);
+  auto r1 = maps.read();
+  ASSERT_TRUE(r1.ok()) << r1.error().str();
+  std::printf("4-entry maps: %zu cgroups, %zu pairs; failed inserts: %llu cgroup, %llu pair\n",
+              r1->cgroups.size(), r1->pairs.size(),
+              static_cast<unsigned long long>(r1->counters[KH_CNT_STATS_FULL]),
+              static_cast<unsigned long long>(r1->counters[KH_CNT_PAIRS_FULL]));
+  EXPECT_EQ(r1->cgroups.size(), 4u);
+  EXPECT_LE(r1->pairs.size(), 4u);
+  // 7 busy test cgroups and the host's own: most of them found no room.
+  EXPECT_GT(r1->counters[KH_CNT_STATS_FULL], r0->counters[KH_CNT_STATS_FULL]);
+  EXPECT_GT(r1->counters[KH_CNT_PAIRS_FULL], 0u);
+  // The same cgroups kept their entries and their counts went on growing.
+  for (const auto& [id, c0] : r0->cgroups) {
+    auto it = r1->cgroups.find(id);
+    ASSERT_NE(it, r1->cgroups.end()) << "cgroup " << id << " lost its entry";
+    EXPECT_GE(it->second.waits, c0.waits);
+    EXPECT_GE(it->second.cpu_ns, c0.cpu_ns);
+  }
 }
 
 // Removing a cgroup while the agent runs: its entries are deleted, no crash.

@@ -114,7 +114,7 @@ TEST(Collector, CounterResetCountsFromZero) {
   Collector c(maps, idx, nullptr, ThrottleSource::None);
   maps.next.cgroups[a] = counters(100, 100'000, 1'000);
   ASSERT_TRUE(c.tick_at(1, 1).ok());
-  // Evicted and re-created by the LRU map: smaller than before.
+  // Deleted and re-created (by another reader of the pins): smaller than before.
   maps.next.cgroups[a] = counters(5, 2'000, 10);
   auto s = c.tick_at(2, 2);
   ASSERT_TRUE(s.ok());
@@ -150,4 +150,34 @@ TEST(Collector, ForgetsCgroupsThatAreGone) {
   EXPECT_EQ(maps.forgotten_pairs[0], std::make_pair(a, gone));
   EXPECT_EQ(c.forgotten(), 3u);
   EXPECT_TRUE(s->pairs.empty());
+}
+
+// The maps do not evict: when inserts fail (the BPF side counts them), gone
+// cgroups are looked for at once (at most once a second), not at the next
+// periodic walk, so that their entries make room.
+TEST(Collector, FullMapsLookForGoneCgroupsAtOnce) {
+  TempDir t;
+  fs::create_directories(t.path / "a");
+  fs::create_directories(t.path / "gone");
+  uint64_t a = ino(t.path / "a"), gone = ino(t.path / "gone");
+  CgroupIndex idx(t.path.string());
+  FakeMaps maps;
+  Collector c(maps, idx, nullptr, ThrottleSource::None);
+  maps.next.cgroups[a] = counters(1, 1000, 1000);
+  maps.next.cgroups[gone] = counters(1, 1000, 1000);
+  maps.next.counters[KH_CNT_STATS_FULL] = 5;  // before the first tick: the base
+  ASSERT_TRUE(c.tick_at(1'000'000'000, 1).ok());
+  fs::remove(t.path / "gone");
+
+  // Nothing failed since: the next walk is seconds away.
+  ASSERT_TRUE(c.tick_at(2'000'000'000, 2).ok());
+  EXPECT_TRUE(maps.forgotten_ids.empty());
+
+  // Inserts failed: walk now, delete the gone cgroup.
+  maps.next.counters[KH_CNT_STATS_FULL] = 9;
+  auto s = c.tick_at(2'500'000'000, 3);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(maps.forgotten_ids, std::vector<uint64_t>{gone});
+  ASSERT_EQ(s->cgroups.size(), 1u);
+  EXPECT_EQ(s->cgroups[0].id, a);
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -14,16 +15,17 @@ namespace khagent {
 
 namespace {
 
-// Calls fn(key, values[ncpus]) for every entry of a per-CPU hash map.
+// Calls fn(key, value) for every entry of a (shared, not per-CPU) hash map:
+// batch lookups of about 256 KiB of values per call, or key by key where the
+// kernel has no batch ops for the map type. A value is copied while CPUs add
+// to it: each 8-byte counter is whole, related fields may be one update apart.
 template <typename K, typename V>
-Result<void> for_each_percpu(int fd, int ncpus, bool& batch_ok, PercpuBatchBuffers<K, V>& buf,
-                             const std::function<void(const K&, const V*)>& fn) {
+Result<void> for_each_entry(int fd, bool& batch_ok, BatchBuffers<K, V>& buf,
+                            const std::function<void(const K&, const V&)>& fn) {
   if (buf.chunk == 0) {
-    // Batch: about 1 MiB of values per call, at least 16 entries.
-    size_t per_entry = sizeof(V) * static_cast<size_t>(ncpus);
-    buf.chunk = static_cast<uint32_t>(std::clamp<size_t>((1u << 20) / per_entry, 16, 4096));
+    buf.chunk = static_cast<uint32_t>(std::clamp<size_t>((256u << 10) / sizeof(V), 16, 4096));
     buf.keys.resize(buf.chunk);
-    buf.vals.resize(static_cast<size_t>(buf.chunk) * ncpus);
+    buf.vals.resize(buf.chunk);
   }
   uint32_t& chunk = buf.chunk;
   std::vector<K>& keys = buf.keys;
@@ -40,7 +42,7 @@ Result<void> for_each_percpu(int fd, int ncpus, bool& batch_ok, PercpuBatchBuffe
       if (err && errno == ENOSPC && n == 0) {  // a bucket larger than the chunk
         chunk *= 2;
         keys.resize(chunk);
-        vals.resize(static_cast<size_t>(chunk) * ncpus);
+        vals.resize(chunk);
         continue;
       }
       if (err && errno != ENOENT) {
@@ -52,7 +54,7 @@ Result<void> for_each_percpu(int fd, int ncpus, bool& batch_ok, PercpuBatchBuffe
         }
         return make_error(errno, "bpf_map_lookup_batch");
       }
-      for (uint32_t i = 0; i < n; i++) fn(keys[i], &vals[static_cast<size_t>(i) * ncpus]);
+      for (uint32_t i = 0; i < n; i++) fn(keys[i], vals[i]);
       if (err) return {};  // ENOENT: that was the last batch
       in = out;
       first = false;
@@ -63,7 +65,7 @@ Result<void> for_each_percpu(int fd, int ncpus, bool& batch_ok, PercpuBatchBuffe
   K key{}, next{};
   const K* cur = nullptr;
   while (bpf_map_get_next_key(fd, cur, &next) == 0) {
-    if (bpf_map_lookup_elem(fd, &next, vals.data()) == 0) fn(next, vals.data());
+    if (bpf_map_lookup_elem(fd, &next, vals.data()) == 0) fn(next, vals[0]);
     key = next;
     cur = &key;
   }
@@ -79,41 +81,29 @@ BpfMapSource::BpfMapSource(RunqMapFds fds) : fds_(fds), ncpus_(libbpf_num_possib
 
 Result<RawMaps> BpfMapSource::read() {
   RawMaps raw;
-  auto r = for_each_percpu<uint64_t, kh_cgroup_stats>(
-      fds_.cgroup_stats, ncpus_, batch_ok_, cgroup_buf_, [&](const uint64_t& id, const kh_cgroup_stats* v) {
+  auto r = for_each_entry<uint64_t, kh_cgroup_stats>(
+      fds_.cgroup_stats, batch_ok_, cgroup_buf_, [&](const uint64_t& id, const kh_cgroup_stats& s) {
         CgroupCounters& c = raw.cgroups[id];
-        for (int cpu = 0; cpu < ncpus_; cpu++) {
-          const kh_cgroup_stats& s = v[cpu];
-          c.wait_ns += s.wait_ns;
-          c.waits += s.waits;
-          c.cpu_ns += s.cpu_ns;
-          c.preemptions += s.preemptions;
-          for (int i = 0; i < KH_NR_WAIT_CAUSES; i++) c.cause_ns[i] += s.cause_ns[i];
-          for (int i = 0; i < KH_HIST_BUCKETS; i++) c.hist[i] += s.hist[i];
-        }
+        c.wait_ns = s.wait_ns;
+        c.waits = s.waits;
+        c.cpu_ns = s.cpu_ns;
+        c.preemptions = s.preemptions;
+        for (int i = 0; i < KH_NR_WAIT_CAUSES; i++) c.cause_ns[i] = s.cause_ns[i];
+        for (int i = 0; i < KH_HIST_BUCKETS; i++) c.hist[i] = s.hist[i];
       });
   if (!r) return make_error(r.error().err, "reading cgroup_stats: " + r.error().message);
 
-  r = for_each_percpu<kh_pair, kh_pair_stats>(
-      fds_.interference, ncpus_, batch_ok_, pair_buf_, [&](const kh_pair& k, const kh_pair_stats* v) {
-        RawPair p{k.victim, k.aggressor, 0, 0};
-        for (int cpu = 0; cpu < ncpus_; cpu++) {
-          p.wait_ns += v[cpu].wait_ns;
-          p.count += v[cpu].count;
-        }
-        raw.pairs.push_back(p);
+  r = for_each_entry<kh_pair, kh_pair_stats>(
+      fds_.interference, batch_ok_, pair_buf_, [&](const kh_pair& k, const kh_pair_stats& v) {
+        raw.pairs.push_back(RawPair{k.victim, k.aggressor, v.wait_ns, v.count});
       });
   if (!r) return make_error(r.error().err, "reading interference: " + r.error().message);
 
   if (fds_.throttle_stats >= 0) {
-    r = for_each_percpu<uint64_t, kh_throttle_stats>(
-        fds_.throttle_stats, ncpus_, batch_ok_, throttle_buf_,
-        [&](const uint64_t& id, const kh_throttle_stats* v) {
-          ThrottleCounters& t = raw.throttle[id];
-          for (int cpu = 0; cpu < ncpus_; cpu++) {
-            t.events += v[cpu].events;
-            t.throttled_ns += v[cpu].throttled_ns;
-          }
+    r = for_each_entry<uint64_t, kh_throttle_stats>(
+        fds_.throttle_stats, batch_ok_, throttle_buf_,
+        [&](const uint64_t& id, const kh_throttle_stats& v) {
+          raw.throttle[id] = ThrottleCounters{v.events, v.throttled_ns};
         });
     if (!r) return make_error(r.error().err, "reading throttle_stats: " + r.error().message);
   }

@@ -30,6 +30,8 @@ constexpr uint64_t kRescanPeriodNs = 5000000000ULL;
 // With file handles, ids resolve one by one and removals show as stale
 // handles: the whole tree is walked only this often, as a safety net.
 constexpr uint64_t kHandleRescanPeriodNs = 60000000000ULL;
+// A full map is logged at most this often.
+constexpr uint64_t kFullWarnPeriodNs = 60000000000ULL;
 
 ThrottleCounters throttle_delta(const ThrottleCounters& now, const ThrottleCounters& before) {
   if (now.events < before.events || now.throttled_ns < before.throttled_ns) return now;
@@ -56,15 +58,34 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
   // one and removed cgroups found by their stale handles; the walk is a
   // rare safety net. Without (test fixtures), walk as described.
   const bool handles = index_.handles();
+  // The maps do not evict: an entry stays until it is deleted here, and an
+  // insert into a full map fails (counted by the BPF side). When inserts
+  // failed since the last tick, look for gone cgroups now (at most once a
+  // second) rather than at the next periodic check.
+  const uint64_t full = raw->counters[KH_CNT_STATS_FULL] + raw->counters[KH_CNT_PAIRS_FULL];
+  const bool filling = last_full_ && full > *last_full_;
+  last_full_ = full;
+  if (filling && (!last_full_warn_ || mono_ns - *last_full_warn_ >= kFullWarnPeriodNs)) {
+    last_full_warn_ = mono_ns;
+    spdlog::warn("BPF maps full: {} cgroup and {} pair inserts failed since start ({} cgroups "
+                 "tracked); raise --max-cgroups if this node has that many live cgroups",
+                 raw->counters[KH_CNT_STATS_FULL], raw->counters[KH_CNT_PAIRS_FULL],
+                 raw->cgroups.size());
+  }
+
+  std::unordered_set<uint64_t> gone;
   bool unknown = false;
   for (const auto& [id, _] : raw->cgroups)
     if (!cgroups_.count(id) && !index_.path_of(id) && !(handles && index_.resolve(id))) {
       unknown = true;
       if (!handles) break;
+      // Its handle is stale: removed before it was ever named. Delete it
+      // now rather than at the next full walk.
+      if (index_.alive(id) == CgroupIndex::Liveness::Gone) gone.insert(id);
     }
   bool rescanned = false;
   const uint64_t period = handles ? kHandleRescanPeriodNs : kRescanPeriodNs;
-  if (!last_rescan_ || (unknown && !handles && mono_ns - *last_rescan_ >= kRescanMinNs) ||
+  if (!last_rescan_ || ((unknown || filling) && !handles && mono_ns - *last_rescan_ >= kRescanMinNs) ||
       mono_ns - *last_rescan_ >= period) {
     auto n = index_.rescan();
     last_rescan_ = mono_ns;
@@ -72,11 +93,11 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     rescanned = n.ok();
     if (!n) spdlog::warn("cgroup rescan failed: {}", n.error().str());
   }
-  // Between walks: every few seconds, the cgroups that were idle this
-  // interval are checked (an active one cannot have been removed long ago;
-  // it is checked once it goes idle).
-  std::unordered_set<uint64_t> gone;
-  if (handles && !rescanned && last_liveness_ && mono_ns - *last_liveness_ >= kRescanPeriodNs) {
+  // Between walks: every few seconds (every second while the maps are
+  // full), the cgroups that were idle this interval are checked (an active
+  // one cannot have been removed long ago; it is checked once it goes idle).
+  if (handles && !rescanned && last_liveness_ &&
+      mono_ns - *last_liveness_ >= (filling ? kRescanMinNs : kRescanPeriodNs)) {
     last_liveness_ = mono_ns;
     for (const auto& [id, now] : raw->cgroups) {
       auto it = cgroups_.find(id);
@@ -146,7 +167,7 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     out.cgroups.push_back(std::move(cs));
   }
 
-  // Entries evicted from the LRU map, or deleted: drop our state too.
+  // Entries deleted (here, or by another reader of the pins): drop our state too.
   for (auto it = cgroups_.begin(); it != cgroups_.end();) {
     if (!seen.count(it->first)) it = cgroups_.erase(it);
     else ++it;

@@ -122,6 +122,9 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   if (!fentry) {
     bpf_program__set_autoload(s->progs.handle_throttle_cfs_rq, false);
     bpf_program__set_autoload(s->progs.handle_unthrottle_cfs_rq, false);
+    // Only the fentry programs use these: keep them, empty and minimal.
+    bpf_map__set_max_entries(s->maps.throttle_stats, 1);
+    bpf_map__set_max_entries(s->maps.throttle_start, 1);
   }
   self->throttle_source_ = fentry ? ThrottleSource::Fentry : ThrottleSource::CpuStat;
 
@@ -129,6 +132,12 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
     return make_error(err, "loading the runq BPF programs (the verifier log above says why)");
 
   if (auto r = self->attach(); !r) return r.error();
+  uint64_t mem = 0;
+  for (const auto& m : self->map_memory()) mem += m.memlock;
+  spdlog::info("BPF maps: {:.1f} MiB (memlock, {} possible CPUs; cgroup_stats {} entries, "
+               "interference {})",
+               static_cast<double>(mem) / (1 << 20), libbpf_num_possible_cpus(), o.max_cgroups,
+               o.max_pairs);
   spdlog::info("throttling source: {}{}", throttle_source_name(self->throttle_source_),
                fentry ? " (fentry on throttle_cfs_rq/unthrottle_cfs_rq)"
                       : " (fentry unavailable on this kernel; reading cpu.stat each tick)");
@@ -216,6 +225,40 @@ RunqMapFds RunqBpf::map_fds() const {
                          : -1;
   f.counters = bpf_map__fd(skel_->maps.counters);
   return f;
+}
+
+namespace {
+
+// The "memlock:" line of a BPF map's fdinfo: the kernel's own figure of the
+// memory the map holds (map_mem_usage), the one bpftool map show prints.
+uint64_t fdinfo_memlock(int fd) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+  FILE* f = std::fopen(path, "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long v = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "memlock: %llu", &v) == 1) break;
+  std::fclose(f);
+  return v;
+}
+
+}  // namespace
+
+std::vector<MapMemory> RunqBpf::map_memory() const {
+  std::vector<MapMemory> out;
+  bpf_map* m;
+  bpf_object__for_each_map(m, skel_->obj) {
+    int fd = bpf_map__fd(m);
+    if (fd < 0) continue;
+    bpf_map_info info{};
+    __u32 len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) continue;
+    out.push_back(MapMemory{bpf_map__name(m), info.type, info.key_size, info.value_size,
+                            info.max_entries, info.map_flags, fdinfo_memlock(fd)});
+  }
+  return out;
 }
 
 std::vector<ProgStats> RunqBpf::prog_stats() const {

@@ -72,7 +72,20 @@ enum kh_wait_cause {
 	KH_NR_WAIT_CAUSES,
 };
 
-/* Value of the cgroup_stats map, per CPU; all counters only grow. */
+/*
+ * Version of the maps' layout and meaning, also in the BPF object's rodata
+ * (kh_abi_version): a reader of another process's pinned maps checks it.
+ * 2: cgroup_stats, interference and throttle_stats are shared hashes (one
+ *    value per key, updated with atomic adds), no longer per-CPU LRU hashes.
+ */
+enum { KH_RUNQ_ABI_VERSION = 2 };
+
+/*
+ * Value of the cgroup_stats map: one per cgroup, shared by all CPUs. Each CPU
+ * adds its batches to it with atomic adds (bpf/runq.bpf.c, flush_pending):
+ * a count shows here at most cfg_pending_ns after it happened, or when its
+ * CPU goes idle. All counters only grow.
+ */
 struct kh_cgroup_stats {
 	__u64 wait_ns;                       /* run-queue wait, all causes */
 	__u64 waits;                         /* switch-ins that ended a measured wait */
@@ -91,7 +104,7 @@ struct kh_pair {
 };
 KH_STATIC_ASSERT(sizeof(struct kh_pair) == 16, "kh_pair layout");
 
-/* Value of the interference map, per CPU. */
+/* Value of the interference map (shared, atomic adds). */
 struct kh_pair_stats {
 	__u64 wait_ns;  /* part of the victim's waits during which the aggressor ran */
 	__u64 count;    /* stretches of the victim's waits in which the aggressor ran
@@ -99,7 +112,7 @@ struct kh_pair_stats {
 };
 KH_STATIC_ASSERT(sizeof(struct kh_pair_stats) == 16, "kh_pair_stats layout");
 
-/* Value of the throttle_stats map (fentry source), per CPU. */
+/* Value of the throttle_stats map (fentry source; shared, atomic adds). */
 struct kh_throttle_stats {
 	__u64 events;        /* throttle periods ended (counted at unthrottle_cfs_rq) */
 	__u64 throttled_ns;  /* time from throttle to unthrottle, summed over CPUs */
@@ -127,12 +140,14 @@ KH_STATIC_ASSERT(sizeof(struct kh_wait_event) == 48, "kh_wait_event layout");
 
 /* Global counters of the BPF side itself, indexed by enum kh_counter. */
 enum kh_counter {
-	KH_CNT_SWITCHES = 0,        /* sched_switch events seen */
+	KH_CNT_SWITCHES = 0,        /* sched_switch events seen (added with each CPU's
+	                             * pending counts: up to cfg_pending_ns late) */
 	KH_CNT_WAKEUPS,             /* sched_wakeup + sched_wakeup_new events */
 	KH_CNT_STORAGE_MISS,        /* task storage could not be created */
 	KH_CNT_RING_OVERFLOW,       /* waits older than the slice ring */
-	KH_CNT_STATS_FULL,          /* cgroup_stats insert failed */
-	KH_CNT_PAIRS_FULL,          /* interference insert failed */
+	KH_CNT_STATS_FULL,          /* cgroup_stats insert failed (map full): one CPU's
+	                             * batch of a cgroup's counts was not counted */
+	KH_CNT_PAIRS_FULL,          /* interference insert failed (map full) */
 	KH_CNT_EVENTS,              /* wait events sent to userspace */
 	KH_CNT_EVENTS_DROPPED,      /* wait events lost: ring buffer full */
 	KH_NR_COUNTERS,

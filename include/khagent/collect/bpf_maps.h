@@ -1,4 +1,6 @@
-// MapSource over the runq BPF maps (per-CPU values summed here).
+// MapSource over the runq BPF maps. cgroup_stats, interference and
+// throttle_stats are shared hashes (one value per key, summed over CPUs in
+// the kernel); only the small counters array is per CPU.
 #pragma once
 
 #include <vector>
@@ -15,14 +17,14 @@ struct RunqMapFds {
   int counters = -1;
 };
 
-// Key and value buffers for batch reads of one per-CPU map. They live as
-// long as the source: allocating and zeroing them on every tick cost more
-// than the reads themselves (megabytes of page faults per tick).
+// Key and value buffers for batch reads of one hash map. They live as long
+// as the source: allocating and zeroing them on every tick cost more than
+// the reads themselves.
 template <typename K, typename V>
-struct PercpuBatchBuffers {
+struct BatchBuffers {
   uint32_t chunk = 0;  // entries per batch call
   std::vector<K> keys;
-  std::vector<V> vals;  // chunk * ncpus
+  std::vector<V> vals;  // chunk
 };
 
 class BpfMapSource : public MapSource {
@@ -36,11 +38,11 @@ class BpfMapSource : public MapSource {
 
  private:
   RunqMapFds fds_;
-  int ncpus_;
+  int ncpus_;  // possible CPUs: the counters array is per CPU
   bool batch_ok_ = true;
-  PercpuBatchBuffers<uint64_t, kh_cgroup_stats> cgroup_buf_;
-  PercpuBatchBuffers<kh_pair, kh_pair_stats> pair_buf_;
-  PercpuBatchBuffers<uint64_t, kh_throttle_stats> throttle_buf_;
+  BatchBuffers<uint64_t, kh_cgroup_stats> cgroup_buf_;
+  BatchBuffers<kh_pair, kh_pair_stats> pair_buf_;
+  BatchBuffers<uint64_t, kh_throttle_stats> throttle_buf_;
   std::vector<uint64_t> counter_vals_;
 };
 

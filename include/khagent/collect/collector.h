@@ -81,6 +81,8 @@ class Collector {
   std::optional<uint64_t> last_mono_;
   std::optional<uint64_t> last_rescan_;
   std::optional<uint64_t> last_liveness_;  // last check of idle cgroups by handle
+  std::optional<uint64_t> last_full_;      // failed inserts (stats + pairs) at the last tick
+  std::optional<uint64_t> last_full_warn_;
   uint64_t forgotten_ = 0;
 };
 

@@ -25,7 +25,7 @@ struct CgroupCounters {
 };
 
 // Per-field delta of cumulative counters; a counter that went backwards
-// (entry evicted and created again) counts from zero.
+// (entry deleted and created again) counts from zero.
 inline CgroupCounters counters_delta(const CgroupCounters& now, const CgroupCounters& before) {
   bool reset = now.waits < before.waits || now.wait_ns < before.wait_ns ||
                now.cpu_ns < before.cpu_ns || now.preemptions < before.preemptions;

@@ -42,6 +42,17 @@ struct ProgStats {
   uint64_t run_cnt = 0;
 };
 
+// One map of the loaded object and the memory the kernel charges for it.
+struct MapMemory {
+  std::string name;
+  uint32_t type = 0;  // enum bpf_map_type
+  uint32_t key_size = 0;
+  uint32_t value_size = 0;
+  uint32_t max_entries = 0;
+  uint32_t flags = 0;
+  uint64_t memlock = 0;  // bytes, from fdinfo (what `bpftool map show` prints)
+};
+
 // Checks that run before anything is loaded; the error says what is missing.
 // Used by the agent to exit with code 2.
 Result<void> preflight(const std::string& btf_path = "/sys/kernel/btf/vmlinux");
@@ -60,6 +71,8 @@ class RunqBpf {
   ThrottleSource throttle_source() const { return throttle_source_; }
   RunqMapFds map_fds() const;
   std::vector<ProgStats> prog_stats() const;
+  // Every map of the object (including .rodata/.bss), with its memlock.
+  std::vector<MapMemory> map_memory() const;
   const std::vector<std::string>& pinned() const { return pinned_; }
 
   // Makes the protected map hold exactly `want` (cgroup id -> threshold ns),
