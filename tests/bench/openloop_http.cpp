@@ -1,6 +1,7 @@
 // khagent_openloop: an open-loop HTTP/1.1 load generator for loopback services.
 //
-// Requests are due at fixed times, t0 + i / rate, whatever the server does
+// Requests are due at fixed times, t0 + i / rate (or, with --arrivals poisson,
+// at exponentially spaced times of the same mean rate), whatever the server does
 // (no coordinated omission): each request's latency runs from its *intended*
 // send time to the end of its response, so time spent waiting for a free
 // keep-alive connection, or lost because this client was itself descheduled,
@@ -38,6 +39,7 @@
 #include <ctime>
 #include <deque>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,7 +60,7 @@ int64_t now_ns() {
                "khagent_openloop: %s\n"
                "usage: khagent_openloop --url http://127.0.0.1:PORT/PATH --rate REQ_PER_S\n"
                "         [--duration S (10)] [--warmup S (1)] [--connections C (8)]\n"
-               "         [--timeout S (5)] [--header 'Name: value']...\n"
+               "         [--timeout S (5)] [--header 'Name: value']... [--arrivals uniform|poisson] [--seed N]\n"
                "loopback only: the host must be 127.0.0.1, localhost or [::1]\n",
                msg.c_str());
   std::exit(2);
@@ -77,6 +79,8 @@ struct Options {
   double warmup = 1;
   double timeout = 5;
   long connections = 8;
+  bool poisson = false;  // exponential gaps (mean 1 / rate) instead of a fixed 1 / rate
+  uint64_t seed = 1;
   std::string url;
   std::vector<std::string> headers;
 };
@@ -100,7 +104,7 @@ Options parse_args(int argc, char** argv) {
       std::fprintf(stdout,
                    "usage: khagent_openloop --url http://127.0.0.1:PORT/PATH --rate REQ_PER_S\n"
                    "         [--duration S (10)] [--warmup S (1)] [--connections C (8)]\n"
-                   "         [--timeout S (5)] [--header 'Name: value']...\n");
+                   "         [--timeout S (5)] [--header 'Name: value']... [--arrivals uniform|poisson] [--seed N]\n");
       std::exit(0);
     }
     std::string value;
@@ -126,6 +130,18 @@ Options parse_args(int argc, char** argv) {
       double c = parse_number(arg, value);
       if (c != std::floor(c) || c < 1 || c > 10000) usage_error("--connections must be an integer in 1..10000");
       o.connections = static_cast<long>(c);
+    } else if (arg == "--arrivals") {
+      if (value == "uniform") {
+        o.poisson = false;
+      } else if (value == "poisson") {
+        o.poisson = true;
+      } else {
+        usage_error("--arrivals must be uniform or poisson");
+      }
+    } else if (arg == "--seed") {
+      double v = parse_number(arg, value);
+      if (v != std::floor(v) || v < 0 || v > 9e15) usage_error("--seed must be a whole number");
+      o.seed = static_cast<uint64_t>(v);
     } else if (arg == "--url") {
       o.url = value;
     } else if (arg == "--header") {
@@ -144,6 +160,7 @@ Options parse_args(int argc, char** argv) {
   if (o.warmup < 0) usage_error("--warmup must be >= 0");
   if (o.timeout <= 0) usage_error("--timeout must be > 0");
   if ((o.duration + o.warmup) * o.rate > 2e8) usage_error("too many requests (rate x (warmup + duration) > 2e8)");
+  if (o.poisson && (o.duration + o.warmup) * o.rate > 5e7) usage_error("too many requests for --arrivals poisson (> 5e7)");
   return o;
 }
 
@@ -389,6 +406,18 @@ class Runner {
     warm_ = static_cast<int64_t>(std::llround(o.warmup * o.rate));
     if (total_ - warm_ < 1) usage_error("--rate x --duration gives no measured request");
     period_ns_ = static_cast<double>(kNsPerSec) / o.rate;
+    if (o.poisson) {
+      // Poisson arrivals: the same mean rate without a fixed phase (a fixed
+      // 1 / rate can lock onto periodic effects such as a CFS quota period).
+      std::mt19937_64 rng(o.seed);
+      std::exponential_distribution<double> gap(1.0 / period_ns_);
+      offsets_.resize(static_cast<size_t>(total_));
+      double at = 0;
+      for (auto& off : offsets_) {
+        off = static_cast<int64_t>(std::llround(at));
+        at += gap(rng);
+      }
+    }
     timeout_ns_ = static_cast<int64_t>(o.timeout * kNsPerSec);
     latency_.reserve(static_cast<size_t>(total_ - warm_));
     lag_.reserve(static_cast<size_t>(total_ - warm_));
@@ -459,6 +488,7 @@ class Runner {
   static constexpr uint64_t kTimerTag = ~0ULL;
 
   int64_t intended(int64_t i) const {
+    if (!offsets_.empty()) return t0_ + offsets_[static_cast<size_t>(i)];
     return t0_ + static_cast<int64_t>(std::llround(static_cast<double>(i) * period_ns_));
   }
 
@@ -704,7 +734,8 @@ class Runner {
     for (int64_t v : latency_) mean += static_cast<double>(v);
     if (!latency_.empty()) mean /= static_cast<double>(latency_.size()) * 1000.0;
     int64_t start = intended(warm_);
-    double span_s = last_done_ > start ? static_cast<double>(last_done_ - start) / kNsPerSec : 0;
+    // Answers per second over the measured window, or longer if answers came late.
+    double span_s = std::max(opt_.duration, last_done_ > start ? static_cast<double>(last_done_ - start) / kNsPerSec : 0);
     double achieved = span_s > 0 ? static_cast<double>(latency_.size()) / span_s : 0;
     std::printf(
         "{\"count\":%zu,\"errors\":%lld,\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,"
@@ -737,6 +768,7 @@ class Runner {
   int64_t next_ = 0;
   int64_t t0_ = 0;
   double period_ns_ = 0;
+  std::vector<int64_t> offsets_;  // --arrivals poisson: intended send times from t0
   int64_t timeout_ns_ = 0;
   int64_t inflight_ = 0;
   int64_t last_done_ = 0;
