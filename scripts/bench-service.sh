@@ -18,7 +18,11 @@
 #   RATE=N          requests per second, open loop [200]
 #   CONNECTIONS=N   client keep-alive connections [8]
 #   ARRIVALS=A      uniform (a request every 1/RATE s) or poisson (exponential
-#                   gaps, seeded by the round) [uniform]
+#                   gaps, seeded by the round) [uniform]. Uniform arrivals keep
+#                   a fixed phase to anything periodic: at 200 req/s (5 ms) the
+#                   quota rows land in a good or a bad phase of the 10 ms or
+#                   100 ms CFS period for a whole run, so their p99 is bimodal
+#                   between rounds; poisson samples every phase.
 #   ROUNDS=N        rounds of all rows [3; QUICK: 1]
 #   ROWS="..."      rows to run, from: alone hogs idle shares quota100 quota10
 #                   cpuset khagent cache:hogs cache:idle cache:shares

@@ -743,7 +743,7 @@ class Runner {
         "\"warmup_requests\":%lld,\"warmup_errors\":%lld,\"connections\":%ld,\"duration_s\":%.3f,"
         "\"send_lag_p50_us\":%.1f,\"send_lag_p99_us\":%.1f,\"send_lag_max_us\":%.1f,\"max_queued\":%zu,"
         "\"timeouts\":%lld,\"bad_status\":%lld,\"protocol_errors\":%lld,\"connect_errors\":%lld,"
-        "\"reconnects\":%lld}\n",
+        "\"reconnects\":%lld,\"arrivals\":\"%s\"}\n",
         latency_.size(), static_cast<long long>(errors_), pct_us(latency_, 0.50), pct_us(latency_, 0.90),
         pct_us(latency_, 0.99), pct_us(latency_, 0.999), latency_.empty() ? 0.0 : static_cast<double>(latency_.back()) / 1000.0,
         mean, opt_.rate, achieved, static_cast<long long>(total_ - warm_), static_cast<long long>(warm_),
@@ -751,7 +751,7 @@ class Runner {
         pct_us(lag_, 0.99), lag_.empty() ? 0.0 : static_cast<double>(lag_.back()) / 1000.0, max_pending_,
         static_cast<long long>(timeouts_), static_cast<long long>(bad_status_),
         static_cast<long long>(protocol_errors_), static_cast<long long>(connect_errors_),
-        static_cast<long long>(reconnects_));
+        static_cast<long long>(reconnects_), opt_.poisson ? "poisson" : "uniform");
     std::fflush(stdout);
   }
 
