@@ -136,7 +136,9 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
     bool quota_without_idle = false, idle_seen = false;
     const double T = 4.0;
     measure(shm, 1.0);  // warm up
-    for (int round = 0; round < 2; round++) {
+    // Three rounds, medians: one bad round (another job waking on this
+    // 2-CPU machine) does not decide the verdict.
+    for (int round = 0; round < 3; round++) {
       alone.push_back(measure(shm, T).p99);
 
       start_hogs();
@@ -197,6 +199,14 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
       ::unlink(log.c_str());
       EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text;
       EXPECT_EQ(read_file(idle_file), "0\n") << "cpu.idle not restored\n" << text;
+      std::printf("round %d: p99 alone %.0f, hogs %.0f, khagent %.0f us; offline %.2f s\n", round, alone.back(),
+                  off.back(), on.back(), on_cpu.back());
+      for (const auto& line : {"ladder escalate", "ladder kept", "ladder: ", "cpu.idle: '", "reverted", "rejected"})
+        for (size_t at = text.find(line); at != std::string::npos; at = text.find(line, at + 1)) {
+          size_t b = text.rfind('\n', at), e = text.find('\n', at);
+          std::printf("  agent: %s\n", text.substr(b == std::string::npos ? 0 : b + 1, e - (b == std::string::npos ? 0 : b + 1)).c_str());
+          break;
+        }
       logs += text;
     }
     ::unlink(state.c_str());
@@ -214,7 +224,8 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
     // The hogs must hurt, or the test shows nothing.
     ASSERT_GT(o, 1.3 * a) << "the hogs did not delay the probe (alone " << a << " us, hogs " << o << " us)";
     // Near the baseline: within a quarter of it, and well below the hogs' p99.
-    EXPECT_LT(n, 1.25 * a) << "khagent's defaults did not keep the probe's p99 near its baseline";
+    EXPECT_LT(n, 1.25 * a) << "khagent's defaults did not keep the probe's p99 near its baseline; the agents' logs:\n"
+                           << logs;
     EXPECT_LT(n - a, 0.5 * (o - a));
     EXPECT_GT(kept, 0.8 * spare) << "offline did not keep most of the spare CPU";
   }
