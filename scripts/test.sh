@@ -29,6 +29,8 @@ KHAGENT_SANITIZE=1 scripts/build.sh "$root/build-asan"
 step "unit and host tests under ASan + UBSan"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ctest --test-dir "$root/build-asan" --output-on-failure -L 'unit|host' -j1
+# The agent's RSS budget is checked in the plain build only: ASan's shadow
+# memory and quarantine multiply RSS (about 500 MiB here) whatever the code.
+ctest --test-dir "$root/build-asan" --output-on-failure -L 'unit|host' -j1 -E '^MemoryHost\.AgentRssWith4096Cgroups$'
 
 step "all tiers passed"
