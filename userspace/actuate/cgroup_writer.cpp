@@ -1,4 +1,5 @@
 #include "khagent/actuate/cgroup_writer.h"
+#include "khagent/util/strings.h"
 
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -33,14 +34,6 @@ bool parse_u64(const std::string& s, uint64_t& v) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
-bool has_word(const std::string& text, const std::string& word) {
-  std::istringstream in(text);
-  std::string w;
-  while (in >> w)
-    if (w == word) return true;
-  return false;
-}
-
 // Splits "a b" into exactly two words; false otherwise.
 bool two_words(const std::string& v, std::string& a, std::string& b) {
   std::istringstream in(v);
@@ -59,6 +52,20 @@ Result<CgroupBackend> choose_backend(const CgroupRoots& roots, const std::string
   if (!roots.cpu_v1.empty()) return CgroupBackend::V1Hybrid;
   return make_error(ENOTSUP, "the cpu controller is neither enabled in cgroup2 at " + roots.unified +
                                  " nor mounted as a cgroup v1 hierarchy: nothing to write CPU limits to");
+}
+
+Result<CgroupBackend> detect_backend(const CgroupRoots& roots) {
+  std::string controllers;
+  if (!roots.unified.empty()) {
+    int fd = ::open((roots.unified + "/cgroup.controllers").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      char buf[512];
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n > 0) controllers.assign(buf, static_cast<size_t>(n));
+      ::close(fd);
+    }
+  }
+  return choose_backend(roots, controllers);
 }
 
 uint64_t shares_to_weight(uint64_t shares) {

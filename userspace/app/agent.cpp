@@ -65,20 +65,6 @@ std::vector<std::string> child_cgroups(const std::string& root, const std::strin
   return out;
 }
 
-std::string read_small(const std::string& path) {
-  std::ifstream f(path);
-  std::string s, line;
-  while (std::getline(f, line) && s.size() < 4096) s += line + "\n";
-  return s;
-}
-
-// The cgroup roots and the backend, logged once. Pure v1 hosts are refused.
-Result<std::pair<CgroupRoots, CgroupBackend>> cgroup_backend(const Mounts& m) {
-  CgroupRoots roots{m.cgroup2, m.cpu_v1, m.cpuset_v1};
-  auto b = choose_backend(roots, read_small(m.cgroup2 + "/cgroup.controllers"));
-  if (!b) return b.error();
-  return std::make_pair(roots, *b);
-}
 
 // Whether the kernel has cpu.idle (cgroup SCHED_IDLE, 5.15+): the v1 cpu
 // root has it; in v2 the root has no cpu files, so look at a child with the
@@ -235,13 +221,14 @@ int Agent::run() {
   topo_ = *topo;
   spdlog::info("node: {} CPUs ({} threads per core), cgroup2 at {}", topo_.cpus.size(),
                topo_.threads_per_core(), mounts_.cgroup2);
-  auto be = cgroup_backend(mounts_);
+  const CgroupRoots roots{mounts_.cgroup2, mounts_.cpu_v1, mounts_.cpuset_v1};
+  auto be = detect_backend(roots);  // pure v1 hosts are refused here
   if (!be) {
     spdlog::error("{}", be.error().str());
     return 2;
   }
-  backend_ = be->second;
-  idle_supported_ = probe_idle(be->first, backend_);
+  backend_ = *be;
+  idle_supported_ = probe_idle(roots, backend_);
   if (backend_ == CgroupBackend::V2)
     spdlog::info("cgroup backend: {}: measuring and writing in {}", backend_name(backend_), mounts_.cgroup2);
   else
@@ -310,7 +297,7 @@ int Agent::run() {
   cpu_stat_ = std::make_unique<CpuStatThrottleReader>(mounts_.cgroup2, mounts_.cpu_v1);
   collector_ = std::make_unique<Collector>(*maps_, *index_, cpu_stat_.get(), bpf_->throttle_source());
   classifier_ = std::make_unique<Classifier>(cfg_.classes, cfg_.offline.yarn_hierarchy);
-  cgfs_ = std::make_unique<RealCgroupFs>(be->first);
+  cgfs_ = std::make_unique<RealCgroupFs>(roots);
 
   store_ = std::make_unique<StateStore>(cfg_.state_file);
   auto loaded = store_->load();

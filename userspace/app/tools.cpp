@@ -1,4 +1,5 @@
 #include "khagent/app/tools.h"
+#include "khagent/util/strings.h"
 
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
@@ -69,14 +70,6 @@ std::string trim(std::string s) {
   size_t i = 0;
   while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) i++;
   return s.substr(i);
-}
-
-bool has_word(const std::string& text, const std::string& word) {
-  std::istringstream in(text);
-  std::string w;
-  while (in >> w)
-    if (w == word) return true;
-  return false;
 }
 
 // Display width of UTF-8 text, counting code points (cgroup paths are ASCII
@@ -872,9 +865,7 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
   if (auto m = find_mounts()) {
     cgroup2 = m->cgroup2;
     roots = {m->cgroup2, m->cpu_v1, m->cpuset_v1};
-    std::ifstream ctl(m->cgroup2 + "/cgroup.controllers");
-    std::string controllers((std::istreambuf_iterator<char>(ctl)), std::istreambuf_iterator<char>());
-    if (auto b = choose_backend(roots, controllers)) backend = *b;
+    if (auto b = detect_backend(roots)) backend = *b;
   }
   r.state_file = cfg.state_file;
   StateStore store(cfg.state_file);

@@ -38,6 +38,8 @@ struct CgroupRoots {
 // (`controllers` is its cgroup.controllers), else V1Hybrid when a v1 cpu
 // hierarchy is mounted, else an error that says why (ENOTSUP).
 Result<CgroupBackend> choose_backend(const CgroupRoots& roots, const std::string& controllers);
+// choose_backend() with the cgroup2 root's own cgroup.controllers.
+Result<CgroupBackend> detect_backend(const CgroupRoots& roots);
 
 // The v2 value of a file turned into the backend's own file and value
 // (cpu.max "max 100000" -> v1 cfs "-1 100000"; cpu.weight w -> cpu.shares
