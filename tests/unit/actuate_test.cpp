@@ -27,6 +27,16 @@ struct FakeFs : CgroupFs {
     if (e != write_errno.end()) return make_error(e->second, "write refused");
     auto it = files.find({cg, f});
     if (it == files.end()) return make_error(ENOENT, cg + " gone");
+    // As the kernel does: no weight while idle; setting idle shows the
+    // weight as 0 (v2) or 3 shares (v1); clearing it resets the weight to
+    // the default, not to what it was.
+    const bool v1 = f == CgroupFile::V1CpuIdle || f == CgroupFile::V1CpuShares;
+    const CgroupFile idle_f = v1 ? CgroupFile::V1CpuIdle : CgroupFile::CpuIdle;
+    const CgroupFile weight_f = v1 ? CgroupFile::V1CpuShares : CgroupFile::CpuWeight;
+    auto idle = files.find({cg, idle_f});
+    if (f == weight_f && idle != files.end() && idle->second == "1") return make_error(EINVAL, "weight while idle");
+    if (f == idle_f && files.count({cg, weight_f}) && normalize_cgroup_value(f, v) != it->second)
+      files[{cg, weight_f}] = v == "1" ? (v1 ? "3" : "0") : (v1 ? "1024" : "100");
     it->second = normalize_cgroup_value(f, v);
     writes.push_back(cg + " " + cgroup_file_name(f) + " " + v);
     return {};
@@ -158,7 +168,7 @@ TEST(Actuator, RecordsOriginalsBeforeWritingAndRestores) {
   // The originals are on disk already.
   StateStore disk((t.path / "s.json").string());
   ASSERT_TRUE(disk.load().ok());
-  EXPECT_EQ(disk.entries().size(), 2u);
+  EXPECT_EQ(disk.entries().size(), 3u);  // with the weight saved with the idle
   // Same again: unchanged, no write.
   f.writes.clear();
   auto again = a.apply({{"/be", CgroupFile::CpuMax, "200000 100000"}}, 2 * kS);
@@ -166,8 +176,10 @@ TEST(Actuator, RecordsOriginalsBeforeWritingAndRestores) {
   EXPECT_TRUE(f.writes.empty());
   // Restore puts the originals back and empties the state.
   auto rr = a.restore();
-  ASSERT_EQ(rr.size(), 2u);
-  for (const auto& x : rr) EXPECT_EQ(x.outcome, ActionOutcome::Restored) << x.message;
+  ASSERT_EQ(rr.size(), 3u);
+  for (const auto& x : rr)  // the default weight comes back with the idle
+    EXPECT_EQ(x.outcome, x.file == CgroupFile::CpuWeight ? ActionOutcome::Unchanged : ActionOutcome::Restored)
+        << x.message;
   EXPECT_EQ((f.files[{"/be", CgroupFile::CpuMax}]), "max 100000");
   EXPECT_EQ((f.files[{"/be", CgroupFile::CpuIdle}]), "0");
   StateStore after((t.path / "s.json").string());
@@ -323,4 +335,45 @@ TEST(RealCgroupFs, FixtureDirectory) {
   EXPECT_EQ(gone.error().err, ENOENT);
   EXPECT_TRUE(rfs.exists("/be"));
   EXPECT_FALSE(rfs.exists("/nope"));
+}
+
+// Clearing cpu.idle resets the weight to the default in the kernel: the
+// owner's weight (the kubelet's 2 shares on a BestEffort pod, a YARN root's
+// configured shares) comes back with the restore, v2 and v1, at exit and
+// when the idle is released.
+TEST(Actuator, IdleRestoreBringsTheOwnersWeightBack) {
+  for (bool v1 : {false, true}) {
+    SCOPED_TRACE(v1 ? "v1" : "v2");
+    TempDir t;
+    FakeFs fs;
+    const CgroupFile idle = v1 ? CgroupFile::V1CpuIdle : CgroupFile::CpuIdle;
+    const CgroupFile weight = v1 ? CgroupFile::V1CpuShares : CgroupFile::CpuWeight;
+    const std::string owners = v1 ? "2" : "1";
+    fs.files[std::make_pair(std::string("/be-pod"), idle)] = "0";
+    fs.files[std::make_pair(std::string("/be-pod"), weight)] = owners;
+    StateStore store((t.path / "s.json").string());
+    Actuator act(fs, store, false, kCpus);
+    auto r = act.apply({{"/be-pod", idle, "1"}}, 0);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].outcome, ActionOutcome::Written);
+    EXPECT_TRUE(store.has("/be-pod", weight)) << "the weight was not saved with the idle";
+    // Still wanted: the weight stays saved and untouched.
+    act.restore_unwanted({{"/be-pod", idle, "1"}});
+    EXPECT_EQ(fs.files[std::make_pair(std::string("/be-pod"), idle)], "1");
+    // A restart re-reads the state file and restores from it.
+    StateStore again((t.path / "s.json").string());
+    ASSERT_TRUE(again.load().ok());
+    Actuator after(fs, again, false, kCpus);
+    auto back = after.restore();
+    EXPECT_EQ(fs.files[std::make_pair(std::string("/be-pod"), idle)], "0");
+    EXPECT_EQ(fs.files[std::make_pair(std::string("/be-pod"), weight)], owners);
+    for (const auto& b : back) EXPECT_NE(b.outcome, ActionOutcome::Rejected) << b.message;
+    EXPECT_TRUE(again.entries().empty());
+    // Released while running: both come back.
+    Actuator live(fs, again, false, kCpus);
+    live.apply({{"/be-pod", idle, "1"}}, 0);
+    live.restore_unwanted({});
+    EXPECT_EQ(fs.files[std::make_pair(std::string("/be-pod"), idle)], "0");
+    EXPECT_EQ(fs.files[std::make_pair(std::string("/be-pod"), weight)], owners);
+  }
 }

@@ -44,6 +44,14 @@ int apply_rank(CgroupFile f) {
 bool is_cpuset(CgroupFile f) { return f == CgroupFile::CpusetCpus || f == CgroupFile::V1CpusetCpus; }
 bool is_idle(CgroupFile f) { return f == CgroupFile::CpuIdle || f == CgroupFile::V1CpuIdle; }
 
+// Clearing cpu.idle does not bring the weight back: the kernel sets the
+// group's weight to the default (100, 1024 shares), whatever its owner had
+// written. So the weight is saved with the first idle write and restored
+// right after the idle.
+CgroupFile weight_of_idle(CgroupFile idle) {
+  return idle == CgroupFile::V1CpuIdle ? CgroupFile::V1CpuShares : CgroupFile::CpuWeight;
+}
+
 }  // namespace
 
 Actuator::Actuator(CgroupFs& fs, StateStore& store, bool dry_run, CpuSet node_cpus, uint64_t revert_backoff_ns)
@@ -154,8 +162,21 @@ ActionRecord Actuator::apply_one(const DesiredValue& d, uint64_t now_ns, bool& d
   }
   if (!store_.has(d.cgroup, d.file)) {
     store_.record(d.cgroup, d.file, *cur);
+    bool with_weight = false;
+    if (is_idle(d.file) && !store_.has(d.cgroup, weight_of_idle(d.file))) {
+      auto w = fs_.read(d.cgroup, weight_of_idle(d.file));
+      if (!w) {
+        rec.outcome = ActionOutcome::Rejected;
+        rec.message = "cannot read the weight that clearing cpu.idle would reset, so not writing: " + w.error().str();
+        store_.forget(d.cgroup, d.file);
+        return rec;
+      }
+      store_.record(d.cgroup, weight_of_idle(d.file), *w);
+      with_weight = true;
+    }
     if (auto r = store_.save(); !r) {
       store_.forget(d.cgroup, d.file);
+      if (with_weight) store_.forget(d.cgroup, weight_of_idle(d.file));
       rec.outcome = ActionOutcome::Rejected;
       rec.message = "original value not saved, so not writing: " + r.error().str();
       return rec;
@@ -183,7 +204,11 @@ std::vector<ActionRecord> Actuator::restore_except(const std::set<std::string>& 
 
 std::vector<ActionRecord> Actuator::restore_unwanted(const std::vector<DesiredValue>& wanted) {
   std::set<Key> want;
-  for (const auto& d : wanted) want.insert({d.cgroup, static_cast<int>(d.file)});
+  for (const auto& d : wanted) {
+    want.insert({d.cgroup, static_cast<int>(d.file)});
+    // The weight saved with an idle stays until the idle goes.
+    if (is_idle(d.file)) want.insert({d.cgroup, static_cast<int>(weight_of_idle(d.file))});
+  }
   return restore_if([&](const OriginalValue& e) { return want.count({e.cgroup, static_cast<int>(e.file)}) > 0; });
 }
 

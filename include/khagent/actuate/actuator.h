@@ -37,6 +37,8 @@ class Actuator {
   // Applies every desired value; returns one record per value (Unchanged
   // included). Originals are saved to the state file before the first write
   // to each file; if they cannot be saved, nothing is written to that file.
+  // A cgroup's weight is saved with its first cpu.idle write (clearing idle
+  // resets the weight to the default) and restored after the idle.
   std::vector<ActionRecord> apply(const std::vector<DesiredValue>& want, uint64_t now_ns);
 
   // Restores every original and forgets it.
