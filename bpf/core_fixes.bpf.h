@@ -64,4 +64,44 @@ static __always_inline int kh_task_throttled(struct task_struct *p)
 	return cfs_rq->throttle_count > 0;
 }
 
+/*
+ * A clock of the time the task's cfs_rq has spent throttled with tasks
+ * queued on it, in the rq clock's nanoseconds: throttled_clock_self_time
+ * adds up the finished stretches (at each unthrottle) and
+ * throttled_clock_self marks the start of the current one; both count
+ * throttling of an ancestor too. v6.6+, commit 677ea015f231 ("sched: add
+ * throttled time stat for throttled children"); they kept their meaning in
+ * the task-based throttling of v6.18. The difference of two readings on the
+ * same cfs_rq is how long it was throttled in between.
+ * Returns 0 (and leaves *clock alone) where the fields do not exist; sets
+ * *cfs_rq_addr so that readings of different cfs_rqs (a migration) are
+ * never subtracted.
+ */
+static __always_inline int kh_throttled_clock(struct task_struct *p, __u64 *clock, __u64 *cfs_rq_addr)
+{
+	struct cfs_rq *cfs_rq;
+	struct rq *rq;
+	__u64 self, t;
+
+	if (!bpf_core_field_exists(p->se.cfs_rq) ||
+	    !bpf_core_field_exists(struct cfs_rq, throttled_clock_self_time) ||
+	    !bpf_core_field_exists(struct cfs_rq, rq))
+		return 0;
+	cfs_rq = p->se.cfs_rq;
+	if (!cfs_rq)
+		return 0;
+	t = cfs_rq->throttled_clock_self_time;
+	self = cfs_rq->throttled_clock_self;
+	if (self) {
+		rq = cfs_rq->rq;
+		if (!rq)
+			return 0;
+		if (rq->clock > self)
+			t += rq->clock - self;
+	}
+	*clock = t;
+	*cfs_rq_addr = (__u64)cfs_rq;
+	return 1;
+}
+
 #endif /* KHAGENT_CORE_FIXES_BPF_H */

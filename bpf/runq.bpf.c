@@ -112,9 +112,44 @@ struct cpu_state {
 
 struct task_state {
 	__u64 wait_start; /* ns when the current wait began; 0 = not waiting */
+	__u64 thr_clock;  /* kh_throttled_clock() when it began (v6.6+) */
+	__u64 thr_cfs_rq; /* the cfs_rq that clock was read from; 0 = none */
 	__u32 throttled;  /* the wait began on a throttled cfs_rq */
 	__u32 sleeping;   /* preempted on its way to sleep, not woken since */
 };
+
+/* Records how a wait that begins now stands towards throttling. */
+static __always_inline void wait_begins(struct task_state *ts, struct task_struct *p, __u64 now)
+{
+	ts->wait_start = now;
+	ts->thr_cfs_rq = 0;
+	ts->throttled = 0;
+	if (!cfg_throttle_cause)
+		return;
+	ts->throttled = kh_task_throttled(p);
+	if (!kh_throttled_clock(p, &ts->thr_clock, &ts->thr_cfs_rq))
+		ts->thr_cfs_rq = 0;
+}
+
+/*
+ * How much of a wait ending now, on the cfs_rq the task is queued on now,
+ * its cfs_rq spent throttled. Where the kernel keeps the throttled clock
+ * (v6.6+) and the task did not change cfs_rq meanwhile, the clock's advance
+ * over the wait; otherwise the wait is throttled as a whole if it began
+ * throttled (then throttling that starts or ends within a wait is missed).
+ */
+static __always_inline __u64 throttled_part(struct task_state *ts, struct task_struct *p, __u64 wait)
+{
+	__u64 clock = 0, cfs_rq = 0;
+
+	if (!cfg_throttle_cause)
+		return 0;
+	if (ts->thr_cfs_rq && kh_throttled_clock(p, &clock, &cfs_rq) && cfs_rq == ts->thr_cfs_rq) {
+		clock = clock > ts->thr_clock ? clock - ts->thr_clock : 0;
+		return clock < wait ? clock : wait;
+	}
+	return ts->throttled ? wait : 0;
+}
 
 /*
  * key: cgroup v2 id; value: that cgroup's counters, summed over all CPUs.
@@ -401,8 +436,7 @@ static __always_inline void start_wait(struct task_struct *p, __u64 now)
 	if (ts->wait_start && !ts->sleeping)
 		return;
 	ts->sleeping = 0;
-	ts->wait_start = now;
-	ts->throttled = cfg_throttle_cause ? kh_task_throttled(p) : 0;
+	wait_begins(ts, p, now);
 }
 
 /* Fast path: tell userspace at once about a long wait of a protected cgroup. */
@@ -437,13 +471,17 @@ static __always_inline void report_wait(__u64 cgid, __u64 wait, __u64 now, __u64
 /*
  * Charge a wait [t0, now] of a task of cgroup cgid that now runs on this
  * CPU, to this CPU's pending counts of that cgroup (pd, only this CPU
- * writes them: plain adds).
+ * writes them: plain adds). thr ns of it its cfs_rq spent throttled: they
+ * are taken to be the start of the wait if it began throttled, its end
+ * otherwise, and who ran meanwhile is not blamed for them; the rest is
+ * split by who ran on this CPU.
  */
-static __always_inline void end_wait(struct cpu_state *cs, struct pending *pd,
-				     __u64 cgid, __u64 t0, __u64 now, __u32 throttled)
+static __always_inline void end_wait(struct cpu_state *cs, struct pending *pd, __u64 cgid, __u64 t0,
+				     __u64 now, __u64 thr, __u32 began_throttled)
 {
 	__u64 wait = now - t0, same = 0, other = 0, rest, agg = 0, agg_ns = 0, top = 0, top_ns = 0;
-	__u32 b;
+	__u64 w0 = t0, w1 = now, span;
+	__u32 b, cause;
 	int i;
 
 	b = kh_hist_bucket(wait);
@@ -453,21 +491,28 @@ static __always_inline void end_wait(struct cpu_state *cs, struct pending *pd,
 	pd->wait_ns += wait;
 	pd->waits++;
 
-	if (throttled) {
+	if (thr >= wait) {
 		pd->cause_ns[KH_WAIT_THROTTLED] += wait;
 		report_wait(cgid, wait, now, 0, 0, KH_WAIT_THROTTLED);
 		return;
 	}
+	pd->cause_ns[KH_WAIT_THROTTLED] += thr;
+	if (began_throttled)
+		w0 += thr;
+	else
+		w1 -= thr;
+	span = w1 - w0;
 
-	/* Walk the slices that ended during the wait, newest first. */
+	/* Walk the slices that ended during the window, newest first. */
 	for (i = 0; i < SLICE_RING; i++) {
 		struct slice *sl = &cs->ring[(cs->head - 1 - i) & (SLICE_RING - 1)];
-		__u64 from, ov;
+		__u64 from, to, ov;
 
-		if (i >= cs->head || sl->end <= t0)
+		if (i >= cs->head || sl->end <= w0)
 			break;
-		from = sl->start > t0 ? sl->start : t0;
-		ov = sl->end > from ? sl->end - from : 0;
+		from = sl->start > w0 ? sl->start : w0;
+		to = sl->end < w1 ? sl->end : w1;
+		ov = to > from ? to - from : 0;
 		if (sl->cgid == cgid) {
 			same += ov;
 			continue;
@@ -476,32 +521,43 @@ static __always_inline void end_wait(struct cpu_state *cs, struct pending *pd,
 		if (!cfg_interference)
 			continue;
 		if (sl->cgid != agg) {
-			if (agg_ns)
+			if (agg_ns) {
 				pair_add(cgid, agg, agg_ns);
+				if (agg_ns > top_ns) {
+					top = agg;
+					top_ns = agg_ns;
+				}
+			}
 			agg = sl->cgid;
 			agg_ns = 0;
 		}
 		agg_ns += ov;
+	}
+	if (agg_ns) {
+		pair_add(cgid, agg, agg_ns);
 		if (agg_ns > top_ns) {
 			top = agg;
 			top_ns = agg_ns;
 		}
-		if (i == SLICE_RING - 1 && sl->start > t0)
-			count(KH_CNT_RING_OVERFLOW);
 	}
-	if (agg_ns)
-		pair_add(cgid, agg, agg_ns);
+	/* The ring's oldest slice began inside the window: older ones are lost. */
+	if (i == SLICE_RING && cs->ring[cs->head & (SLICE_RING - 1)].start > w0)
+		count(KH_CNT_RING_OVERFLOW);
 
-	if (same + other > wait) /* clock skew between CPUs */
-		other = wait > same ? wait - same : 0;
-	rest = wait - same - other;
+	if (same + other > span) /* clock skew between CPUs */
+		other = span > same ? span - same : 0;
+	rest = span - same - other;
 	pd->cause_ns[KH_WAIT_SAME_CGROUP] += same;
 	pd->cause_ns[KH_WAIT_OTHER_CGROUP] += other;
 	pd->cause_ns[KH_WAIT_UNATTRIBUTED] += rest;
-	if (wait >= cfg_event_min_ns)
-		report_wait(cgid, wait, now, top, top_ns,
-			    other >= same ? (other >= rest ? KH_WAIT_OTHER_CGROUP : KH_WAIT_UNATTRIBUTED)
-					  : KH_WAIT_SAME_CGROUP);
+	if (wait >= cfg_event_min_ns) {
+		cause = other >= same ? (other >= rest ? KH_WAIT_OTHER_CGROUP : KH_WAIT_UNATTRIBUTED)
+				      : KH_WAIT_SAME_CGROUP;
+		if (thr >= other && thr >= same && thr >= rest)
+			cause = KH_WAIT_THROTTLED;
+		report_wait(cgid, wait, now, cause == KH_WAIT_THROTTLED ? 0 : top,
+			    cause == KH_WAIT_THROTTLED ? 0 : top_ns, cause);
+	}
 }
 
 SEC("tp_btf/sched_wakeup")
@@ -532,7 +588,8 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 	struct pending *pd;
 	struct task_state *ts;
 	struct cpu_state *cs;
-	__u32 zero = 0, throttled;
+	__u32 zero = 0;
+	__u64 thr;
 
 	cs = bpf_map_lookup_elem(&cpu_state, &zero);
 	if (!cs)
@@ -573,8 +630,7 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 			ts = bpf_task_storage_get(&task_state, prev, 0,
 						  BPF_LOCAL_STORAGE_GET_F_CREATE);
 			if (ts) {
-				ts->wait_start = now;
-				ts->throttled = cfg_throttle_cause ? kh_task_throttled(prev) : 0;
+				wait_begins(ts, prev, now);
 				ts->sleeping = !running;
 			} else {
 				count(KH_CNT_STORAGE_MISS);
@@ -603,10 +659,11 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 	ts = bpf_task_storage_get(&task_state, next, 0, 0);
 	if (ts && ts->wait_start) {
 		t0 = ts->wait_start;
-		throttled = ts->throttled;
 		ts->wait_start = 0;
-		if (now > t0)
-			end_wait(cs, pending_of(cs, cgid, now), cgid, t0, now, throttled);
+		if (now > t0) {
+			thr = throttled_part(ts, next, now - t0);
+			end_wait(cs, pending_of(cs, cgid, now), cgid, t0, now, thr, ts->throttled);
+		}
 	}
 	/* Bound how late cgroup_stats shows what this CPU gathered. */
 	if (now - cs->pd.since >= cfg_pending_ns)

@@ -99,6 +99,18 @@ class RunqHost : public ::testing::Test {
     auto it = r.cgroups.find(id);
     return it == r.cgroups.end() ? CgroupCounters{} : it->second;
   }
+  // The kernel's throttled time of a cgroup, in ns, from its cpu.stat (v1
+  // throttled_time or v2 throttled_usec); -1 if it has none.
+  static double kernel_throttled_ns(const std::string& cgroup_dir) {
+    std::istringstream in(read_file(cgroup_dir + "/cpu.stat"));
+    std::string k;
+    uint64_t v = 0;
+    while (in >> k >> v) {
+      if (k == "throttled_time") return static_cast<double>(v);
+      if (k == "throttled_usec") return static_cast<double>(v) * 1e3;
+    }
+    return -1.0;
+  }
   static uint64_t pair_ns(const RawMaps& r, uint64_t victim, uint64_t aggressor) {
     for (const auto& p : r.pairs)
       if (p.victim == victim && p.aggressor == aggressor) return p.wait_ns;
@@ -215,12 +227,13 @@ TEST_F(RunqHost, AttributionSplitsByAggressorShare) {
 TEST_F(RunqHost, QuotaThrottledWaitsAreCountedAsThrottled) {
   auto& t = cgroup("throttled");
   std::unique_ptr<TestCgroup> v1;
-  std::string v1_procs;
+  std::string v1_procs, quota_dir = t.dir();
   if (!m_.cpu_v1.empty()) {
     v1 = std::make_unique<TestCgroup>(m_.cpu_v1, "/" + unique("khagent-host-test"));
     ASSERT_TRUE(write_file(v1->dir() + "/cpu.cfs_period_us", "100000"));
     ASSERT_TRUE(write_file(v1->dir() + "/cpu.cfs_quota_us", "20000"));
     v1_procs = v1->dir() + "/cgroup.procs";
+    quota_dir = v1->dir();
   } else {
     ASSERT_TRUE(write_file(parent_->dir() + "/cgroup.subtree_control", "+cpu"))
         << "cannot enable the cpu controller on cgroup v2";
@@ -234,8 +247,10 @@ TEST_F(RunqHost, QuotaThrottledWaitsAreCountedAsThrottled) {
   sleep_s(0.3);
   ASSERT_TRUE(col.tick().ok());
   RawMaps r0 = read();
+  double k0 = kernel_throttled_ns(quota_dir);
   sleep_s(3);
   RawMaps r1 = read();
+  double k1 = kernel_throttled_ns(quota_dir);
   auto s = col.tick();
   ASSERT_TRUE(s.ok());
 
@@ -249,8 +264,13 @@ TEST_F(RunqHost, QuotaThrottledWaitsAreCountedAsThrottled) {
               static_cast<unsigned long long>(d.waits));
   EXPECT_LT(static_cast<double>(d.cpu_ns), 0.35 * 3e9) << "the quota did not limit the hog";
   ASSERT_GT(wait, 1e9) << "a 20% quota hog should wait most of the time";
-  EXPECT_GE(thr / wait, 0.9);
-  EXPECT_LE(static_cast<double>(d.cause_ns[KH_WAIT_OTHER_CGROUP]) / wait, 0.05);
+  // The throttled part is what the kernel counted as throttled time (on
+  // kernels with the throttled clock, 6.6+); on a quiet CPU nearly all of
+  // the wait, whatever else ran on it is interference.
+  ASSERT_GE(k0, 0) << "no throttled time in " << quota_dir << "/cpu.stat";
+  std::printf("kernel throttled time %.1f ms\n", (k1 - k0) / 1e6);
+  EXPECT_NEAR(thr / (k1 - k0), 1.0, kernel_has_throttled_clock() ? 0.04 : 0.25)
+      << "throttled part of the waits off the kernel's throttled time";
 
   // The throttle metric itself: from cpu.stat (here) or fentry.
   for (const auto& cg : s->cgroups) {
@@ -262,6 +282,59 @@ TEST_F(RunqHost, QuotaThrottledWaitsAreCountedAsThrottled) {
     EXPECT_GE(cg.throttle_total.events, 20u);
     EXPECT_GT(cg.throttle_total.throttled_ns, 1'000'000'000u);
   }
+}
+
+// A wait split by its throttled overlap: two busy threads of a cgroup with a
+// 0.2 CPU quota share CPU 0 with a hog of another cgroup. While the cgroup
+// is throttled both threads wait, so the truth for the throttled part of
+// their waits is 2 x the kernel's throttled time (cpu.stat). Deciding once,
+// when a wait starts, put 9.2 s of 12.6 s under "throttled" against a truth
+// of 8.4 s: after each unthrottle the threads also wait behind the hog, and
+// that part is interference.
+TEST_F(RunqHost, SelfThrottledWaitsSplitByTheirThrottledOverlap) {
+  auto& t = cgroup("selfthrottled");
+  auto& h = cgroup("hog");
+  std::unique_ptr<TestCgroup> v1;
+  std::string v1_procs, quota_dir;
+  if (!m_.cpu_v1.empty()) {
+    v1 = std::make_unique<TestCgroup>(m_.cpu_v1, "/" + unique("khagent-host-test"));
+    ASSERT_TRUE(write_file(v1->dir() + "/cpu.cfs_period_us", "100000"));
+    ASSERT_TRUE(write_file(v1->dir() + "/cpu.cfs_quota_us", "20000"));
+    v1_procs = v1->dir() + "/cgroup.procs";
+    quota_dir = v1->dir();
+  } else {
+    ASSERT_TRUE(write_file(parent_->dir() + "/cgroup.subtree_control", "+cpu"))
+        << "cannot enable the cpu controller on cgroup v2";
+    ASSERT_TRUE(write_file(t.dir() + "/cpu.max", "20000 100000"));
+    quota_dir = t.dir();
+  }
+  ASSERT_GT(spawn(h, 0, [] { busy_loop(); }), 0);
+  ASSERT_GT(spawn(t, 0, [] { busy_loop(); }, v1_procs), 0);
+  ASSERT_GT(spawn(t, 0, [] { busy_loop(); }, v1_procs), 0);
+  sleep_s(0.5);
+  RawMaps r0 = read();
+  double k0 = kernel_throttled_ns(quota_dir);
+  sleep_s(4);
+  RawMaps r1 = read();
+  double k1 = kernel_throttled_ns(quota_dir);
+  ASSERT_GE(k0, 0) << "no throttled time in " << quota_dir << "/cpu.stat";
+  CgroupCounters d = counters_delta(of(r1, t.id()), of(r0, t.id()));
+  double wait = static_cast<double>(d.wait_ns), thr = static_cast<double>(d.cause_ns[KH_WAIT_THROTTLED]);
+  double other = static_cast<double>(d.cause_ns[KH_WAIT_OTHER_CGROUP]);
+  double same = static_cast<double>(d.cause_ns[KH_WAIT_SAME_CGROUP]);
+  double truth = 2 * (k1 - k0);
+  std::printf("two threads under a 0.2 CPU quota next to a hog: wait %.0f ms = throttled %.0f + same %.0f + "
+              "other %.0f + unattributed %.0f ms; truth for throttled 2 x %.0f = %.0f ms (%+.1f%%)\n",
+              wait / 1e6, thr / 1e6, same / 1e6, other / 1e6,
+              static_cast<double>(d.cause_ns[KH_WAIT_UNATTRIBUTED]) / 1e6, (k1 - k0) / 1e6, truth / 1e6,
+              truth > 0 ? 100 * (thr - truth) / truth : 0);
+  ASSERT_GT(truth, 2e9) << "the quota did not throttle the cgroup";
+  // Without the kernel's throttled clock (before 6.6) the split is decided
+  // when a wait begins: approximate, and documented as such.
+  const bool exact = kernel_has_throttled_clock();
+  std::printf("throttled clock in this kernel: %s\n", exact ? "yes" : "no (approximate split)");
+  EXPECT_NEAR(thr / truth, 1.0, exact ? 0.04 : 0.25) << "throttled part of the waits off the kernel's throttled time";
+  EXPECT_NEAR((thr + same + other + static_cast<double>(d.cause_ns[KH_WAIT_UNATTRIBUTED])) / wait, 1.0, 0.01);
 }
 
 // (4) kernel engineers can read the pinned maps with bpftool, with field names.

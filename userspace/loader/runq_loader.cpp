@@ -13,6 +13,7 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
@@ -71,6 +72,21 @@ Result<void> preflight(const std::string& btf_path) {
   return {};
 }
 
+bool kernel_has_throttled_clock() {
+  struct btf* vmlinux = btf__load_vmlinux_btf();
+  if (!vmlinux) return false;
+  bool found = false;
+  int id = btf__find_by_name_kind(vmlinux, "cfs_rq", BTF_KIND_STRUCT);
+  if (id > 0) {
+    const struct btf_type* t = btf__type_by_id(vmlinux, static_cast<__u32>(id));
+    const struct btf_member* m = btf_members(t);
+    for (int i = 0; i < btf_vlen(t) && !found; i++, m++)
+      found = std::strcmp(btf__name_by_offset(vmlinux, m->name_off), "throttled_clock_self_time") == 0;
+  }
+  btf__free(vmlinux);
+  return found;
+}
+
 bool probe_fentry(const std::string& func) {
   struct btf* vmlinux = btf__load_vmlinux_btf();
   if (!vmlinux) return false;
@@ -127,6 +143,10 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
     bpf_map__set_max_entries(s->maps.throttle_start, 1);
   }
   self->throttle_source_ = fentry ? ThrottleSource::Fentry : ThrottleSource::CpuStat;
+  spdlog::info("throttled waits: {}", kernel_has_throttled_clock()
+                                          ? "split by the kernel's throttled clock (cfs_rq, 6.6+)"
+                                          : "throttled as a whole if they began throttled (no throttled clock "
+                                            "before 6.6: approximate)");
 
   if (int err = runq_bpf__load(s); err)
     return make_error(err, "loading the runq BPF programs (the verifier log above says why)");

@@ -61,6 +61,12 @@ Result<void> preflight(const std::string& btf_path = "/sys/kernel/btf/vmlinux");
 // trivial one).
 bool probe_fentry(const std::string& func);
 
+// True if the kernel keeps a per-cfs_rq throttled clock
+// (cfs_rq::throttled_clock_self_time, 6.6+): then the BPF side splits each
+// wait by how much of it its cfs_rq spent throttled. Older kernels: a wait
+// counts as throttled as a whole if it began throttled (approximate).
+bool kernel_has_throttled_clock();
+
 class RunqBpf {
  public:
   static Result<std::unique_ptr<RunqBpf>> open_and_load(const LoaderOptions& opts);
