@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "khagent/signals/signals.h"
 #include "khagent/signals/workload.h"
 
 using namespace khagent;
@@ -170,4 +171,33 @@ TEST(Rollup, PodsClassesAndInterference) {
   EXPECT_EQ(n.yarn[0].container, "container_1_2_3_4");
   EXPECT_EQ(n.yarn[0].online_wait_caused_ns, 3'500'000u);
   EXPECT_EQ(n.offline_parents, std::vector<std::string>{"/hadoop-yarn"});
+}
+
+// Sibling containers of one pod (app, sidecar, pause) share its CPU: a wait
+// behind a sibling is "same" at the pod level and never makes the sibling a
+// top aggressor, while a wait behind another pod stays interference.
+TEST(Rollup, SiblingContainersOfAPodAreNotInterference) {
+  Config c = default_config();
+  Classifier k(c.classes, "hadoop-yarn");
+  std::string pod = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + kUidSd + ".slice";
+  std::string other = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0000_1111.slice";
+  Sample s;
+  s.interval_ns = 1'000'000'000;
+  s.cgroups.push_back(cg(1, pod + "/cri-containerd-aaaaaaaaaaaa.scope", 300'000'000, 4'000'000, 100, 40'000));
+  s.cgroups.push_back(cg(2, pod + "/cri-containerd-bbbbbbbbbbbb.scope", 500'000'000, 0, 0, 0));
+  s.cgroups.push_back(cg(3, other + "/cri-containerd-cccccccccccc.scope", 100'000'000, 0, 0, 0));
+  s.cgroups[0].interval.cause_ns[KH_WAIT_OTHER_CGROUP] = 4'000'000;
+  s.cgroups[0].total = s.cgroups[0].interval;
+  s.pairs.push_back({1, 2, 3'000'000, 3'000'000, 3'000'000});  // behind its sidecar
+  s.pairs.push_back({1, 3, 1'000'000, 1'000'000, 1'000'000});  // behind another pod
+  NodeSignals n = rollup(s, k);
+  ASSERT_EQ(n.pods.size(), 2u);
+  const auto& p = n.pods[0].uid == kUid ? n.pods[0] : n.pods[1];
+  EXPECT_EQ(p.interval.cause_ns[KH_WAIT_SAME_CGROUP], 3'000'000u);
+  EXPECT_EQ(p.interval.cause_ns[KH_WAIT_OTHER_CGROUP], 1'000'000u);
+
+  Signals sig = compute_signals(s);
+  ASSERT_FALSE(sig.cgroups.empty());
+  ASSERT_EQ(sig.cgroups[0].top_aggressors.size(), 1u);
+  EXPECT_EQ(sig.cgroups[0].top_aggressors[0].id, 3u);
 }

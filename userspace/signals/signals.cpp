@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "khagent/signals/workload.h"
+
 namespace khagent {
 
 Signals compute_signals(const Sample& s, size_t top_n) {
@@ -33,7 +35,14 @@ Signals compute_signals(const Sample& s, size_t top_n) {
 
     auto it = by_victim.find(c.id);
     if (it != by_victim.end()) {
-      auto pairs = it->second;
+      // Not the containers of the victim's own pod: they share its CPU.
+      std::vector<const PairSample*> pairs;
+      const std::string pod = identify_cgroup(c.path, "").pod_path;
+      for (const auto* p : it->second) {
+        auto ag = by_id.find(p->aggressor);
+        if (!pod.empty() && ag != by_id.end() && identify_cgroup(ag->second->path, "").pod_path == pod) continue;
+        pairs.push_back(p);
+      }
       size_t n = std::min(top_n, pairs.size());
       std::partial_sort(pairs.begin(), pairs.begin() + static_cast<long>(n), pairs.end(),
                         [](const PairSample* a, const PairSample* b) {

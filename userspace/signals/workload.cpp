@@ -230,6 +230,15 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
   for (const auto& [uid, p] : pods)
     for (auto id : p.cgroup_ids) pod_of[id] = uid;
   for (const auto& pr : s.pairs) {
+    // Containers of one pod (app, sidecar, pause) share its CPU: at the
+    // pod level a wait behind a sibling is a wait behind the pod itself.
+    auto pv = pod_of.find(pr.victim), pa = pod_of.find(pr.aggressor);
+    if (pv != pod_of.end() && pa != pod_of.end() && pv->second == pa->second) {
+      auto& c = pods[pv->second].interval.cause_ns;
+      uint64_t moved = std::min(c[KH_WAIT_OTHER_CGROUP], pr.wait_ns_interval);
+      c[KH_WAIT_OTHER_CGROUP] -= moved;
+      c[KH_WAIT_SAME_CGROUP] += moved;
+    }
     auto v = entries.find(pr.victim);
     auto a = entries.find(pr.aggressor);
     if (v == entries.end() || a == entries.end()) continue;
