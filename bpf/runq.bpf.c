@@ -67,6 +67,12 @@ const volatile __u64 cfg_event_min_ns = ~0ULL;
 /* Fast path: at most one event per protected cgroup per this interval. */
 const volatile __u64 cfg_event_interval_ns = 50000000;
 
+/*
+ * Kernels without the cfs_rq throttled clock (before 6.6) but with fentry:
+ * keep one per cfs_rq from the throttle/unthrottle programs (throttle_clock).
+ */
+const volatile bool cfg_fentry_clock = false;
+
 /* A zeroed stats value to create map entries from (too big for the stack). */
 const struct kh_cgroup_stats kh_zero_stats = {};
 
@@ -118,38 +124,6 @@ struct task_state {
 	__u32 sleeping;   /* preempted on its way to sleep, not woken since */
 };
 
-/* Records how a wait that begins now stands towards throttling. */
-static __always_inline void wait_begins(struct task_state *ts, struct task_struct *p, __u64 now)
-{
-	ts->wait_start = now;
-	ts->thr_cfs_rq = 0;
-	ts->throttled = 0;
-	if (!cfg_throttle_cause)
-		return;
-	ts->throttled = kh_task_throttled(p);
-	if (!kh_throttled_clock(p, &ts->thr_clock, &ts->thr_cfs_rq))
-		ts->thr_cfs_rq = 0;
-}
-
-/*
- * How much of a wait ending now, on the cfs_rq the task is queued on now,
- * its cfs_rq spent throttled. Where the kernel keeps the throttled clock
- * (v6.6+) and the task did not change cfs_rq meanwhile, the clock's advance
- * over the wait; otherwise the wait is throttled as a whole if it began
- * throttled (then throttling that starts or ends within a wait is missed).
- */
-static __always_inline __u64 throttled_part(struct task_state *ts, struct task_struct *p, __u64 wait)
-{
-	__u64 clock = 0, cfs_rq = 0;
-
-	if (!cfg_throttle_cause)
-		return 0;
-	if (ts->thr_cfs_rq && kh_throttled_clock(p, &clock, &cfs_rq) && cfs_rq == ts->thr_cfs_rq) {
-		clock = clock > ts->thr_clock ? clock - ts->thr_clock : 0;
-		return clock < wait ? clock : wait;
-	}
-	return ts->throttled ? wait : 0;
-}
 
 /*
  * key: cgroup v2 id; value: that cgroup's counters, summed over all CPUs.
@@ -186,6 +160,18 @@ struct {
 	__type(key, __u64);
 	__type(value, __u64);
 } throttle_start SEC(".maps");
+
+/*
+ * key: struct cfs_rq address; value: ns it spent throttled, summed over its
+ * finished throttled stretches (cfg_fentry_clock only). A cfs_rq's own
+ * throttling only: that of an ancestor does not show here.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+} throttle_clock SEC(".maps");
 
 /* key: 0; value: this CPU's running slice, ring of recent slices, pending counts */
 struct {
@@ -406,6 +392,86 @@ static __always_inline void pair_add(__u64 victim, __u64 aggressor, __u64 ns)
 	}
 	kh_add(&v->wait_ns, ns);
 	kh_add(&v->count, 1);
+}
+
+/*
+ * The fentry-kept throttled clock of cfs_rq at now. A global function: the
+ * verifier checks it once, not at every call site with every state (its
+ * two lookups doubled the states of sched_switch past the verifier's limit).
+ * Scalar arguments only, which 6.1 accepts from tp_btf programs.
+ */
+__noinline __u64 kh_fentry_throttled_clock(__u64 cfs_rq, __u64 now)
+{
+	__u64 *acc, *start, t = 0;
+
+	if (!cfs_rq)
+		return 0;
+	acc = bpf_map_lookup_elem(&throttle_clock, &cfs_rq);
+	start = bpf_map_lookup_elem(&throttle_start, &cfs_rq);
+	if (acc)
+		t = *acc;
+	if (start && now > *start)
+		t += now - *start;
+	return t;
+}
+
+/*
+ * The throttled clock of the task's cfs_rq (see kh_throttled_clock): the
+ * kernel's on 6.6+, else the one the fentry programs keep (its own
+ * throttling only), else none (0).
+ */
+static __always_inline int throttled_clock(struct task_struct *p, __u64 now, __u64 *clock, __u64 *cfs_rq_addr)
+{
+	__u64 key;
+
+	if (kh_throttled_clock(p, clock, cfs_rq_addr))
+		return 1;
+	if (!cfg_fentry_clock || !bpf_core_field_exists(p->se.cfs_rq))
+		return 0;
+	/* Read as a number (a BTF pointer may not be passed to a global function). */
+	key = (__u64)BPF_CORE_READ(p, se.cfs_rq);
+	if (!key)
+		return 0;
+	*clock = kh_fentry_throttled_clock(key, now);
+	*cfs_rq_addr = key;
+	return 1;
+}
+
+/* Records how a wait that begins now stands towards throttling. */
+static __always_inline void wait_begins(struct task_state *ts, struct task_struct *p, __u64 now)
+{
+	ts->wait_start = now;
+	ts->thr_cfs_rq = 0;
+	ts->throttled = 0;
+	if (!cfg_throttle_cause)
+		return;
+	ts->throttled = kh_task_throttled(p);
+	if (!throttled_clock(p, now, &ts->thr_clock, &ts->thr_cfs_rq))
+		ts->thr_cfs_rq = 0;
+}
+
+/*
+ * How much of a wait ending now, on the cfs_rq the task is queued on now,
+ * its cfs_rq spent throttled: the throttled clock's advance over the wait,
+ * if there is a clock and the task did not change cfs_rq meanwhile;
+ * otherwise the wait is throttled as a whole if it began throttled (then
+ * throttling that starts or ends within a wait is missed). The fentry clock
+ * does not see an ancestor's throttling: a wait that began throttled and
+ * saw none on its own cfs_rq falls back to that rule too.
+ */
+static __always_inline __u64 throttled_part(struct task_state *ts, struct task_struct *p, __u64 now, __u64 wait)
+{
+	__u64 clock = 0, cfs_rq = 0;
+
+	if (!cfg_throttle_cause)
+		return 0;
+	if (ts->thr_cfs_rq && throttled_clock(p, now, &clock, &cfs_rq) && cfs_rq == ts->thr_cfs_rq) {
+		clock = clock > ts->thr_clock ? clock - ts->thr_clock : 0;
+		if (!clock && ts->throttled && cfg_fentry_clock)
+			return wait;
+		return clock < wait ? clock : wait;
+	}
+	return ts->throttled ? wait : 0;
 }
 
 static __always_inline void start_wait(struct task_struct *p, __u64 now)
@@ -661,7 +727,7 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 		t0 = ts->wait_start;
 		ts->wait_start = 0;
 		if (now > t0) {
-			thr = throttled_part(ts, next, now - t0);
+			thr = throttled_part(ts, next, now, now - t0);
 			end_wait(cs, pending_of(cs, cgid, now), cgid, t0, now, thr, ts->throttled);
 		}
 	}
@@ -710,6 +776,15 @@ int BPF_PROG(handle_unthrottle_cfs_rq, struct cfs_rq *cfs_rq)
 		kh_add(&v->events, 1);
 		if (now > *start)
 			kh_add(&v->throttled_ns, now - *start);
+	}
+	if (cfg_fentry_clock && now > *start) {
+		/* Only this CPU (holding its rq lock) touches this cfs_rq's entry. */
+		__u64 d = now - *start, *acc = bpf_map_lookup_elem(&throttle_clock, &key);
+
+		if (acc)
+			*acc += d;
+		else
+			bpf_map_update_elem(&throttle_clock, &key, &d, BPF_ANY);
 	}
 	bpf_map_delete_elem(&throttle_start, &key);
 	return 0;

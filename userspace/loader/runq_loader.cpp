@@ -72,26 +72,32 @@ Result<void> preflight(const std::string& btf_path) {
   return {};
 }
 
-bool kernel_has_throttled_clock() {
-  struct btf* vmlinux = btf__load_vmlinux_btf();
+namespace {
+
+// Parsing the kernel's BTF takes a while (seconds under emulation): one
+// parse serves every check of a start.
+struct VmlinuxBtf {
+  struct btf* btf = btf__load_vmlinux_btf();
+  ~VmlinuxBtf() { btf__free(btf); }
+  VmlinuxBtf() = default;
+  VmlinuxBtf(const VmlinuxBtf&) = delete;
+  VmlinuxBtf& operator=(const VmlinuxBtf&) = delete;
+};
+
+bool has_throttled_clock(const struct btf* vmlinux) {
   if (!vmlinux) return false;
-  bool found = false;
   int id = btf__find_by_name_kind(vmlinux, "cfs_rq", BTF_KIND_STRUCT);
-  if (id > 0) {
-    const struct btf_type* t = btf__type_by_id(vmlinux, static_cast<__u32>(id));
-    const struct btf_member* m = btf_members(t);
-    for (int i = 0; i < btf_vlen(t) && !found; i++, m++)
-      found = std::strcmp(btf__name_by_offset(vmlinux, m->name_off), "throttled_clock_self_time") == 0;
-  }
-  btf__free(vmlinux);
-  return found;
+  if (id <= 0) return false;
+  const struct btf_type* t = btf__type_by_id(vmlinux, static_cast<__u32>(id));
+  const struct btf_member* m = btf_members(t);
+  for (int i = 0; i < btf_vlen(t); i++, m++)
+    if (std::strcmp(btf__name_by_offset(vmlinux, m->name_off), "throttled_clock_self_time") == 0) return true;
+  return false;
 }
 
-bool probe_fentry(const std::string& func) {
-  struct btf* vmlinux = btf__load_vmlinux_btf();
+bool probe_fentry_in(const struct btf* vmlinux, const std::string& func) {
   if (!vmlinux) return false;
   int id = btf__find_by_name_kind(vmlinux, func.c_str(), BTF_KIND_FUNC);
-  btf__free(vmlinux);
   if (id < 0) {
     spdlog::info("fentry probe: {} is not in the kernel's BTF", func);
     return false;
@@ -120,6 +126,18 @@ bool probe_fentry(const std::string& func) {
   return true;
 }
 
+}  // namespace
+
+bool kernel_has_throttled_clock() {
+  VmlinuxBtf v;
+  return has_throttled_clock(v.btf);
+}
+
+bool probe_fentry(const std::string& func) {
+  VmlinuxBtf v;
+  return probe_fentry_in(v.btf, func);
+}
+
 Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) {
   std::unique_ptr<RunqBpf> self(new RunqBpf());
   self->skel_ = runq_bpf__open();
@@ -133,8 +151,14 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   bpf_map__set_max_entries(s->maps.throttle_stats, o.max_cgroups);
   bpf_map__set_max_entries(s->maps.interference, o.max_pairs);
 
-  bool fentry = o.allow_fentry && probe_fentry("throttle_cfs_rq") &&
-                probe_fentry("unthrottle_cfs_rq");
+  bool fentry = false, kernel_clock = false;
+  {  // freed before the load parses the kernel's BTF again
+    VmlinuxBtf vmlinux;
+    fentry = o.allow_fentry && probe_fentry_in(vmlinux.btf, "throttle_cfs_rq") &&
+             probe_fentry_in(vmlinux.btf, "unthrottle_cfs_rq");
+    kernel_clock = has_throttled_clock(vmlinux.btf);
+  }
+  s->rodata->cfg_fentry_clock = fentry && !kernel_clock;
   if (!fentry) {
     bpf_program__set_autoload(s->progs.handle_throttle_cfs_rq, false);
     bpf_program__set_autoload(s->progs.handle_unthrottle_cfs_rq, false);
@@ -142,11 +166,14 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
     bpf_map__set_max_entries(s->maps.throttle_stats, 1);
     bpf_map__set_max_entries(s->maps.throttle_start, 1);
   }
+  if (!s->rodata->cfg_fentry_clock) bpf_map__set_max_entries(s->maps.throttle_clock, 1);
   self->throttle_source_ = fentry ? ThrottleSource::Fentry : ThrottleSource::CpuStat;
-  spdlog::info("throttled waits: {}", kernel_has_throttled_clock()
-                                          ? "split by the kernel's throttled clock (cfs_rq, 6.6+)"
-                                          : "throttled as a whole if they began throttled (no throttled clock "
-                                            "before 6.6: approximate)");
+  spdlog::info("throttled waits: {}",
+               kernel_clock ? "split by the kernel's throttled clock (cfs_rq, 6.6+)"
+               : fentry     ? "split by a throttled clock kept by fentry (a cfs_rq's own throttling; an "
+                              "ancestor's: throttled as a whole if they began throttled)"
+                            : "throttled as a whole if they began throttled (no throttled clock before "
+                              "6.6 without fentry: approximate)");
 
   if (int err = runq_bpf__load(s); err)
     return make_error(err, "loading the runq BPF programs (the verifier log above says why)");
