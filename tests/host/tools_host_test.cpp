@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -21,7 +22,9 @@
 #include <nlohmann/json.hpp>
 
 #include "host_util.h"
+#include "khagent/abi/runq.h"
 #include "khagent/loader/runq_loader.h"
+#include "runq.skel.h"
 
 using namespace hosttest;
 
@@ -282,6 +285,7 @@ TEST(ToolsHost, StatusReportsARunningAgent) {
       << r.out;
   EXPECT_NE(r.out.find("handle_sched_switch"), std::string::npos) << "full program names from BTF:\n" << r.out;
   EXPECT_TRUE(has_line_starting(r.out, "BPF counters: switches ")) << r.out;
+  EXPECT_TRUE(has_line_starting(r.out, "map layout version: " + std::to_string(KH_RUNQ_ABI_VERSION))) << r.out;
   EXPECT_TRUE(has_line_starting(r.out, "cgroups tracked: ")) << r.out;
   EXPECT_TRUE(has_line_starting(r.out, "protected (online) cgroups: 0")) << "observe protects nothing:\n" << r.out;
   EXPECT_NE(r.out.find("state file " + state + ": no original values recorded"), std::string::npos) << r.out;
@@ -384,4 +388,35 @@ TEST(ToolsHost, TopRestoresTheTerminalOnCtrlC) {
   EXPECT_TRUE(after.c_lflag & ICANON);
   EXPECT_TRUE(after.c_lflag & ECHO);
   EXPECT_NE(top.screen.rfind("\033[?1049l"), std::string::npos);
+}
+
+// Maps of another layout version (an agent of another release) are not read:
+// status says which versions differ and exits 1. The object is loaded here
+// with another kh_abi_version in its rodata and its maps pinned as the
+// agent pins them.
+TEST(ToolsHost, StatusRefusesMapsOfAnotherLayoutVersion) {
+  REQUIRE_ROOT();
+  std::string dir = "/sys/fs/bpf/" + unique("khagent-abi");
+  runq_bpf* skel = runq_bpf__open();
+  ASSERT_NE(skel, nullptr);
+  skel->rodata->kh_abi_version = KH_RUNQ_ABI_VERSION + 1;
+  bpf_program__set_autoload(skel->progs.handle_throttle_cfs_rq, false);
+  bpf_program__set_autoload(skel->progs.handle_unthrottle_cfs_rq, false);
+  ASSERT_EQ(runq_bpf__load(skel), 0);
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  for (bpf_map* m : {skel->maps.cgroup_stats, skel->maps.interference, skel->maps.throttle_stats,
+                     skel->maps.cpu_state, skel->maps.counters, skel->maps.protected_cgroups})
+    ASSERT_EQ(bpf_map__pin(m, (dir + "/" + bpf_map__name(m)).c_str()), 0);
+  Cmd r = run(bin() + " --pin-dir " + dir + " status --state-file /tmp/" + unique("kh-abi") + ".json");
+  for (bpf_map* m : {skel->maps.cgroup_stats, skel->maps.interference, skel->maps.throttle_stats,
+                     skel->maps.cpu_state, skel->maps.counters, skel->maps.protected_cgroups})
+    bpf_map__unpin(m, nullptr);
+  ::rmdir(dir.c_str());
+  runq_bpf__destroy(skel);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("layout version " + std::to_string(KH_RUNQ_ABI_VERSION + 1) + ", this khagent reads version " +
+                       std::to_string(KH_RUNQ_ABI_VERSION)),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(has_line_starting(r.out, "cgroups tracked: ")) << r.out;
 }

@@ -585,6 +585,7 @@ std::string format_status(const StatusReport& r) {
   if (!r.pinned.empty()) out += fmt::format("pinned maps: {}\n", fmt::join(r.pinned, ", "));
   if (r.agent_found) {
     out += fmt::format("programs: {}\n", fmt::join(r.programs, ", "));
+    out += fmt::format("map layout version: {}\n", r.abi_version);
     if (!r.throttle_source.empty()) out += fmt::format("throttling source: {}\n", r.throttle_source);
     out += fmt::format("cgroups tracked: {} (of {})\n", r.cgroups_tracked, r.max_cgroups);
     out += fmt::format("protected (online) cgroups: {}\n", r.protected_cgroups);
@@ -669,6 +670,7 @@ std::string status_json(const StatusReport& r) {
       {"programs", r.programs},
       {"processes", procs},
       {"throttle_source", r.throttle_source},
+      {"abi_version", r.abi_version},
       {"cgroups_tracked", r.cgroups_tracked},
       {"max_cgroups", r.max_cgroups},
       {"protected_cgroups", r.protected_cgroups},
@@ -754,6 +756,53 @@ std::vector<std::string> programs_using(const std::set<uint32_t>& map_ids) {
   return out;
 }
 
+// kh_abi_version from the rodata of the loaded programs using the maps in
+// `map_ids` (found by the variable's name in the map's BTF); 0 if none has it.
+uint32_t running_abi_version(const std::set<uint32_t>& map_ids) {
+  __u32 id = 0;
+  while (bpf_prog_get_next_id(id, &id) == 0) {
+    Fd fd(bpf_prog_get_fd_by_id(id));
+    if (fd.fd < 0) continue;
+    bpf_prog_info info{};
+    __u32 len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd.fd, &info, &len) != 0 || info.nr_map_ids == 0) continue;
+    std::vector<__u32> ids(info.nr_map_ids);
+    bpf_prog_info with_maps{};
+    with_maps.nr_map_ids = info.nr_map_ids;
+    with_maps.map_ids = reinterpret_cast<uintptr_t>(ids.data());
+    len = sizeof(with_maps);
+    if (bpf_obj_get_info_by_fd(fd.fd, &with_maps, &len) != 0) continue;
+    ids.resize(std::min<size_t>(ids.size(), with_maps.nr_map_ids));
+    if (std::none_of(ids.begin(), ids.end(), [&](__u32 m) { return map_ids.count(m) > 0; })) continue;
+    for (__u32 mid : ids) {
+      Fd mfd(bpf_map_get_fd_by_id(mid));
+      bpf_map_info mi{};
+      __u32 mlen = sizeof(mi);
+      if (mfd.fd < 0 || bpf_obj_get_info_by_fd(mfd.fd, &mi, &mlen) != 0 || !mi.btf_id) continue;
+      std::string name = mi.name;
+      if (name.size() < 7 || name.compare(name.size() - 7, 7, ".rodata") != 0) continue;
+      btf* b = btf__load_from_kernel_by_id(mi.btf_id);
+      if (!b) continue;
+      uint32_t version = 0;
+      const btf_type* sec = btf__type_by_id(b, mi.btf_value_type_id);
+      std::vector<unsigned char> value(mi.value_size);
+      __u32 zero = 0;
+      if (sec && btf_is_datasec(sec) && bpf_map_lookup_elem(mfd.fd, &zero, value.data()) == 0) {
+        const btf_var_secinfo* v = btf_var_secinfos(sec);
+        for (int i = 0; i < btf_vlen(sec); i++, v++) {
+          const btf_type* var = btf__type_by_id(b, v->type);
+          if (var && std::strcmp(btf__name_by_offset(b, var->name_off), "kh_abi_version") == 0 &&
+              v->size == sizeof(uint32_t) && v->offset + sizeof(uint32_t) <= value.size())
+            std::memcpy(&version, value.data() + v->offset, sizeof(version));
+        }
+      }
+      btf__free(b);
+      if (version) return version;
+    }
+  }
+  return 0;
+}
+
 // Processes (other than this one) holding one of the maps open.
 std::vector<StatusProcess> processes_using(const std::set<uint32_t>& map_ids) {
   std::vector<StatusProcess> out;
@@ -837,6 +886,12 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
     if (r.programs.empty()) {
       r.agent_problem = "maps are pinned but no loaded BPF program uses them: stale pins of an agent that did "
                         "not exit cleanly (remove them: rm -r " + r.pin_dir + ")";
+    } else if ((r.abi_version = running_abi_version(ids)) != KH_RUNQ_ABI_VERSION) {
+      r.agent_problem = fmt::format(
+          "the running agent's maps have layout version {}, this khagent reads version {}: run the status "
+          "command of the agent's own version (its image)",
+          r.abi_version ? std::to_string(r.abi_version) : "1 or unknown", static_cast<int>(KH_RUNQ_ABI_VERSION));
+      fds.clear();  // their layout is not this binary's: read none of them
     } else {
       r.agent_found = true;
       bool fentry = std::any_of(r.programs.begin(), r.programs.end(),

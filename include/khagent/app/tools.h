@@ -106,6 +106,10 @@ struct StatusReport {
   std::vector<std::string> programs;   // loaded BPF programs using the maps
   std::vector<StatusProcess> processes;  // holding the maps open (the agent)
   std::string throttle_source;         // fentry | cpu.stat ("" unknown)
+  // The running agent's map layout (kh_abi_version in its BPF object's
+  // rodata); 0 if it has none (older than version 2). The maps are read
+  // only if it is the version this binary reads.
+  uint32_t abi_version = 0;
   uint64_t cgroups_tracked = 0;
   uint64_t max_cgroups = 0;
   uint64_t protected_cgroups = 0;
