@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Kernel layout differences khagent's BPF programs care about, resolved with
  * CO-RE at load time. Each helper names the kernel change that made it needed.

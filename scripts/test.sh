@@ -15,7 +15,8 @@ step setup
 scripts/setup.sh
 
 step build
-scripts/build.sh "$root/build"
+# Warnings are errors here (not in a user's build: KHAGENT_WERROR is off by default).
+scripts/build.sh "$root/build" -DKHAGENT_WERROR=ON
 
 step "unit and host tests"
 ctest --test-dir "$root/build" --output-on-failure -L 'unit|host' -j1
@@ -24,7 +25,7 @@ step "vmtest: host tier in QEMU on Debian's 6.1 kernel"
 ctest --test-dir "$root/build" --output-on-failure -L vmtest
 
 step "sanitizer build (ASan + UBSan)"
-KHAGENT_SANITIZE=1 scripts/build.sh "$root/build-asan"
+KHAGENT_SANITIZE=1 scripts/build.sh "$root/build-asan" -DKHAGENT_WERROR=ON
 
 step "unit and host tests under ASan + UBSan"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * A deliberately minimal, independent run-queue wait tracer used by the host
  * tests as a reference for khagent: stamp at wakeup and at switch-out while

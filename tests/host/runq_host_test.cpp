@@ -82,6 +82,12 @@ class RunqHost : public ::testing::Test {
     cgroups_.push_back(std::make_unique<TestCgroup>(m_.cgroup2, parent_->rel + "/" + name));
     return *cgroups_.back();
   }
+  // A cgroup in the v1 cpu hierarchy (hybrid hosts). Kept by the fixture, so
+  // it is removed after the children in it have been killed.
+  TestCgroup& v1_cpu_cgroup(const std::string& name) {
+    cgroups_.push_back(std::make_unique<TestCgroup>(m_.cpu_v1, "/" + unique("khagent-host-test") + "-" + name));
+    return *cgroups_.back();
+  }
   pid_t spawn(const TestCgroup& cg, int nice_value, const std::function<void()>& body,
               const std::string& v1_procs = "") {
     std::vector<std::string> procs{cg.dir() + "/cgroup.procs"};
@@ -226,10 +232,10 @@ TEST_F(RunqHost, AttributionSplitsByAggressorShare) {
 // controller while the task sits in a v2 cgroup of the test's choosing.
 TEST_F(RunqHost, QuotaThrottledWaitsAreCountedAsThrottled) {
   auto& t = cgroup("throttled");
-  std::unique_ptr<TestCgroup> v1;
+  TestCgroup* v1 = nullptr;
   std::string v1_procs, quota_dir = t.dir();
   if (!m_.cpu_v1.empty()) {
-    v1 = std::make_unique<TestCgroup>(m_.cpu_v1, "/" + unique("khagent-host-test"));
+    v1 = &v1_cpu_cgroup("quota");
     ASSERT_TRUE(write_file(v1->dir() + "/cpu.cfs_period_us", "100000"));
     ASSERT_TRUE(write_file(v1->dir() + "/cpu.cfs_quota_us", "20000"));
     v1_procs = v1->dir() + "/cgroup.procs";
@@ -294,10 +300,10 @@ TEST_F(RunqHost, QuotaThrottledWaitsAreCountedAsThrottled) {
 TEST_F(RunqHost, SelfThrottledWaitsSplitByTheirThrottledOverlap) {
   auto& t = cgroup("selfthrottled");
   auto& h = cgroup("hog");
-  std::unique_ptr<TestCgroup> v1;
+  TestCgroup* v1 = nullptr;
   std::string v1_procs, quota_dir;
   if (!m_.cpu_v1.empty()) {
-    v1 = std::make_unique<TestCgroup>(m_.cpu_v1, "/" + unique("khagent-host-test"));
+    v1 = &v1_cpu_cgroup("quota");
     ASSERT_TRUE(write_file(v1->dir() + "/cpu.cfs_period_us", "100000"));
     ASSERT_TRUE(write_file(v1->dir() + "/cpu.cfs_quota_us", "20000"));
     v1_procs = v1->dir() + "/cgroup.procs";

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Structures shared by bpf/runq.bpf.c and the userspace collector.
  * Plain C, fixed-width types, no pointers; every struct size is asserted so
