@@ -16,7 +16,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libcpp-httplib-dev
   bc stress-ng rt-tests libbpf-tools linux-perf hyperfine jq openssl
   # vmtest
-  qemu-system-x86 busybox-static cpio
+  qemu-system-x86 busybox-static cpio curl gpgv xz-utils debian-archive-keyring
 )
 
 missing=()

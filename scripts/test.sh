@@ -2,7 +2,7 @@
 # Sets up this machine, builds khagent and runs every test tier:
 #   unit  (no root)          tests/unit
 #   host  (root, real BPF)   tests/host
-#   vmtest (QEMU)            the host tier inside a VM on Debian's 6.1 kernel
+#   vmtest (QEMU)            the host tier and the in-guest suite in VMs on Debian's 6.1 and 6.12 kernels
 # then builds again with AddressSanitizer + UndefinedBehaviorSanitizer and runs
 # the unit and host tiers once more. Exits non-zero on any failure.
 set -euo pipefail
@@ -21,7 +21,7 @@ scripts/build.sh "$root/build" -DKHAGENT_WERROR=ON
 step "unit and host tests"
 ctest --test-dir "$root/build" --output-on-failure -L 'unit|host' -j1
 
-step "vmtest: host tier in QEMU on Debian's 6.1 kernel"
+step "vmtest: host tier and suite in QEMU on Debian's 6.1 and 6.12 kernels"
 ctest --test-dir "$root/build" --output-on-failure -L vmtest
 
 step "sanitizer build (ASan + UBSan)"

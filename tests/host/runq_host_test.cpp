@@ -617,7 +617,10 @@ TEST(AgentBinary, RunDryRunSqueezesOfflineForAnOnlinePod) {
       execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
       _exit(127);
     }
-    sleep_s(4);
+    // Until the ladder has climbed (a second of lasting breach after the
+    // first ticks), at most 20 s: under emulation the start alone takes
+    // seconds.
+    for (int i = 0; i < 200 && read_file(log).find("ladder escalate") == std::string::npos; i++) sleep_s(0.1);
     ::kill(agent, SIGINT);
     int st = 0;
     waitpid(agent, &st, 0);

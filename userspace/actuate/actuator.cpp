@@ -25,8 +25,8 @@ namespace {
 size_t depth(const std::string& cgroup) { return static_cast<size_t>(std::count(cgroup.begin(), cgroup.end(), '/')); }
 
 // cpu.weight cannot be written while cpu.idle is 1 (the kernel says EINVAL
-// and reads the weight as 0): weight goes before idle when applying, and idle
-// is restored first.
+// and shows the minimum weight: 0 on 6.1, 1 since 6.12): weight goes before
+// idle when applying, and idle is restored first.
 int apply_rank(CgroupFile f) {
   switch (f) {
     case CgroupFile::CpuWeight:
