@@ -22,6 +22,7 @@
 #include "khagent/policy/controller.h"
 #include "khagent/signals/histogram.h"
 #include "khagent/signals/workload.h"
+#include "khagent/version.h"
 
 using namespace khagent;
 
@@ -401,7 +402,7 @@ TEST(MetricsPolicy, DecisionsActionsAndReaction) {
 TEST(MetricsInfo, BuildAndThrottleSource) {
   Metrics m(local());
   auto t = m.render();
-  EXPECT_EQ(value(t, "khagent_build_info", {{"version", "0.1.0"}}), 1);
+  EXPECT_EQ(value(t, "khagent_build_info", {{"version", KHAGENT_VERSION}}), 1);
   EXPECT_EQ(t.find("khagent_throttle_source_info{"), std::string::npos);
   m.set_throttle_source("fentry");
   m.set_throttle_source("cpu.stat");
@@ -437,7 +438,7 @@ TEST(MetricsHttp, ServesMetricsHealthAndReadiness) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_NE(r->get_header_value("Content-Type").find("text/plain; version=0.0.4"), std::string::npos);
-  EXPECT_NE(r->body.find("khagent_build_info{version=\"0.1.0\"} 1"), std::string::npos);
+  EXPECT_NE(r->body.find("khagent_build_info{version=\"" KHAGENT_VERSION "\"} 1"), std::string::npos);
 
   r = get(m.port(), "/healthz");
   ASSERT_TRUE(r);

@@ -1,4 +1,5 @@
 #include "khagent/app/cli.h"
+#include "khagent/version.h"
 
 #include <cmath>
 #include <sstream>
@@ -34,7 +35,7 @@ CliParse parse_cli(const std::vector<std::string>& args) {
   CLI::App app{"khagent: node isolation agent for colocating online services with batch work"};
   app.name("khagent");
   app.require_subcommand(1);
-  app.set_version_flag("--version", "khagent 0.1.0");
+  app.set_version_flag("--version", "khagent " KHAGENT_VERSION);
 
   app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));

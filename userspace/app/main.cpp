@@ -20,6 +20,7 @@
 #include "khagent/export/observe.h"
 #include "khagent/loader/runq_loader.h"
 #include "khagent/signals/signals.h"
+#include "khagent/version.h"
 
 namespace {
 
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
   }
   const auto& o = *parsed.options;
   if (o.command == khagent::Command::Version) {
-    std::cout << "khagent 0.1.0\n";
+    std::cout << "khagent " KHAGENT_VERSION "\n";
     return 0;
   }
 

@@ -16,6 +16,7 @@
 
 #include "khagent/signals/histogram.h"
 #include "khagent/util/result.h"
+#include "khagent/version.h"
 
 namespace khagent {
 
@@ -31,7 +32,7 @@ struct MetricsOptions {
   int port = 9464;               // 0: any free port (see Metrics::port())
   size_t max_pod_series = 50;    // pods with a runq wait histogram of their own
   size_t top_aggressors = 5;     // YARN containers with an interference counter of their own
-  std::string version = "0.1.0";  // khagent_build_info{version}
+  std::string version = KHAGENT_VERSION;  // khagent_build_info{version}
   // /healthz fails when update() has not been called for this long after its
   // first call (a wedged main loop); 0 turns the check off.
   double stall_seconds = 0;
