@@ -88,6 +88,24 @@ class RunqHost : public ::testing::Test {
     cgroups_.push_back(std::make_unique<TestCgroup>(m_.cpu_v1, "/" + unique("khagent-host-test") + "-" + name));
     return *cgroups_.back();
   }
+  // Puts a 0.2 CPU quota (20 ms per 100 ms) on cgroup t: in the v1 cpu
+  // hierarchy on a hybrid host (then *v1_procs is where its tasks go too),
+  // in t itself on cgroup v2. Returns the directory whose cpu.stat counts
+  // the throttling, "" on failure.
+  std::string quota_02(const TestCgroup& t, std::string* v1_procs) {
+    if (!m_.cpu_v1.empty()) {
+      TestCgroup& v1 = v1_cpu_cgroup("quota");
+      if (!write_file(v1.dir() + "/cpu.cfs_period_us", "100000") ||
+          !write_file(v1.dir() + "/cpu.cfs_quota_us", "20000"))
+        return "";
+      *v1_procs = v1.dir() + "/cgroup.procs";
+      return v1.dir();
+    }
+    if (!write_file(parent_->dir() + "/cgroup.subtree_control", "+cpu") ||
+        !write_file(t.dir() + "/cpu.max", "20000 100000"))
+      return "";
+    return t.dir();
+  }
   pid_t spawn(const TestCgroup& cg, int nice_value, const std::function<void()>& body,
               const std::string& v1_procs = "") {
     std::vector<std::string> procs{cg.dir() + "/cgroup.procs"};
@@ -232,19 +250,8 @@ TEST_F(RunqHost, AttributionSplitsByAggressorShare) {
 // controller while the task sits in a v2 cgroup of the test's choosing.
 TEST_F(RunqHost, QuotaThrottledWaitsAreCountedAsThrottled) {
   auto& t = cgroup("throttled");
-  TestCgroup* v1 = nullptr;
-  std::string v1_procs, quota_dir = t.dir();
-  if (!m_.cpu_v1.empty()) {
-    v1 = &v1_cpu_cgroup("quota");
-    ASSERT_TRUE(write_file(v1->dir() + "/cpu.cfs_period_us", "100000"));
-    ASSERT_TRUE(write_file(v1->dir() + "/cpu.cfs_quota_us", "20000"));
-    v1_procs = v1->dir() + "/cgroup.procs";
-    quota_dir = v1->dir();
-  } else {
-    ASSERT_TRUE(write_file(parent_->dir() + "/cgroup.subtree_control", "+cpu"))
-        << "cannot enable the cpu controller on cgroup v2";
-    ASSERT_TRUE(write_file(t.dir() + "/cpu.max", "20000 100000"));
-  }
+  std::string v1_procs, quota_dir = quota_02(t, &v1_procs);
+  ASSERT_FALSE(quota_dir.empty()) << "cannot put a quota on the cgroup";
   CgroupIndex index(m_.cgroup2);
   CpuStatThrottleReader cpu_stat(m_.cgroup2, m_.cpu_v1);
   Collector col(*maps_, index, &cpu_stat, bpf_->throttle_source());
@@ -300,20 +307,8 @@ TEST_F(RunqHost, QuotaThrottledWaitsAreCountedAsThrottled) {
 TEST_F(RunqHost, SelfThrottledWaitsSplitByTheirThrottledOverlap) {
   auto& t = cgroup("selfthrottled");
   auto& h = cgroup("hog");
-  TestCgroup* v1 = nullptr;
-  std::string v1_procs, quota_dir;
-  if (!m_.cpu_v1.empty()) {
-    v1 = &v1_cpu_cgroup("quota");
-    ASSERT_TRUE(write_file(v1->dir() + "/cpu.cfs_period_us", "100000"));
-    ASSERT_TRUE(write_file(v1->dir() + "/cpu.cfs_quota_us", "20000"));
-    v1_procs = v1->dir() + "/cgroup.procs";
-    quota_dir = v1->dir();
-  } else {
-    ASSERT_TRUE(write_file(parent_->dir() + "/cgroup.subtree_control", "+cpu"))
-        << "cannot enable the cpu controller on cgroup v2";
-    ASSERT_TRUE(write_file(t.dir() + "/cpu.max", "20000 100000"));
-    quota_dir = t.dir();
-  }
+  std::string v1_procs, quota_dir = quota_02(t, &v1_procs);
+  ASSERT_FALSE(quota_dir.empty()) << "cannot put a quota on the cgroup";
   ASSERT_GT(spawn(h, 0, [] { busy_loop(); }), 0);
   ASSERT_GT(spawn(t, 0, [] { busy_loop(); }, v1_procs), 0);
   ASSERT_GT(spawn(t, 0, [] { busy_loop(); }, v1_procs), 0);

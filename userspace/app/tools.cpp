@@ -1,6 +1,7 @@
 #include "khagent/app/tools.h"
 #include "khagent/util/strings.h"
 
+#include <functional>
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
@@ -733,32 +734,10 @@ std::string prog_name(int fd, const bpf_prog_info& base) {
   return name;
 }
 
-// Loaded programs that use any of the maps in `map_ids`.
-std::vector<std::string> programs_using(const std::set<uint32_t>& map_ids) {
-  std::vector<std::string> out;
-  __u32 id = 0;
-  while (bpf_prog_get_next_id(id, &id) == 0) {
-    Fd fd(bpf_prog_get_fd_by_id(id));
-    if (fd.fd < 0) continue;
-    bpf_prog_info info{};
-    __u32 len = sizeof(info);
-    if (bpf_obj_get_info_by_fd(fd.fd, &info, &len) != 0 || info.nr_map_ids == 0) continue;
-    std::vector<__u32> ids(info.nr_map_ids);
-    bpf_prog_info with_maps{};
-    with_maps.nr_map_ids = info.nr_map_ids;
-    with_maps.map_ids = reinterpret_cast<uintptr_t>(ids.data());
-    len = sizeof(with_maps);
-    if (bpf_obj_get_info_by_fd(fd.fd, &with_maps, &len) != 0) continue;
-    ids.resize(std::min<size_t>(ids.size(), with_maps.nr_map_ids));
-    if (std::any_of(ids.begin(), ids.end(), [&](__u32 m) { return map_ids.count(m) > 0; }))
-      out.push_back(prog_name(fd.fd, info));
-  }
-  return out;
-}
-
-// kh_abi_version from the rodata of the loaded programs using the maps in
-// `map_ids` (found by the variable's name in the map's BTF); 0 if none has it.
-uint32_t running_abi_version(const std::set<uint32_t>& map_ids) {
+// Calls fn(program fd, its info, the ids of the maps it uses) for each
+// loaded program that uses any of the maps in `map_ids`, until fn says stop.
+void for_each_prog_using(const std::set<uint32_t>& map_ids,
+                         const std::function<bool(int, const bpf_prog_info&, const std::vector<__u32>&)>& fn) {
   __u32 id = 0;
   while (bpf_prog_get_next_id(id, &id) == 0) {
     Fd fd(bpf_prog_get_fd_by_id(id));
@@ -774,33 +753,58 @@ uint32_t running_abi_version(const std::set<uint32_t>& map_ids) {
     if (bpf_obj_get_info_by_fd(fd.fd, &with_maps, &len) != 0) continue;
     ids.resize(std::min<size_t>(ids.size(), with_maps.nr_map_ids));
     if (std::none_of(ids.begin(), ids.end(), [&](__u32 m) { return map_ids.count(m) > 0; })) continue;
-    for (__u32 mid : ids) {
-      Fd mfd(bpf_map_get_fd_by_id(mid));
-      bpf_map_info mi{};
-      __u32 mlen = sizeof(mi);
-      if (mfd.fd < 0 || bpf_obj_get_info_by_fd(mfd.fd, &mi, &mlen) != 0 || !mi.btf_id) continue;
-      std::string name = mi.name;
-      if (name.size() < 7 || name.compare(name.size() - 7, 7, ".rodata") != 0) continue;
-      btf* b = btf__load_from_kernel_by_id(mi.btf_id);
-      if (!b) continue;
-      uint32_t version = 0;
-      const btf_type* sec = btf__type_by_id(b, mi.btf_value_type_id);
-      std::vector<unsigned char> value(mi.value_size);
-      __u32 zero = 0;
-      if (sec && btf_is_datasec(sec) && bpf_map_lookup_elem(mfd.fd, &zero, value.data()) == 0) {
-        const btf_var_secinfo* v = btf_var_secinfos(sec);
-        for (int i = 0; i < btf_vlen(sec); i++, v++) {
-          const btf_type* var = btf__type_by_id(b, v->type);
-          if (var && std::strcmp(btf__name_by_offset(b, var->name_off), "kh_abi_version") == 0 &&
-              v->size == sizeof(uint32_t) && v->offset + sizeof(uint32_t) <= value.size())
-            std::memcpy(&version, value.data() + v->offset, sizeof(version));
-        }
-      }
-      btf__free(b);
-      if (version) return version;
+    if (!fn(fd.fd, info, ids)) return;
+  }
+}
+
+// Loaded programs that use any of the maps in `map_ids`.
+std::vector<std::string> programs_using(const std::set<uint32_t>& map_ids) {
+  std::vector<std::string> out;
+  for_each_prog_using(map_ids, [&](int fd, const bpf_prog_info& info, const std::vector<__u32>&) {
+    out.push_back(prog_name(fd, info));
+    return true;
+  });
+  return out;
+}
+
+// kh_abi_version from map `map_id` if it is a BPF object's rodata holding
+// it (found by the variable's name in the map's BTF); 0 otherwise.
+uint32_t rodata_abi_version(uint32_t map_id) {
+  Fd mfd(bpf_map_get_fd_by_id(map_id));
+  bpf_map_info mi{};
+  __u32 mlen = sizeof(mi);
+  if (mfd.fd < 0 || bpf_obj_get_info_by_fd(mfd.fd, &mi, &mlen) != 0 || !mi.btf_id) return 0;
+  std::string name = mi.name;
+  if (name.size() < 7 || name.compare(name.size() - 7, 7, ".rodata") != 0) return 0;
+  btf* b = btf__load_from_kernel_by_id(mi.btf_id);
+  if (!b) return 0;
+  uint32_t version = 0;
+  const btf_type* sec = btf__type_by_id(b, mi.btf_value_type_id);
+  std::vector<unsigned char> value(mi.value_size);
+  __u32 zero = 0;
+  if (sec && btf_is_datasec(sec) && bpf_map_lookup_elem(mfd.fd, &zero, value.data()) == 0) {
+    const btf_var_secinfo* v = btf_var_secinfos(sec);
+    for (int i = 0; i < btf_vlen(sec); i++, v++) {
+      const btf_type* var = btf__type_by_id(b, v->type);
+      if (var && std::strcmp(btf__name_by_offset(b, var->name_off), "kh_abi_version") == 0 &&
+          v->size == sizeof(uint32_t) && v->offset + sizeof(uint32_t) <= value.size())
+        std::memcpy(&version, value.data() + v->offset, sizeof(version));
     }
   }
-  return 0;
+  btf__free(b);
+  return version;
+}
+
+// kh_abi_version of the loaded programs using the maps in `map_ids`; 0 if
+// none has it (an agent older than layout version 2).
+uint32_t running_abi_version(const std::set<uint32_t>& map_ids) {
+  uint32_t version = 0;
+  for_each_prog_using(map_ids, [&](int, const bpf_prog_info&, const std::vector<__u32>& ids) {
+    for (__u32 mid : ids)
+      if ((version = rodata_abi_version(mid)) != 0) return false;
+    return true;
+  });
+  return version;
 }
 
 // Processes (other than this one) holding one of the maps open.
