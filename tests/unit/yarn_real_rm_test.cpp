@@ -45,7 +45,7 @@ TEST(YarnRealRm, ReadsNodesAndPostsANodesOwnResourceBack) {
   ASSERT_TRUE(node.ok()) << node.error().str();
   // The node's current total, posted back: the request shape is checked by
   // the real RM, and nothing changes. -1: the RM never preempts for it.
-  auto r = post_node_resource(client, node_id, node.value().total, -1);
+  auto r = post_node_resource(client, node_id, node.value().total, {}, -1);
   ASSERT_TRUE(r.ok()) << r.error().str();
   EXPECT_EQ(r.value(), node.value().total);
 }
