@@ -28,9 +28,11 @@
 //     containers use whenever it is read (the RM does that every heartbeat);
 //   - an attempt's containerId is "" for a caller without view access
 //     (set_view_access(false));
-//   - simple auth without user.name (require_user) is a 401 HTML page from
-//     the authentication filter, and a path no REST resource serves is a
-//     404 HTML page; an unknown node is a 404 RemoteException.
+//   - simple auth without user.name (require_user) is a 401 from the
+//     authentication filter, Jetty's error page (JSON {"servlet","message",
+//     "url","status"} for a client accepting JSON, else HTML); a path no REST
+//     resource serves is a 404 HTML page; an unknown node is a 404
+//     RemoteException.
 #pragma once
 
 #include <httplib.h>
@@ -758,7 +760,17 @@ class YarnEmulator {
     {
       std::lock_guard lk(mu_);
       if (f.require_user && !q.has_param("user.name")) {
-        a = {401, html_error(401, "Authentication required", q.path), ""};
+        // Jetty's error page: JSON for a client that accepts it, else HTML.
+        if (q.get_header_value("Accept").find("json") != std::string::npos) {
+          a = {401,
+               json{{"servlet", "org.apache.hadoop.shaded.org.glassfish.jersey.servlet.ServletContainer-1"},
+                    {"message", "Authentication required"},
+                    {"url", q.path},
+                    {"status", "401"}},
+               ""};
+        } else {
+          a = {401, html_error(401, "Authentication required", q.path), ""};
+        }
       } else if (f.force_status != 0 || (f.post_status != 0 && (q.method == "POST" || q.method == "PUT"))) {
         int st = f.force_status != 0 ? f.force_status : f.post_status;
         a = {st, remote_exception(reason_exception(st), "forced HTTP " + std::to_string(st) + " by the emulator"),

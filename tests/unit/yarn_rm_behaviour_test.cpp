@@ -313,6 +313,13 @@ TEST(YarnRmBehaviour, HadoopErrorsAreClassifiedByWhatTheBodySays) {
       401, "<html>\n<head>\n<title>Error 401 Authentication required</title>\n</head><body>...</body></html>");
   EXPECT_EQ(html401.err, EACCES);
   EXPECT_EQ(html401.message, "HTTP 401: Error 401 Authentication required (HTML page)");
+  // Jetty's JSON page (what the real RM sent khagent's client).
+  auto json401 = hadoop_http_error(401, R"({ "servlet":"org.glassfish.jersey.servlet.ServletContainer-1",
+      "message":"Authentication required", "url":"/ws/v1/cluster/nodes", "status":"401" })");
+  EXPECT_EQ(json401.err, EACCES);
+  EXPECT_EQ(json401.message, "HTTP 401: Authentication required (web server)");
+  auto json404 = hadoop_http_error(404, R"({"servlet":"x","message":"Not Found","url":"/ws/v1/x","status":"404"})");
+  EXPECT_EQ(json404.err, EOPNOTSUPP);
   auto unknown = hadoop_http_error(
       404, R"({"RemoteException":{"exception":"NotFoundException","message":"nodeId, h:1, is not found"}})");
   EXPECT_EQ(unknown.err, ENOENT);

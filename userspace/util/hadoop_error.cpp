@@ -57,6 +57,15 @@ std::string html_title(const std::string& body) {
   return body_excerpt(body.substr(start + 1, end - start - 1), 160);
 }
 
+// Jetty's own error page as JSON (what it writes for a client that accepts
+// JSON): {"servlet","message","url","status"}.
+std::string jetty_message(const std::string& body) {
+  auto parsed = parse_json_bounded(body, kErrorLimits);
+  if (!parsed || !parsed.value().is_object()) return "";
+  auto it = parsed.value().find("message");
+  return it != parsed.value().end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 }  // namespace
 
 std::string hadoop_error_text(const std::string& body) {
@@ -64,6 +73,7 @@ std::string hadoop_error_text(const std::string& body) {
   if (remote_exception(body, r)) {
     return r.exception + (r.exception.empty() || r.message.empty() ? "" : ": ") + body_excerpt(r.message, 300);
   }
+  if (std::string m = jetty_message(body); !m.empty()) return body_excerpt(m, 300) + " (web server)";
   std::string title = html_title(body);
   if (!title.empty()) return title + " (HTML page)";
   return body_excerpt(body);

@@ -3,9 +3,9 @@
 // 3.5.0 ResourceManager (tests/yarn):
 //   - its REST errors are {"RemoteException":{"exception","message",...}};
 //   - its authentication filter answers 401 (simple auth without user.name,
-//     or a failed SPNEGO) with a Jetty HTML page, and so does a path that no
-//     REST resource serves (404), e.g. the update-resource call on a
-//     Hadoop 2.x RM, which has no such endpoint.
+//     or a failed SPNEGO) with Jetty's error page, and so does a path that no
+//     REST resource serves (404); the page is JSON {"servlet","message",
+//     "url","status"} for a client that accepts JSON, HTML otherwise.
 #pragma once
 
 #include <string>
@@ -26,8 +26,9 @@ struct HadoopError {
 //                     as a Hadoop 2.x RM answers a path it does not serve)
 //   400               EINVAL
 //   anything else     EIO
-// and the message: the RemoteException's exception and message, else an
-// HTML page's <title>, else the start of the body.
+// and the message: the RemoteException's exception and message, else the
+// message of Jetty's JSON error page, else an HTML page's <title>, else the
+// start of the body.
 HadoopError hadoop_http_error(long status, const std::string& body);
 
 // Just the readable part of an error body (as in hadoop_http_error).
