@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs every Debian package khagent's build, agent and tests need.
-# Idempotent: packages already installed are skipped, and apt is only
-# touched when something is missing.
+# Installs every Debian package khagent's build, agent and tests need, and
+# fetches the Maven dependencies of the yarn tier's MiniYARNCluster launcher
+# (tests/yarn-mini) into ~/.m2 (Maven Central).
+# Idempotent: packages already installed are skipped, apt is only touched
+# when something is missing, and Maven only when its cache lacks something.
 set -euo pipefail
 
 PACKAGES=(
@@ -17,7 +19,26 @@ PACKAGES=(
   bc stress-ng rt-tests libbpf-tools linux-perf hyperfine jq openssl
   # vmtest
   qemu-system-x86 busybox-static cpio curl gpgv xz-utils debian-archive-keyring
+  # yarn tier: a real ResourceManager and NodeManager (Hadoop's MiniYARNCluster)
+  openjdk-17-jdk-headless maven
 )
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# The launcher's dependencies (hadoop-client-minicluster and the Maven
+# plugins that build it), so that builds need no network afterwards.
+fetch_maven() {
+  local out
+  out="$(mktemp -d)"
+  trap 'rm -rf "$out"' RETURN
+  if mvn -B -q -o -f "$root/tests/yarn-mini/pom.xml" "-Dyarnmini.out=$out" package >/dev/null 2>&1; then
+    echo "setup: Maven dependencies of tests/yarn-mini present"
+    return 0
+  fi
+  echo "setup: fetching the Maven dependencies of tests/yarn-mini (Hadoop $(
+    sed -n 's:.*<hadoop.version>\(.*\)</hadoop.version>.*:\1:p' "$root/tests/yarn-mini/pom.xml"))"
+  mvn -B -q -f "$root/tests/yarn-mini/pom.xml" "-Dyarnmini.out=$out" package
+}
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -29,6 +50,7 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#PACKAGES[@]} packages present"
+  fetch_maven
   exit 0
 fi
 
@@ -41,4 +63,5 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fetch_maven
 echo "setup: done"

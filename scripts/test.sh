@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up this machine, builds khagent and runs every test tier:
 #   unit  (no root)          tests/unit
+#   yarn  (Java)             tests/yarn: a real ResourceManager and NodeManager
+#                            (MiniYARNCluster from tests/yarn-mini), about a minute
 #   host  (root, real BPF)   tests/host
 #   vmtest (QEMU)            the host tier and the in-guest suite in VMs on Debian's 6.1 and 6.12 kernels
 # then builds again with AddressSanitizer + UndefinedBehaviorSanitizer and runs
@@ -18,8 +20,8 @@ step build
 # Warnings are errors here (not in a user's build: KHAGENT_WERROR is off by default).
 scripts/build.sh "$root/build" -DKHAGENT_WERROR=ON
 
-step "unit and host tests"
-ctest --test-dir "$root/build" --output-on-failure -L 'unit|host' -j1
+step "unit, yarn and host tests"
+ctest --test-dir "$root/build" --output-on-failure -L 'unit|yarn|host' -j1
 
 step "vmtest: host tier and suite in QEMU on Debian's 6.1 and 6.12 kernels"
 ctest --test-dir "$root/build" --output-on-failure -L vmtest
@@ -27,11 +29,11 @@ ctest --test-dir "$root/build" --output-on-failure -L vmtest
 step "sanitizer build (ASan + UBSan)"
 KHAGENT_SANITIZE=1 scripts/build.sh "$root/build-asan" -DKHAGENT_WERROR=ON
 
-step "unit and host tests under ASan + UBSan"
+step "unit, yarn and host tests under ASan + UBSan"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The agent's RSS budget is checked in the plain build only: ASan's shadow
 # memory and quarantine multiply RSS (about 500 MiB here) whatever the code.
-ctest --test-dir "$root/build-asan" --output-on-failure -L 'unit|host' -j1 -E '^MemoryHost\.AgentRssWith4096Cgroups$'
+ctest --test-dir "$root/build-asan" --output-on-failure -L 'unit|yarn|host' -j1 -E '^MemoryHost\.AgentRssWith4096Cgroups$'
 
 step "all tiers passed"

@@ -783,7 +783,7 @@ TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   EXPECT_EQ(doc["cpuset"].size(), 4u);
   EXPECT_EQ(doc["offline"].size(), 6u);
   EXPECT_EQ(doc["fast_path"].size(), 3u);
-  EXPECT_EQ(doc["yarn"].size(), 28u);
+  EXPECT_EQ(doc["yarn"].size(), 30u);
   EXPECT_FALSE(doc["nodes"]);
 
   YAML::Node yarn = doc["classes"]["rules"][2];  // default rule: {yarn: true} -> offline

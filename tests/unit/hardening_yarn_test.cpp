@@ -386,9 +386,9 @@ TEST(HardeningYarnEscape, TheNodeIdCannotLeaveItsPath) {
   YarnRest rest(rm_client, nm_client);
   const std::string evil = "vm:1/../../../../evil?x=";
   (void)rest.node(evil);
-  (void)post_node_resource(rm_client, evil, {2, 2048}, 0);
+  (void)post_node_resource(rm_client, evil, {2, 2048}, {}, 0);
   (void)rest.node("..");
-  (void)post_node_resource(rm_client, "..", {2, 2048}, 0);
+  (void)post_node_resource(rm_client, "..", {2, 2048}, {}, 0);
   auto seen = rm.seen();
   ASSERT_EQ(seen.size(), 4u);
   EXPECT_EQ(seen[0].target, "/ws/v1/cluster/nodes/vm:1%2F..%2F..%2F..%2F..%2Fevil%3Fx%3D");

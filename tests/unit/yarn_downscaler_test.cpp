@@ -192,9 +192,10 @@ TEST(YarnDownscaler, FirstRoundPostsTheTargetFromTheBudget) {
   ASSERT_TRUE(body["overCommitTimeout"].is_number_integer()) << p.body;
   EXPECT_EQ(body["resource"]["memory"].get<int64_t>(), 6144);
   EXPECT_EQ(body["resource"]["vCores"].get<int64_t>(), 3);
-  EXPECT_EQ(body["overCommitTimeout"].get<int64_t>(), 60000);
+  // khagent reclaims (yarn.reclaimer: khagent): the RM is told never to.
+  EXPECT_EQ(body["overCommitTimeout"].get<int64_t>(), -1);
   EXPECT_EQ(emu.node(kThis)->total, (YarnResource{3, 6144}));
-  EXPECT_EQ(emu.node(kThis)->last_over_commit_timeout, 60000);
+  EXPECT_EQ(emu.node(kThis)->last_over_commit_timeout, -1);
 
   // The same budget again, after a refresh: the RM has it, nothing more.
   ds.round(offer_at(kT0 + 2 * kS, 3.7));
@@ -532,7 +533,7 @@ TEST(YarnDownscaler, StopRestoresTheConfiguredResources) {
   Posted p = posted(posts[1]);
   EXPECT_EQ(p.vcores, 8);
   EXPECT_EQ(p.memory_mb, 16384);
-  EXPECT_EQ(p.timeout, 60000);
+  EXPECT_EQ(p.timeout, -1);
   EXPECT_EQ(posts[1].path, kResourcePath);
   EXPECT_EQ(emu.node(kThis)->total, (YarnResource{8, 16384}));
   ds.stop(true);  // idempotent

@@ -14,6 +14,25 @@
 // for assertions, and each server has failure switches: refuse (the server is
 // stopped, its port refuses connections; it comes back on the same port),
 // delay_ms, force_status, post_status, malformed_json, truncated_json, require_user.
+//
+// Where a real Hadoop 3.5.0 RM and NM (tests/yarn, MiniYARNCluster) were
+// seen to behave in a way that matters, the emulator does the same:
+//   - the update-resource POST builds the node's new total from memory and
+//     vCores alone: every other resource type (EmuNode::others) becomes 0,
+//     whatever resourceInformations the body carries;
+//   - its answer is the node's total from before the update;
+//   - the NodeManager's own totals (/ws/v1/node/info) follow one read later
+//     (the real one takes them with its next heartbeat);
+//   - a node that left (LOST, SHUTDOWN, DECOMMISSIONED, REBOOTED) answers the
+//     POST with 500; a DECOMMISSIONING one has its total set to what its
+//     containers use whenever it is read (the RM does that every heartbeat);
+//   - an attempt's containerId is "" for a caller without view access
+//     (set_view_access(false));
+//   - simple auth without user.name (require_user) is a 401 from the
+//     authentication filter, Jetty's error page (JSON {"servlet","message",
+//     "url","status"} for a client accepting JSON, else HTML); a path no REST
+//     resource serves is a 404 HTML page; an unknown node is a 404
+//     RemoteException.
 #pragma once
 
 #include <httplib.h>
@@ -61,7 +80,8 @@ struct Faults {
   int post_status = 0;          // != 0: the same for POST/PUT only (e.g. 403: reads allowed, updates not)
   bool malformed_json = false;  // answer bodies that are not JSON
   bool truncated_json = false;  // answer bodies cut in the middle
-  bool require_user = false;    // 403 without a user.name query parameter (simple auth)
+  bool require_user = false;    // 401 without a user.name query parameter (simple auth)
+  bool hadoop2 = false;         // no update-resource endpoint: Jersey 1's 404 for its path
 };
 
 struct RecordedRequest {
@@ -88,11 +108,15 @@ struct EmuNode {
   std::string state = "RUNNING";
   std::string rack = "/default-rack";
   YarnResource total{8, 16384};
+  std::map<std::string, int64_t> others;  // other resource types in totalResource, e.g. yarn.io/gpu
   YarnResource used{0, 0};
   int64_t num_containers = 0;
   // What the resource updates did.
   int updates = 0;
   int64_t last_over_commit_timeout = 0;
+  std::string last_post_body;
+  YarnResource before_update;  // what reads show while lag_reads > 0
+  int lag_reads = 0;
 };
 
 struct EmuApp {
@@ -179,6 +203,12 @@ class YarnEmulator {
     }
     return std::nullopt;
   }
+  void set_node_state(const std::string& id, const std::string& state) {
+    std::lock_guard lk(mu_);
+    for (auto& n : nodes_) {
+      if (n.id == id) n.state = state;
+    }
+  }
   void set_node_total(const std::string& id, YarnResource r) {
     std::lock_guard lk(mu_);
     for (auto& n : nodes_) {
@@ -220,6 +250,7 @@ class YarnEmulator {
     nm_node_id_ = node_id;
     nm_host_ = host;
     nm_configured_ = configured;
+    nm_pending_.reset();
   }
 
   void set_empty_form(EmptyForm f) {
@@ -230,6 +261,18 @@ class YarnEmulator {
   void set_single_as_object(bool on) {
     std::lock_guard lk(mu_);
     single_as_object_ = on;
+  }
+  // false: the RM writes every attempt's containerId as "" (a caller
+  // without view access to the applications).
+  void set_view_access(bool on) {
+    std::lock_guard lk(mu_);
+    view_access_ = on;
+  }
+  // After a POST, this many reads of that node still show the total from
+  // before it (the RM applies an update through its event dispatcher).
+  void set_update_lag(int reads) {
+    std::lock_guard lk(mu_);
+    update_lag_ = reads;
   }
   // With HA: which RM is active (0 or 1); the other redirects to it.
   void set_active_rm(int i) {
@@ -435,8 +478,24 @@ class YarnEmulator {
               {"availMemoryMB", std::max<int64_t>(0, n.total.memory_mb - n.used.memory_mb)},
               {"usedVirtualCores", n.used.vcores},
               {"availableVirtualCores", std::max<int64_t>(0, n.total.vcores - n.used.vcores)},
-              {"totalResource", {{"memory", n.total.memory_mb}, {"vCores", n.total.vcores}}},
+              {"totalResource", resource_json(n.total, n.others)},
               {"usedResource", {{"memory", n.used.memory_mb}, {"vCores", n.used.vcores}}}};
+    return j;
+  }
+
+  // {"memory","vCores"[,"resourceInformations"]} as the RM writes a Resource.
+  static json resource_json(const YarnResource& r, const std::map<std::string, int64_t>& others) {
+    json j = {{"memory", r.memory_mb}, {"vCores", r.vcores}};
+    if (others.empty()) return j;
+    json infos = json::array();
+    auto info = [](const std::string& name, int64_t value, const char* units) {
+      return json{{"maximumAllocation", INT64_MAX}, {"minimumAllocation", 0}, {"name", name},
+                  {"resourceType", "COUNTABLE"}, {"units", units}, {"value", value}};
+    };
+    infos.push_back(info("memory-mb", r.memory_mb, "Mi"));
+    infos.push_back(info("vcores", r.vcores, ""));
+    for (const auto& [name, value] : others) infos.push_back(info(name, value, ""));
+    j["resourceInformations"] = {{"resourceInformation", std::move(infos)}};
     return j;
   }
 
@@ -504,18 +563,25 @@ class YarnEmulator {
       for (auto& e : nodes_) {
         if (e.id == parts[1]) n = &e;
       }
-      if (n == nullptr) {
-        return not_found("java.lang.Exception: nodeId, " + parts[1] + ", is not found");
-      }
+      if (n == nullptr) return not_found("nodeId, " + parts[1] + ", is not found");
+      // The RM sets a decommissioning node's total to what its containers
+      // use at every heartbeat; reads stand in for heartbeats here.
+      if (n->state == "DECOMMISSIONING") n->total = n->used;
       if (parts.size() == 2) {
         if (q.method != "GET") return method_not_allowed(q);
+        if (n->lag_reads > 0) {
+          n->lag_reads--;
+          EmuNode old = *n;
+          old.total = n->before_update;
+          return {200, {{"node", node_json(old)}}, ""};
+        }
         return {200, {{"node", node_json(*n)}}, ""};
       }
       if (parts.size() == 3 && parts[2] == "resource") {
         if (q.method != "POST" && q.method != "PUT") return method_not_allowed(q);
         return update_resource(q, *n);
       }
-      return not_found("java.lang.Exception: no such path " + path);
+      return no_such_path(path);
     }
     if (parts[0] == "apps") {
       if (q.method != "GET") return method_not_allowed(q);
@@ -548,12 +614,25 @@ class YarnEmulator {
                     {"logsLink", "http://" + nm_address() + "/node/containerlogs/" + a->am_container + "/" + a->user},
                     {"appAttemptId", "appattempt" + a->id.substr(std::string("application").size()) + "_000001"},
                     {"appAttemptState", "RUNNING"}};
-        if (!a->am_container.empty()) att["containerId"] = a->am_container;
+        att["containerId"] = view_access_ ? a->am_container : "";
+        if (!view_access_) att["nodeId"] = att["nodeHttpAddress"] = att["logsLink"] = "";
         return {200, list_doc("appAttempts", "appAttempt", {att}), ""};
       }
-      return not_found("java.lang.Exception: no such path " + path);
+      return no_such_path(path);
     }
-    return not_found("java.lang.Exception: no such path " + path);
+    return no_such_path(path);
+  }
+
+  // Jetty's own page for a path no REST resource serves.
+  static Answer no_such_path(const std::string& path) {
+    return {404, html_error(404, "Not Found", path), ""};
+  }
+  static std::string html_error(int status, const std::string& reason, const std::string& uri) {
+    std::string code = std::to_string(status);
+    return "<html>\n<head>\n<meta http-equiv=\"Content-Type\" content=\"text/html;charset=ISO-8859-1\"/>\n"
+           "<title>Error " + code + " " + reason + "</title>\n</head>\n<body><h2>HTTP ERROR " + code + " " +
+           reason + "</h2>\n<table>\n<tr><th>URI:</th><td>" + uri + "</td></tr>\n<tr><th>STATUS:</th><td>" +
+           code + "</td></tr>\n</table>\n\n</body>\n</html>\n";
   }
 
   static Answer method_not_allowed(const httplib::Request& q) {
@@ -587,17 +666,35 @@ class YarnEmulator {
       if (!t->is_number_integer()) return bad("overCommitTimeout is not an integer");
       timeout = t->get<int64_t>();
     }
+    static const std::vector<std::string> kGone = {"LOST", "SHUTDOWN", "DECOMMISSIONED", "REBOOTED"};
+    if (std::find(kGone.begin(), kGone.end(), n.state) != kGone.end()) {
+      return {500, remote_exception("YarnRuntimeException", "Failed to update the node resource " + n.id + "."),
+              ""};
+    }
+    // The answer: the total read before the queued update is applied.
+    json before = {{"resourceInfo", resource_json(n.total, n.others)}};
+    n.before_update = n.total;
+    n.lag_reads = update_lag_;
+    // The new total from memory and vCores alone: other types become 0.
     n.total = {v->get<int64_t>(), m->get<int64_t>()};
-    if (n.id == nm_node_id_) nm_configured_ = n.total;
+    for (auto& [name, value] : n.others) value = 0;
+    // The NodeManager takes it with its next heartbeat (one read later here).
+    if (n.id == nm_node_id_) nm_pending_ = n.total;
     n.updates++;
     n.last_over_commit_timeout = timeout;
-    return {200, {{"resourceInfo", {{"memory", n.total.memory_mb}, {"vCores", n.total.vcores}}}}, ""};
+    n.last_post_body = q.body;
+    return {200, before, ""};
   }
 
   // The NodeManager's routes; called with mu_ held.
   Answer nm_route(const httplib::Request& q, const std::string& path) {
     if (q.method != "GET") return method_not_allowed(q);
     if (path == "/ws/v1/node/info" || path == "/ws/v1/node") {
+      if (nm_pending_ && nm_pending_reads_++ > 0) {
+        nm_configured_ = *nm_pending_;
+        nm_pending_.reset();
+        nm_pending_reads_ = 0;
+      }
       return {200,
               {{"nodeInfo",
                 {{"id", nm_node_id_},
@@ -638,7 +735,7 @@ class YarnEmulator {
       }
       return not_found("java.lang.Exception: container " + path.substr(prefix.size()) + " not found");
     }
-    return not_found("java.lang.Exception: no such path " + path);
+    return no_such_path(path);
   }
 
   void handle(Srv s, const httplib::Request& q, httplib::Response& res) {
@@ -663,10 +760,27 @@ class YarnEmulator {
     {
       std::lock_guard lk(mu_);
       if (f.require_user && !q.has_param("user.name")) {
-        a = {403, remote_exception("ForbiddenException", "Anonymous access is not allowed: no user.name"), ""};
+        // Jetty's error page: JSON for a client that accepts it, else HTML.
+        if (q.get_header_value("Accept").find("json") != std::string::npos) {
+          a = {401,
+               json{{"servlet", "org.apache.hadoop.shaded.org.glassfish.jersey.servlet.ServletContainer-1"},
+                    {"message", "Authentication required"},
+                    {"url", q.path},
+                    {"status", "401"}},
+               ""};
+        } else {
+          a = {401, html_error(401, "Authentication required", q.path), ""};
+        }
       } else if (f.force_status != 0 || (f.post_status != 0 && (q.method == "POST" || q.method == "PUT"))) {
         int st = f.force_status != 0 ? f.force_status : f.post_status;
         a = {st, remote_exception(reason_exception(st), "forced HTTP " + std::to_string(st) + " by the emulator"),
+             ""};
+      } else if (f.hadoop2 && q.path.size() > 9 && q.path.compare(q.path.size() - 9, 9, "/resource") == 0) {
+        a = {404,
+             {{"RemoteException",
+               {{"exception", "NotFoundException"},
+                {"message", "null for uri: http://127.0.0.1:" + std::to_string(slot(s).port) + q.target},
+                {"javaClassName", "com.sun.jersey.api.NotFoundException"}}}},
              ""};
       } else if (s != Srv::NM && static_cast<int>(idx(s)) != active_rm_ && q.path != "/ws/v1/cluster/info") {
         // An HA standby: redirect to the active RM, same path and query.
@@ -688,7 +802,9 @@ class YarnEmulator {
     if (f.truncated_json) body = body.substr(0, body.size() / 2);
     res.status = a.status;
     if (!a.location.empty()) res.set_header("Location", a.location);
-    res.set_content(body, a.status == 307 ? "text/plain" : "application/json");
+    res.set_content(body, a.status == 307               ? "text/plain"
+                          : a.body.is_string() && body.rfind("<html>", 0) == 0 ? "text/html;charset=iso-8859-1"
+                                                                              : "application/json");
   }
 
   const bool ha_;
@@ -703,6 +819,10 @@ class YarnEmulator {
   std::string nm_node_id_ = "127.0.0.1:45454";
   std::string nm_host_ = "127.0.0.1";
   YarnResource nm_configured_{8, 16384};
+  std::optional<YarnResource> nm_pending_;  // posted, not yet seen by the NodeManager
+  int nm_pending_reads_ = 0;
+  bool view_access_ = true;
+  int update_lag_ = 0;
   EmptyForm empty_form_ = EmptyForm::Null;
   bool single_as_object_ = false;
   std::vector<RecordedRequest> requests_;

@@ -421,9 +421,10 @@ TEST(YarnRest, ReadsEverythingFromTheEmulator) {
   ASSERT_EQ(app_reqs.size(), 1u);
   EXPECT_EQ(app_reqs[0].param("states"), "RUNNING");
 
-  auto am = rest.am_container("application_1700000000000_0001");
+  auto am = rest.am_attempt("application_1700000000000_0001");
   ASSERT_TRUE(am.ok()) << am.error().str();
-  EXPECT_EQ(*am, "container_1700000000000_0001_01_000001");
+  EXPECT_EQ(am->container, "container_1700000000000_0001_01_000001");
+  EXPECT_EQ(am->attempt, 1);
 
   auto cs = rest.containers();
   ASSERT_TRUE(cs.ok()) << cs.error().str();
@@ -480,7 +481,7 @@ TEST(YarnRest, UnknownNodeAndAppAreEnoent) {
   ASSERT_FALSE(node.ok());
   EXPECT_EQ(node.error().err, ENOENT);
   EXPECT_NE(node.error().message.find("404"), std::string::npos) << node.error().message;
-  auto am = rest.am_container("application_1700000000000_0999");
+  auto am = rest.am_attempt("application_1700000000000_0999");
   ASSERT_FALSE(am.ok());
   EXPECT_EQ(am.error().err, ENOENT);
 }
@@ -667,7 +668,7 @@ TEST(YarnRest, MalformedAndTruncatedAnswersAreEproto) {
 // ---- the resource update ---------------------------------------------------------------
 
 TEST(YarnResize, BodyAndAnswerParsing) {
-  json body = json::parse(node_resource_body({3, 6144}, -1));
+  json body = json::parse(node_resource_body({3, 6144}, {}, -1));
   ASSERT_TRUE(body.is_object());
   EXPECT_EQ(body.size(), 2u);
   ASSERT_TRUE(body["resource"].is_object());
@@ -700,9 +701,10 @@ TEST(YarnResize, PostsTheDocumentedRequest) {
   o.user = "khagent";
   HttpClient rm(o);
 
-  auto r = post_node_resource(rm, "worker1.example.com:45454", {3, 6144}, 180000);
+  auto r = post_node_resource(rm, "worker1.example.com:45454", {3, 6144}, {}, 180000);
   ASSERT_TRUE(r.ok()) << r.error().str();
-  EXPECT_EQ(*r, (YarnResource{3, 6144}));
+  // The RM queues the update and answers with the total from before it.
+  EXPECT_EQ(*r, (YarnResource{8, 16384}));
 
   auto posts = emu.rm_posts();
   ASSERT_EQ(posts.size(), 1u);
@@ -738,7 +740,7 @@ TEST(YarnResize, PostsTheDocumentedRequest) {
   EXPECT_EQ(emu.node("worker2.example.com:45454")->total, (YarnResource{4, 8192}));
 
   // Never preempt: -1 reaches the RM as such; the RM's read shows the new total.
-  auto back = post_node_resource(rm, "worker1.example.com:45454", {8, 16384}, -1);
+  auto back = post_node_resource(rm, "worker1.example.com:45454", {8, 16384}, {}, -1);
   ASSERT_TRUE(back.ok()) << back.error().str();
   EXPECT_EQ(emu.node("worker1.example.com:45454")->last_over_commit_timeout, -1);
   HttpClient nm(client_opts({emu.nm_url()}));
@@ -753,7 +755,7 @@ TEST(YarnResize, ErrorsCarryTheStatusAndTheRemoteException) {
   populate(emu);
   HttpClient rm(client_opts({emu.rm_url()}));
 
-  auto unknown = post_node_resource(rm, "nosuch:45454", {2, 2048}, 0);
+  auto unknown = post_node_resource(rm, "nosuch:45454", {2, 2048}, {}, 0);
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.error().err, ENOENT);
   EXPECT_NE(unknown.error().message.find("NotFoundException"), std::string::npos) << unknown.error().message;
@@ -761,7 +763,7 @@ TEST(YarnResize, ErrorsCarryTheStatusAndTheRemoteException) {
       << unknown.error().message;
 
   // The emulator rejects a negative resource as the RM would a bad body.
-  auto bad = post_node_resource(rm, "worker1.example.com:45454", {-1, 2048}, 0);
+  auto bad = post_node_resource(rm, "worker1.example.com:45454", {-1, 2048}, {}, 0);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().err, EINVAL);
   EXPECT_NE(bad.error().message.find("BadRequestException"), std::string::npos) << bad.error().message;
@@ -772,7 +774,7 @@ TEST(YarnResize, ErrorsCarryTheStatusAndTheRemoteException) {
     Faults f;
     f.force_status = status;
     emu.set_faults(Srv::RM0, f);
-    auto denied = post_node_resource(rm, "worker1.example.com:45454", {2, 2048}, 0);
+    auto denied = post_node_resource(rm, "worker1.example.com:45454", {2, 2048}, {}, 0);
     ASSERT_FALSE(denied.ok());
     EXPECT_EQ(denied.error().err, EACCES);
     EXPECT_NE(denied.error().message.find("forced HTTP " + std::to_string(status)), std::string::npos)
@@ -781,21 +783,21 @@ TEST(YarnResize, ErrorsCarryTheStatusAndTheRemoteException) {
   Faults f;
   f.force_status = 400;
   emu.set_faults(Srv::RM0, f);
-  auto forced = post_node_resource(rm, "worker1.example.com:45454", {2, 2048}, 0);
+  auto forced = post_node_resource(rm, "worker1.example.com:45454", {2, 2048}, {}, 0);
   ASSERT_FALSE(forced.ok());
   EXPECT_EQ(forced.error().err, EINVAL);
 
   f = Faults{};
   f.truncated_json = true;
   emu.set_faults(Srv::RM0, f);
-  auto cut = post_node_resource(rm, "worker1.example.com:45454", {2, 2048}, 0);
+  auto cut = post_node_resource(rm, "worker1.example.com:45454", {2, 2048}, {}, 0);
   ASSERT_FALSE(cut.ok());
   EXPECT_EQ(cut.error().err, EPROTO);
   EXPECT_NE(cut.error().message.find("/ws/v1/cluster/nodes/worker1.example.com:45454/resource"), std::string::npos)
       << cut.error().message;
 
   emu.set_refuse(Srv::RM0, true);
-  auto refused = post_node_resource(rm, "worker1.example.com:45454", {2, 2048}, 0);
+  auto refused = post_node_resource(rm, "worker1.example.com:45454", {2, 2048}, {}, 0);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().err, ECONNREFUSED);
 }
@@ -820,7 +822,7 @@ TEST(YarnResize, EmulatorRejectsMalformedBodies) {
   xml.method = "POST";
   xml.path = path;
   xml.content_type = "text/plain";
-  xml.body = node_resource_body({1, 1024}, 0);
+  xml.body = node_resource_body({1, 1024}, {}, 0);
   auto r = rm.send(xml);
   ASSERT_TRUE(r.ok()) << r.error().str();
   EXPECT_EQ(r->status, 415);

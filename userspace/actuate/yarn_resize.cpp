@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "khagent/util/curl_util.h"
+#include "khagent/util/hadoop_error.h"
 #include "khagent/util/json_bounded.h"
 
 namespace khagent {
@@ -19,31 +20,19 @@ using json = nlohmann::json;
 // few hundred bytes; anything much larger is not one of them.
 constexpr JsonLimits kAnswerLimits{size_t{1} << 20, 64, 100'000};
 
-// The message of Hadoop's {"RemoteException":{"exception","message",...}}, or
-// the start of the body.
-std::string remote_message(const std::string& body) {
-  auto parsed = parse_json_bounded(body, kAnswerLimits);
-  const json doc = parsed ? std::move(parsed).value() : json();
-  if (doc.is_object()) {
-    auto it = doc.find("RemoteException");
-    if (it != doc.end() && it->is_object()) {
-      auto text = [&](const char* k) {
-        auto f = it->find(k);
-        return f != it->end() && f->is_string() ? f->get<std::string>() : std::string();
-      };
-      std::string ex = text("exception");
-      std::string msg = text("message");
-      if (!ex.empty() || !msg.empty()) return ex + (ex.empty() || msg.empty() ? "" : ": ") + msg;
-    }
-  }
-  return body_excerpt(body);
-}
-
 }  // namespace
 
-std::string node_resource_body(const YarnResource& r, int64_t over_commit_timeout_ms) {
-  json body = {{"resource", {{"memory", r.memory_mb}, {"vCores", r.vcores}}},
-               {"overCommitTimeout", over_commit_timeout_ms}};
+std::string node_resource_body(const YarnResource& r, const std::map<std::string, int64_t>& others,
+                               int64_t over_commit_timeout_ms) {
+  json resource = {{"memory", r.memory_mb}, {"vCores", r.vcores}};
+  if (!others.empty()) {
+    json infos = json::array();
+    infos.push_back({{"name", "memory-mb"}, {"value", r.memory_mb}, {"units", "Mi"}});
+    infos.push_back({{"name", "vcores"}, {"value", r.vcores}});
+    for (const auto& [name, value] : others) infos.push_back({{"name", name}, {"value", value}});
+    resource["resourceInformations"] = {{"resourceInformation", std::move(infos)}};
+  }
+  json body = {{"resource", std::move(resource)}, {"overCommitTimeout", over_commit_timeout_ms}};
   return body.dump();
 }
 
@@ -76,16 +65,16 @@ Result<YarnResource> parse_resource_info(const std::string& text) {
   return YarnResource{*vc, *mb};
 }
 
-Result<YarnResource> post_node_resource(HttpClient& rm, const std::string& node_id,
-                                        const YarnResource& r, int64_t over_commit_timeout_ms,
-                                        const std::atomic<bool>* abort) {
+Result<YarnResource> post_node_resource(HttpClient& rm, const std::string& node_id, const YarnResource& r,
+                                        const std::map<std::string, int64_t>& others,
+                                        int64_t over_commit_timeout_ms, const std::atomic<bool>* abort) {
   // The range of `r` is the caller's to check (app/yarn_downscaler does,
   // before every POST); the RM answers a negative one with a 400.
   if (node_id.empty()) return make_error(EINVAL, "POST resource: empty node id");
   HttpRequest req;
   req.method = "POST";
   req.path = "/ws/v1/cluster/nodes/" + url_path_segment(node_id) + "/resource";
-  req.body = node_resource_body(r, over_commit_timeout_ms);
+  req.body = node_resource_body(r, others, over_commit_timeout_ms);
   auto sent = rm.send(req, abort);
   if (!sent) return sent.error();
   const HttpResponse& resp = sent.value();
@@ -95,11 +84,8 @@ Result<YarnResource> post_node_resource(HttpClient& rm, const std::string& node_
     if (!info) return make_error(info.error().err, what + ": " + info.error().message);
     return info;
   }
-  int err = EIO;
-  if (resp.status == 401 || resp.status == 403) err = EACCES;
-  if (resp.status == 404) err = ENOENT;
-  if (resp.status == 400) err = EINVAL;
-  return make_error(err, what + ": HTTP " + std::to_string(resp.status) + ": " + remote_message(resp.body));
+  HadoopError e = hadoop_http_error(resp.status, resp.body);
+  return make_error(e.err, what + ": " + e.message);
 }
 
 }  // namespace khagent

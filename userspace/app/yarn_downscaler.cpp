@@ -33,6 +33,15 @@ std::string res_str(const YarnResource& r) {
   return std::to_string(r.vcores) + " vcores/" + std::to_string(r.memory_mb) + " MB";
 }
 
+// "yarn.io/gpu=4, ..." for the types with a value above 0; "" if none.
+std::string nonzero_others(const std::map<std::string, int64_t>& others) {
+  std::string out;
+  for (const auto& [name, value] : others) {
+    if (value > 0) out += (out.empty() ? "" : ", ") + name + "=" + std::to_string(value);
+  }
+  return out;
+}
+
 HttpClientOptions client_options(const YarnConfig& c, std::vector<std::string> urls) {
   HttpClientOptions o;
   o.base_urls = std::move(urls);
@@ -64,7 +73,10 @@ uint64_t cgroup_birth_ms(const std::string& dir) {
 struct MaxRecord {
   std::string node_id;
   YarnResource max;
+  std::map<std::string, int64_t> others;  // other resource types (GPUs...), from the RM
 };
+
+constexpr int64_t kMaxOtherResource = 1'000'000'000'000;
 
 // A NodeManager id as the RM writes it (host:port): printable, no spaces.
 bool plausible_node_id(const std::string& id) {
@@ -86,7 +98,7 @@ std::optional<MaxRecord> load_max(const std::string& path) {
   std::string text(kMaxRecordBytes + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
-  auto parsed = parse_json_bounded(text, JsonLimits{kMaxRecordBytes, 4, 64});
+  auto parsed = parse_json_bounded(text, JsonLimits{kMaxRecordBytes, 4, 4096});
   if (!parsed) {
     spdlog::warn("yarn: ignoring {}: {}", path, parsed.error().message);
     return std::nullopt;
@@ -111,7 +123,18 @@ std::optional<MaxRecord> load_max(const std::string& path) {
                  path, id->dump(), vc->dump(), mb->dump(), kYarnMaxVcores, kYarnMaxMemoryMb);
     return std::nullopt;
   }
-  return MaxRecord{id->get<std::string>(), {*v, *m}};
+  MaxRecord rec{id->get<std::string>(), {*v, *m}, {}};
+  if (const auto* others = field("others"); others != nullptr && others->is_object()) {
+    for (const auto& [name, value] : others->items()) {
+      auto n = json_int_in_range(value, 0, kMaxOtherResource);
+      if (!n || name.empty() || name.size() > 256) {
+        spdlog::warn("yarn: ignoring {}: resource type {} is out of range", path, nlohmann::json(name).dump());
+        return std::nullopt;
+      }
+      rec.others[name] = *n;
+    }
+  }
+  return rec;
 }
 
 void save_max(const std::string& path, const MaxRecord& r) {
@@ -122,6 +145,7 @@ void save_max(const std::string& path, const MaxRecord& r) {
     return;
   }
   nlohmann::json j = {{"node_id", r.node_id}, {"vcores", r.max.vcores}, {"memory_mb", r.max.memory_mb}};
+  if (!r.others.empty()) j["others"] = r.others;
   std::string tmp = path + ".tmp";
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
@@ -162,6 +186,7 @@ YarnDownscaler::YarnDownscaler(YarnConfig cfg, bool dry_run, std::string cgroup_
   if (auto rec = load_max(max_file_)) {
     max_node_ = rec->node_id;
     max_ = rec->max;
+    max_others_ = rec->others;
     spdlog::info("yarn: NodeManager {} had at most {} (from {})", max_node_, res_str(max_), max_file_);
   }
   rm_ = std::make_unique<HttpClient>(client_options(cfg_, cfg_.rm_urls));
@@ -219,6 +244,15 @@ void YarnDownscaler::stop(bool restore) {
     spdlog::error("yarn: not restoring {} to {}: out of range", st.node_id, res_str(st.configured));
     return;
   }
+  if (std::string why = hold_reason(); !why.empty()) {
+    spdlog::warn("yarn: not restoring {} to {}: {}", st.node_id, res_str(st.configured), why);
+    return;
+  }
+  if (std::string gpus = nonzero_others(max_others_); !gpus.empty() && !cfg_.resize_with_other_resources) {
+    spdlog::warn("yarn: not restoring {} to {}: the update would set {} to 0 (yarn.resize_with_other_resources)",
+                 st.node_id, res_str(st.configured), gpus);
+    return;
+  }
   if (dry_run_) {
     spdlog::info("yarn: dry-run: would restore {} to {}", st.node_id, res_str(st.configured));
     return;
@@ -230,14 +264,30 @@ void YarnDownscaler::stop(bool restore) {
   ro.connect_timeout_ms = std::min(ro.connect_timeout_ms, ro.timeout_ms);
   HttpClient restore_client(ro);
   std::atomic<bool> no_abort{false};
-  auto r = post_node_resource(restore_client, st.node_id, st.configured, cfg_.over_commit_timeout_ms, &no_abort);
+  // The whole vector: memory, vCores and every other type at the most it was
+  // seen with (an RM that reads resourceInformations gets them all back).
+  auto r = post_node_resource(restore_client, st.node_id, st.configured, max_others_,
+                              yarn_posted_over_commit_timeout(cfg_), &no_abort);
   if (r) {
-    spdlog::info("yarn: restored {} to its configured {} (RM answered {})", st.node_id,
-                 res_str(st.configured), res_str(r.value()));
+    spdlog::info("yarn: restored {} to its configured {}{} (the RM answered with {}, its total before or "
+                 "after the update)",
+                 st.node_id, res_str(st.configured),
+                 max_others_.empty() ? "" : " and " + std::to_string(max_others_.size()) + " other resource types",
+                 res_str(r.value()));
   } else {
     spdlog::error("yarn: could not restore {} to {}: {}", st.node_id, res_str(st.configured),
                   r.error().str());
   }
+}
+
+std::string YarnDownscaler::hold_reason() const {
+  // The RM sets a decommissioning node's total to what its containers hold at
+  // every heartbeat (it drains the node): an update would be overwritten at
+  // once, and re-posted at every refresh.
+  if (node_state_ == "DECOMMISSIONING") return "the node is DECOMMISSIONING (the RM sets its total itself)";
+  // A node that left is still listed, but the RM answers an update with 500.
+  if (yarn_node_gone(node_state_)) return "the node is " + node_state_ + " in the RM";
+  return "";
 }
 
 void YarnDownscaler::run() {
@@ -386,6 +436,11 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
     note_error("node", node.error().err, "node " + id + " from the RM: " + node.error().str());
     return false;
   }
+  if (node.value().state != node_state_) {
+    spdlog::info("yarn: node {} is {} in the RM", id, node.value().state.empty() ? "?" : node.value().state);
+  }
+  node_state_ = node.value().state;
+  others_now_ = node.value().other_resources;
   auto containers = rest_->containers(&stopping_);
   if (!containers) {
     note_error("nm containers", containers.error().err, "NodeManager containers: " + containers.error().str());
@@ -393,14 +448,25 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
   }
   // The maximum: the most the NodeManager was ever seen with (see MaxRecord).
   // The readers took only numbers in range (collect/yarn_rest.h).
+  // Other resource types come from the RM's total (the NodeManager's info
+  // lists only their names).
   YarnResource seen_now = configured.value();
   if (max_node_ != id) {
     max_node_ = id;
     max_ = seen_now;
-    save_max(max_file_, {max_node_, max_});
-  } else if (seen_now.vcores > max_.vcores || seen_now.memory_mb > max_.memory_mb) {
+    max_others_ = others_now_;
+    save_max(max_file_, {max_node_, max_, max_others_});
+  } else {
+    bool grew = seen_now.vcores > max_.vcores || seen_now.memory_mb > max_.memory_mb;
     max_ = {std::max(max_.vcores, seen_now.vcores), std::max(max_.memory_mb, seen_now.memory_mb)};
-    save_max(max_file_, {max_node_, max_});
+    for (const auto& [name, value] : others_now_) {
+      auto it = max_others_.find(name);
+      if (it == max_others_.end() || value > it->second) {
+        max_others_[name] = value;
+        grew = true;
+      }
+    }
+    if (grew) save_max(max_file_, {max_node_, max_, max_others_});
   }
   // A container with numbers out of range, or larger than the node itself,
   // is left out (neither counted nor killed): what it says cannot be used.
@@ -450,37 +516,43 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
   } else {
     note_error("apps", apps.error().err, "running applications from the RM: " + apps.error().str());
   }
-  // The AM container of each application with a container here, looked up
-  // once per application and again when a container of a later attempt
-  // shows up (a new attempt has a new AM).
-  std::map<std::string, std::string> am;
+  // The AM of each application with a container here: the latest attempt
+  // and its container, looked up once per application and again when a
+  // container of a later attempt shows up (a new attempt has a new AM).
+  // Without view access the RM shows the attempt but not its container, and
+  // when it cannot be asked the attempt is the latest one seen here: the AM
+  // is then that attempt's first container (see reclaim()).
+  std::map<std::string, YarnAmAttempt> am;
+  std::set<std::string> guessed;  // the RM could not be asked: ask again next time
   std::map<std::string, int> attempt;
   for (const auto& c : containers.value()) {
     std::string app = app_of_container(c.id);
     if (!app.empty()) attempt[app] = std::max(attempt[app], attempt_of_container(c.id));
   }
-  for (const auto& c : containers.value()) {
-    std::string app = app_of_container(c.id);
-    if (app.empty() || am.count(app)) continue;
+  for (const auto& [app, latest] : attempt) {
     auto it = am_of_app_.find(app);
-    auto seen = am_attempt_.find(app);
-    if (it != am_of_app_.end() && !it->second.empty() && seen != am_attempt_.end() &&
-        seen->second >= attempt[app]) {
+    if (it != am_of_app_.end() && it->second.attempt >= latest && am_guessed_.count(app) == 0) {
       am[app] = it->second;
       continue;
     }
-    auto a = rest_->am_container(app, &stopping_);
-    if (a) {
+    auto a = rest_->am_attempt(app, &stopping_);
+    if (a && a.value().attempt >= latest) {
       am[app] = a.value();
+      if (a.value().container.empty()) {
+        spdlog::debug("yarn: the RM hides the AM container of {} (no view access?): taking the first "
+                      "container of attempt {}",
+                      app, a.value().attempt);
+      }
     } else {
-      spdlog::debug("yarn: AM container of {}: {}", app, a.error().str());
-      am[app] = "";
+      if (!a) spdlog::debug("yarn: AM container of {}: {}", app, a.error().str());
+      am[app] = YarnAmAttempt{latest, ""};
+      guessed.insert(app);
     }
   }
   nm_containers_ = std::move(containers.value());
   apps_ = std::move(by_id);
   am_of_app_ = std::move(am);
-  am_attempt_ = std::move(attempt);
+  am_guessed_ = std::move(guessed);
   for (auto k = killed_.begin(); k != killed_.end();) {  // forget kills the NM no longer lists
     bool listed = std::any_of(nm_containers_.begin(), nm_containers_.end(),
                               [&](const NmContainer& c) { return c.id == *k && nm_container_active(c.state); });
@@ -492,7 +564,25 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
   status_.configured = max_;
   status_.configured_known = true;
   // In a dry run the RM never got our update: keep showing what it would have.
-  status_.advertised = dry_advertised_ ? *dry_advertised_ : node.value().total;
+  YarnResource rm_total = node.value().total;
+  if (pending_post_) {
+    // The RM applies an update asynchronously: a read right after it may
+    // still show the old total. Until it shows the posted one, or two
+    // refresh intervals pass (another writer, or the RM dropped it), the
+    // posted total stands.
+    if (rm_total == pending_post_->resource) {
+      pending_post_.reset();
+    } else if (now_ns - pending_post_->at_ns < 2 * cfg_.refresh_interval_ns) {
+      spdlog::debug("yarn: the RM still shows {} for {}, posted {}: not applied yet", res_str(rm_total), id,
+                    res_str(pending_post_->resource));
+      rm_total = pending_post_->resource;
+    } else {
+      spdlog::warn("yarn: the RM shows {} for {} since the update to {}: taking the RM's", res_str(rm_total),
+                   id, res_str(pending_post_->resource));
+      pending_post_.reset();
+    }
+  }
+  status_.advertised = dry_advertised_ ? *dry_advertised_ : rm_total;
   status_.advertised_known = true;
   status_.containers = static_cast<size_t>(std::count_if(
       nm_containers_.begin(), nm_containers_.end(), [](const NmContainer& c) { return nm_container_active(c.state); }));
@@ -518,6 +608,21 @@ void YarnDownscaler::capacity(const YarnOffer& o) {
     status_.last_action = yarn_action_name(d.action);
   }
   if (!d.post) return;
+  // The RM's update-resource call zeroes every other resource type (up to
+  // Hadoop 3.5.0 at least, whatever resourceInformations says): a GPU node
+  // would lose its GPUs, and no later update through this API gives them
+  // back. Such a node is left alone unless the RM is known to keep them.
+  if (std::string others = nonzero_others(max_others_); !others.empty() && !cfg_.resize_with_other_resources) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      status_.last_action = "refused";
+    }
+    note_error("other resources", EOPNOTSUPP,
+               "not resizing " + st.node_id + " to " + res_str(d.resource) + ": it has " + others +
+                   ", which the RM's update-resource call would set to 0 (set "
+                   "yarn.resize_with_other_resources only for an RM that keeps them)");
+    return;
+  }
   // The last guard before the RM: nothing outside the node's own size.
   if (!yarn_resource_within(d.resource, st.configured)) {
     note_error("resize range", ERANGE,
@@ -527,7 +632,8 @@ void YarnDownscaler::capacity(const YarnOffer& o) {
   }
   if (dry_run_) {
     spdlog::info("yarn: dry-run: would POST {}/ws/v1/cluster/nodes/{}/resource {} ({})", rm_->current(),
-                 st.node_id, node_resource_body(d.resource, cfg_.over_commit_timeout_ms), d.reason);
+                 st.node_id, node_resource_body(d.resource, max_others_, yarn_posted_over_commit_timeout(cfg_)),
+                 d.reason);
     std::lock_guard<std::mutex> lk(mu_);
     status_.updates_dry_run++;
     // Dry-run carries on as if the RM had taken it, so later steps show what would follow.
@@ -537,19 +643,22 @@ void YarnDownscaler::capacity(const YarnOffer& o) {
     return;
   }
   posted_ = true;
-  auto r = post_node_resource(*rm_, st.node_id, d.resource, cfg_.over_commit_timeout_ms, &stopping_);
+  auto r = post_node_resource(*rm_, st.node_id, d.resource, max_others_, yarn_posted_over_commit_timeout(cfg_),
+                              &stopping_);
   if (r) {
     post_retry_ns_ = 0;
     post_error_.clear();
+    // The RM queues the update and answers with the node's total as it was
+    // then, usually from before the update: what was posted stands until a
+    // read shows it (pending_post_, see refresh()).
+    pending_post_ = PendingPost{d.resource, o.now_ns};
     std::lock_guard<std::mutex> lk(mu_);
     status_.last_error.clear();  // this round's reads went through too
     status_.updates_ok++;
-    // The RM answers with its total read before the update is processed:
-    // take what was posted; the next read confirms it.
     status_.advertised = d.resource;
     status_.advertised_known = true;
-    spdlog::info("yarn: {} {} -> {} ({}); RM now has {}", yarn_action_name(d.action), st.node_id,
-                 res_str(d.resource), d.reason, res_str(r.value()));
+    spdlog::info("yarn: {} {} -> {} ({}); the RM answered with {} (its total before or after the update)",
+                 yarn_action_name(d.action), st.node_id, res_str(d.resource), d.reason, res_str(r.value()));
     return;
   }
   // Not applied: the policy's memory goes back to before this step (a grow
@@ -566,10 +675,12 @@ void YarnDownscaler::capacity(const YarnOffer& o) {
   note_error("resize", r.error().err, post_error_);
 }
 
-void YarnDownscaler::reclaim(const YarnOffer& o) {
+void YarnDownscaler::reclaim(const YarnOffer& o, bool fresh) {
   YarnStatus st = status();
-  // Interference over the last refresh window, from BPF's running totals.
+  // Interference over the last refresh window, from BPF's running totals
+  // (the window already moved for this round when `fresh`).
   for (const auto& [id, c] : o.containers) {
+    if (fresh) break;
     auto prev = caused_at_refresh_.find(id);
     if (prev == caused_at_refresh_.end() || last_refresh_ns_ == o.now_ns) {
       uint64_t base = prev == caused_at_refresh_.end() ? c.caused_total_ns : prev->second;
@@ -588,10 +699,14 @@ void YarnDownscaler::reclaim(const YarnOffer& o) {
     info.id = c.id;
     info.app_id = app_of_container(c.id);
     if (auto a = apps_.find(info.app_id); a != apps_.end()) info.queue = a->second.queue;
-    if (auto q = cfg_.queue_priority.find(info.queue); q != cfg_.queue_priority.end()) {
-      info.queue_priority = q->second;
+    info.queue_priority = queue_priority_for(info.queue, cfg_.queue_priority);
+    if (auto am = am_of_app_.find(info.app_id); am != am_of_app_.end()) {
+      info.is_am = am->second.container.empty() ? first_container_of_attempt(c.id, am->second.attempt)
+                                                : am->second.container == c.id;
+    } else {
+      // Not looked up (no attempt read yet): the first container of an attempt.
+      info.is_am = first_container_of_attempt(c.id, attempt_of_container(c.id));
     }
-    if (auto am = am_of_app_.find(info.app_id); am != am_of_app_.end()) info.is_am = am->second == c.id;
     info.resource = c.resource;
     if (auto seen = o.containers.find(c.id); seen != o.containers.end()) {
       info.start_ms = cgroup_birth_ms(mount_ + seen->second.path);
@@ -599,7 +714,26 @@ void YarnDownscaler::reclaim(const YarnOffer& o) {
     if (auto i = interference_.find(c.id); i != interference_.end()) info.interference_ns = i->second;
     in.containers.push_back(std::move(info));
   }
-  ReclaimDecision d = reclaim_step(in, cfg_, reclaim_state_);
+  // With reclaimer "rm" the RM kills (it got overCommitTimeout): khagent
+  // ranks and reports victims but kills none, not even in an emergency, so
+  // that no container is killed by both.
+  const bool rm_reclaims = cfg_.reclaimer == "rm";
+  YarnConfig rc = cfg_;
+  if (rm_reclaims) {
+    rc.reclaim = false;
+    rc.emergency = false;
+  }
+  ReclaimDecision d = reclaim_step(in, rc, reclaim_state_);
+  if (rm_reclaims && !d.reason.empty()) d.reason += "; the RM reclaims (yarn.reclaimer: rm)";
+  // Kill only on a fresh inventory: containers may have ended (or been
+  // preempted by the RM) since the last refresh, and fewer may need to go.
+  if (!d.kill.empty() && !fresh && last_refresh_ns_ != o.now_ns) {
+    if (refresh(o.now_ns, true)) {
+      reclaim(o, true);
+      return;
+    }
+    d.kill.clear();  // the reads failed: not now
+  }
   {
     std::lock_guard<std::mutex> lk(mu_);
     status_.victims = d.victims.size();
@@ -627,7 +761,7 @@ void YarnDownscaler::reclaim(const YarnOffer& o) {
       status_.kills_dry_run++;
       continue;
     }
-    auto k = kill_cgroup(mount_, seen->second.path);
+    auto k = kill_ ? kill_(mount_, seen->second.path) : kill_cgroup(mount_, seen->second.path);
     std::lock_guard<std::mutex> lk(mu_);
     if (k) {
       status_.kills_ok++;
@@ -663,8 +797,14 @@ void YarnDownscaler::round(const YarnOffer& o) {
   }
   if (!ok) read_retry_ns_ = o.now_ns + kReadRetryNs;
   if (ok) {
-    capacity(o);
-    reclaim(o);
+    if (std::string why = hold_reason(); !why.empty()) {
+      note_error("node state", EAGAIN, "not resizing or reclaiming on " + status().node_id + ": " + why);
+      std::lock_guard<std::mutex> lk(mu_);
+      status_.last_action = "hold_node_state";
+    } else {
+      capacity(o);
+      reclaim(o);
+    }
   }
   sync_stats();
 }

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "khagent/util/curl_util.h"
+#include "khagent/util/hadoop_error.h"
 
 namespace khagent {
 
@@ -84,6 +85,37 @@ YarnResource resource(const json& r, const std::string& where) {
 }
 
 constexpr int64_t kMaxContainers = 10'000'000;
+// Other resource types (GPUs, FPGAs, custom countables): far above any node.
+constexpr int64_t kMaxOtherResource = 1'000'000'000'000;
+
+// The resource types besides memory and vCores in a resource's
+// resourceInformations (Hadoop 3.x), by name; the values range-checked.
+std::map<std::string, int64_t> other_resources_of(const json& r, const std::string& where) {
+  std::map<std::string, int64_t> out;
+  auto infos = r.find("resourceInformations");
+  if (infos == r.end() || !infos->is_object()) return out;
+  auto list = infos->find("resourceInformation");
+  if (list == infos->end() || list->is_null()) return out;
+  std::vector<const json*> items;
+  if (list->is_object()) {
+    items.push_back(&*list);
+  } else if (list->is_array()) {
+    for (const auto& e : *list) items.push_back(&e);
+  } else {
+    throw ShapeError{where + ": \"resourceInformation\" is not a list"};
+  }
+  for (const json* e : items) {
+    if (!e->is_object()) throw ShapeError{where + ": a resourceInformation is not an object"};
+    std::string name = str(*e, "name", where + " resourceInformation", true);
+    if (name == "memory-mb" || name == "vcores") continue;
+    if (name.empty() || name.size() > 256 ||
+        !std::all_of(name.begin(), name.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
+      throw ShapeError{where + ": resource type name " + json(name).dump() + " is not usable"};
+    }
+    out[name] = num(*e, "value", where + " " + name, 0, kMaxOtherResource);
+  }
+  return out;
+}
 constexpr int64_t kMaxInt32 = 2'147'483'647;
 constexpr int64_t kMaxEpochMs = int64_t{1} << 53;  // exact in a double; the year 287396
 
@@ -118,6 +150,7 @@ void node_of(const json& n, YarnNodeReport& r) {
   r.used = {vcores(n, "usedVirtualCores", where), memory(n, "usedMemoryMB", where)};
   if (auto it = n.find("totalResource"); it != n.end() && !it->is_null()) {
     r.total = resource(*it, where + " totalResource");
+    r.other_resources = other_resources_of(*it, where + " totalResource");
   } else {
     // Older RMs: used + available (available is negative on an over-committed node).
     YarnResource avail{num(n, "availableVirtualCores", where, -kYarnMaxVcores, kYarnMaxVcores),
@@ -170,6 +203,7 @@ Result<std::vector<YarnNodeReport>> parse_yarn_nodes(const std::string& text) {
         if (e.err != ERANGE) throw;
         // Another node's nonsense must not hide this one: keep the entry, unusable.
         r.total = r.used = {};
+        r.other_resources.clear();
         r.containers = 0;
         r.invalid = e.what;
       }
@@ -250,9 +284,9 @@ Result<std::vector<YarnApp>> parse_yarn_apps(const std::string& text) {
   });
 }
 
-Result<std::string> parse_am_container(const std::string& text) {
+Result<YarnAmAttempt> parse_am_attempt(const std::string& text) {
   return guarded("RM app attempts", [&] {
-    std::string best;
+    YarnAmAttempt best;
     int64_t best_id = -1;
     const json doc = parse(text, "RM app attempts");
     for (const json* ap : list(doc, "appAttempts", "appAttempt")) {
@@ -260,11 +294,18 @@ Result<std::string> parse_am_container(const std::string& text) {
       int64_t id = num(a, "id", "appAttempt", 0, kMaxInt32, true);
       if (id > best_id) {
         best_id = id;
-        best = str(a, "containerId", "appAttempt " + std::to_string(id));
+        best.attempt = static_cast<int>(id);
+        best.container = str(a, "containerId", "appAttempt " + std::to_string(id));
       }
     }
     return best;
   });
+}
+
+Result<std::string> parse_am_container(const std::string& text) {
+  auto a = parse_am_attempt(text);
+  if (!a) return a.error();
+  return a.value().container;
 }
 
 bool nm_container_active(const std::string& state) {
@@ -309,6 +350,12 @@ int attempt_of_container(const std::string& id) {
   auto f = container_fields(id);
   if (f.empty() || f[2].size() > 9) return 0;
   return std::stoi(f[2]);
+}
+
+bool first_container_of_attempt(const std::string& id, int attempt) {
+  auto f = container_fields(id);
+  if (f.empty() || attempt <= 0 || f[2].size() > 9 || f[3].size() > 18) return false;
+  return std::stoi(f[2]) == attempt && std::stoll(f[3]) == 1;
 }
 
 std::string app_of_container(const std::string& id) {
@@ -367,9 +414,8 @@ Result<std::string> YarnRest::get(HttpClient& c, const std::string& path,
   spdlog::debug("yarn: GET {}{}: HTTP {}, {} bytes ({:.0f} ms)", resp.base_url, path, resp.status,
                 resp.body.size(), ms);
   if (resp.status < 200 || resp.status >= 300) {
-    int err = resp.status == 401 || resp.status == 403 ? EACCES : resp.status == 404 ? ENOENT : EIO;
-    return make_error(err, "GET " + resp.base_url + path + ": HTTP " + std::to_string(resp.status) +
-                               ": " + body_excerpt(resp.body));
+    HadoopError e = hadoop_http_error(resp.status, resp.body);
+    return make_error(e.err, "GET " + resp.base_url + path + ": " + e.message);
   }
   return resp.body;
 }
@@ -397,9 +443,9 @@ Result<std::vector<YarnApp>> YarnRest::running_apps(const std::atomic<bool>* abo
   return fetch(rm_, "/ws/v1/cluster/apps?states=RUNNING&deSelects=resourceRequests", parse_yarn_apps, abort);
 }
 
-Result<std::string> YarnRest::am_container(const std::string& app_id, const std::atomic<bool>* abort) {
+Result<YarnAmAttempt> YarnRest::am_attempt(const std::string& app_id, const std::atomic<bool>* abort) {
   if (app_id.empty()) return make_error(EINVAL, "RM app attempts: empty application id");
-  return fetch(rm_, "/ws/v1/cluster/apps/" + url_path_segment(app_id) + "/appattempts", parse_am_container,
+  return fetch(rm_, "/ws/v1/cluster/apps/" + url_path_segment(app_id) + "/appattempts", parse_am_attempt,
                abort);
 }
 

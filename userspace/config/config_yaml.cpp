@@ -513,6 +513,14 @@ class Loader {
             if (ns % kNsPerMs != 0) fail(w, "must be a whole number of milliseconds, got " + v.Scalar());
             y.over_commit_timeout_ms = static_cast<int64_t>(ns / kNsPerMs);
           }},
+         flag("resize_with_other_resources", y.resize_with_other_resources),
+         {"reclaimer",
+          [&](const YAML::Node& v, const Where& w) {
+            y.reclaimer = string(v, w);
+            if (y.reclaimer != "khagent" && y.reclaimer != "rm") {
+              fail(w, "unknown reclaimer " + describe(v) + " (known: khagent, rm)");
+            }
+          }},
          flag("reclaim", y.reclaim), ns("reclaim_grace", y.reclaim_grace_ns),
          {"queue_priority",
           [&](const YAML::Node& v, const Where& w) {
@@ -872,6 +880,9 @@ Result<void> validate_config(const Config& c) {
   if (y.retries > 10) return bad("yarn.retries", "must be at most 10, got " + std::to_string(y.retries));
   if (y.retry_backoff_ms > 60'000) return bad("yarn.retry_backoff", "must be at most 1m");
   if (y.request_timeout_ms > 300'000) return bad("yarn.request_timeout", "must be at most 5m");
+  if (y.reclaimer == "rm" && y.over_commit_timeout_ms < 0) {
+    return bad("yarn.over_commit_timeout", "is never while yarn.reclaimer is rm: nothing would be reclaimed");
+  }
   if (y.over_commit_timeout_ms > 2'147'483'647) {
     return bad("yarn.over_commit_timeout", "must fit the RM's int milliseconds (at most 596h), or be never");
   }
@@ -1267,6 +1278,8 @@ std::string config_to_yaml(const Config& c) {
   } else {
     key("over_commit_timeout") << format_duration_ns(static_cast<uint64_t>(y.over_commit_timeout_ms) * kNsPerMs);
   }
+  key("resize_with_other_resources") << y.resize_with_other_resources;
+  key("reclaimer") << y.reclaimer;
   key("reclaim") << y.reclaim;
   key("reclaim_grace") << format_duration_ns(y.reclaim_grace_ns);
   key("queue_priority") << YAML::BeginMap;

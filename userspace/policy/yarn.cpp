@@ -242,6 +242,34 @@ YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnC
 
 // ---- reclaim ----------------------------------------------------------------
 
+int queue_priority_for(const std::string& queue, const std::map<std::string, int>& prio) {
+  if (queue.empty() || prio.empty()) return 0;
+  if (auto it = prio.find(queue); it != prio.end()) return it->second;
+  auto ends_with_path = [](const std::string& path, const std::string& tail) {
+    return path.size() > tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0 &&
+           path[path.size() - tail.size() - 1] == '.';
+  };
+  const std::string* best = nullptr;
+  int best_prio = 0;
+  for (const auto& [key, p] : prio) {
+    if (!key.empty() && ends_with_path(queue, key) && (best == nullptr || key.size() > best->size())) {
+      best = &key;
+      best_prio = p;
+    }
+  }
+  if (best != nullptr) return best_prio;
+  if (queue.find('.') != std::string::npos) return 0;
+  bool found = false;
+  int lowest = 0;
+  for (const auto& [key, p] : prio) {
+    if (ends_with_path(key, queue)) {
+      lowest = found ? std::min(lowest, p) : p;
+      found = true;
+    }
+  }
+  return found ? lowest : 0;
+}
+
 std::vector<size_t> rank_for_reclaim(const std::vector<YarnContainerInfo>& cs) {
   std::vector<size_t> idx(cs.size());
   for (size_t i = 0; i < idx.size(); i++) idx[i] = i;

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "khagent/actuate/cgroup_kill.h"
 #include "khagent/actuate/yarn_resize.h"
 #include "khagent/collect/yarn_rest.h"
 #include "khagent/config/config.h"
@@ -60,6 +62,11 @@ class YarnDownscaler {
   void stop(bool restore);
   YarnStatus status() const;
 
+  // How a container's cgroup is killed (default kill_cgroup). For tests
+  // whose containers have no cgroup; call before start().
+  using KillFn = std::function<Result<CgroupKillResult>(const std::string& mount, const std::string& rel)>;
+  void set_killer(KillFn kill) { kill_ = std::move(kill); }
+
   // One round of work, synchronously, on the calling thread (tests, and the
   // worker itself): find the node, refresh the inventory when due, post a
   // capacity change, reclaim.
@@ -70,7 +77,11 @@ class YarnDownscaler {
   bool ensure_node();
   bool refresh(uint64_t now_ns, bool force);
   void capacity(const YarnOffer& o);
-  void reclaim(const YarnOffer& o);
+  // `fresh`: the inventory was just re-read for this decision.
+  void reclaim(const YarnOffer& o, bool fresh = false);
+  // Why the node must be left alone now ("" = it may be resized): a state in
+  // which the RM cannot take an update or overrides it.
+  std::string hold_reason() const;
   // Records `what` as the last error and logs it, at most once a minute per
   // `cause` (a fixed name of the step, with the errno `err`), so a failure
   // that repeats every refresh, or two that alternate, do not flood the log.
@@ -84,9 +95,9 @@ class YarnDownscaler {
   const std::string max_file_;
   std::string max_node_;  // the node max_ belongs to
   YarnResource max_;
+  std::map<std::string, int64_t> max_others_;  // other resource types, the most seen
   bool posted_ = false;   // a POST was sent (or tried) since start
   std::set<std::string> killed_;                 // killed, still listed by the NM
-  std::map<std::string, int> am_attempt_;        // application -> attempt its AM was read for
 
   std::unique_ptr<HttpClient> rm_;
   std::unique_ptr<HttpClient> nm_;
@@ -103,7 +114,21 @@ class YarnDownscaler {
   bool have_inventory_ = false;
   std::vector<NmContainer> nm_containers_;
   std::map<std::string, YarnApp> apps_;          // by application id
-  std::map<std::string, std::string> am_of_app_; // application id -> AM container id
+  // application id -> its latest attempt and AM container. When the RM hides
+  // the container (no view access) or cannot be asked, the AM is the first
+  // container of that attempt (first_container_of_attempt).
+  std::map<std::string, YarnAmAttempt> am_of_app_;
+  std::set<std::string> am_guessed_;             // ...taken from the containers seen (RM not asked)
+  std::string node_state_;                       // the node's state in the RM at the last refresh
+  std::map<std::string, int64_t> others_now_;    // its other resource types at the last refresh
+  struct PendingPost {
+    YarnResource resource;
+    uint64_t at_ns = 0;
+  };
+  // The last update the RM answered 200 to: it applies it asynchronously, so
+  // a read soon after can still show the old total (see hold in refresh()).
+  std::optional<PendingPost> pending_post_;
+  KillFn kill_;
   std::map<std::string, uint64_t> caused_at_refresh_;  // container -> caused_total at last refresh
   std::map<std::string, uint64_t> interference_;       // container -> caused in the last window
   std::map<std::string, uint64_t> kill_tried_ns_;      // container -> last kill attempt

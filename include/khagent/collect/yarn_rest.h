@@ -40,6 +40,10 @@ struct YarnNodeReport {
   std::string http_address;   // nodeHTTPAddress, host:port ("" for inactive nodes)
   std::string state;          // RUNNING, UNHEALTHY, LOST, ...
   YarnResource total;         // totalResource: what the RM believes the node has
+  // Every other resource type of totalResource (resourceInformations), by
+  // name (e.g. "yarn.io/gpu" -> 4), zeros included; empty when the RM lists
+  // none (RMs before resource types, or a node list without them).
+  std::map<std::string, int64_t> other_resources;
   YarnResource used;          // usedMemoryMB / usedVirtualCores
   int64_t containers = 0;     // numContainers
   std::string invalid;        // "" or why its numbers are unusable (list entries only)
@@ -69,6 +73,10 @@ struct YarnApp {
 // Lists may be {"node":[...]}, null, "" or {} (empty) depending on the
 // Hadoop version. Errors (EPROTO) say what was missing or of the wrong type;
 // E2BIG for a document over kYarnJsonLimits, ERANGE for a number out of range.
+// HTTP errors of the fetches are classified by hadoop_http_error
+// (util/hadoop_error.h): a 404 is ENOENT only when the RM says the node or
+// application is not found; a 404 page from the web server (no such REST
+// endpoint, e.g. an older Hadoop or a wrong URL) is EOPNOTSUPP.
 Result<std::vector<YarnNodeReport>> parse_yarn_nodes(const std::string& json);
 Result<YarnNodeReport> parse_yarn_node(const std::string& json);       // {"node":{...}}
 Result<std::vector<NmContainer>> parse_nm_containers(const std::string& json);
@@ -77,8 +85,16 @@ Result<std::vector<NmContainer>> parse_nm_containers(const std::string& json);
 // RM-side resource update does not change.
 Result<YarnResource> parse_nm_node_info(const std::string& json);
 Result<std::vector<YarnApp>> parse_yarn_apps(const std::string& json);
-// GET /ws/v1/cluster/apps/{app}/appattempts: the container id of the attempt
-// with the highest attempt number ("" if hidden).
+// The latest attempt of an application: its number and its AM container.
+// The RM writes the container id as "" to a caller without view access to
+// the application (checked on Hadoop 3.5.0 with ACLs on).
+struct YarnAmAttempt {
+  int attempt = 0;        // 0 = no attempt listed
+  std::string container;  // "" = hidden or not allocated yet
+};
+// GET /ws/v1/cluster/apps/{app}/appattempts: the attempt with the highest id.
+Result<YarnAmAttempt> parse_am_attempt(const std::string& json);
+// Just its container id ("" if hidden).
 Result<std::string> parse_am_container(const std::string& json);
 // Whether a NodeManager container state still holds its resources.
 bool nm_container_active(const std::string& state);
@@ -87,6 +103,11 @@ bool nm_container_active(const std::string& state);
 std::string app_of_container(const std::string& container_id);
 // The attempt number of a container id; 0 if malformed.
 int attempt_of_container(const std::string& container_id);
+// Whether the container is the first one of attempt `attempt` of its
+// application (sequence number 1, any epoch prefix): the container the RM
+// launches the ApplicationMaster in. The fallback when the RM hides the
+// attempt's containerId.
+bool first_container_of_attempt(const std::string& container_id, int attempt);
 // A node state of a NodeManager that left: LOST, SHUTDOWN, DECOMMISSIONED, REBOOTED.
 bool yarn_node_gone(const std::string& state);
 
@@ -106,7 +127,7 @@ class YarnRest {
   Result<std::vector<YarnNodeReport>> nodes(const std::atomic<bool>* abort = nullptr);
   Result<YarnNodeReport> node(const std::string& id, const std::atomic<bool>* abort = nullptr);
   Result<std::vector<YarnApp>> running_apps(const std::atomic<bool>* abort = nullptr);
-  Result<std::string> am_container(const std::string& app_id, const std::atomic<bool>* abort = nullptr);
+  Result<YarnAmAttempt> am_attempt(const std::string& app_id, const std::atomic<bool>* abort = nullptr);
   Result<std::vector<NmContainer>> containers(const std::atomic<bool>* abort = nullptr);
   Result<YarnResource> nm_configured(const std::atomic<bool>* abort = nullptr);
   // Node and application ids go into the path percent-encoded

@@ -134,15 +134,31 @@ struct YarnConfig {
   int64_t deadband_vcores = 1;      // smaller changes are not posted
   uint64_t grow_stable_ns = 30'000'000'000;    // budget above the advertised value this long
   uint64_t grow_interval_ns = 60'000'000'000;  // at most one grow per interval
-  int64_t over_commit_timeout_ms = 180'000;    // RM-side grace before it preempts
+  // Only with reclaimer "rm": the overCommitTimeout posted, after which the
+  // RM kills containers of the over-committed node itself.
+  int64_t over_commit_timeout_ms = 180'000;
+  // Other resource types (GPUs...) on the node: the RM's update-resource
+  // REST call sets them to 0 (Hadoop up to 3.5.0 at least), so such a node is
+  // not resized unless this says the RM keeps them (docs/yarn.md).
+  bool resize_with_other_resources = false;
 
-  // Reclaim of running containers beyond the new capacity.
+  // Reclaim of running containers beyond the new capacity. Exactly one side
+  // reclaims (docs/yarn.md): "khagent" posts overCommitTimeout -1 (the RM
+  // never kills for the update) and kills its own ranked victims after
+  // reclaim_grace; "rm" posts over_commit_timeout and leaves the killing to
+  // the RM (Hadoop 3.3 and later; older RMs then reclaim nothing).
+  std::string reclaimer = "khagent";  // khagent | rm
   bool reclaim = true;
   uint64_t reclaim_grace_ns = 180'000'000'000;  // wait this long before killing locally
   std::map<std::string, int> queue_priority;    // queue -> priority; higher is kept longer; default 0
   bool emergency = false;                       // skip the grace for the worst offender when...
   double emergency_p99_factor = 4.0;            // ...an online pod's p99 is over factor * target
 };
+
+// The overCommitTimeout to post: -1 when khagent reclaims, else the RM's grace.
+inline int64_t yarn_posted_over_commit_timeout(const YarnConfig& y) {
+  return y.reclaimer == "rm" ? y.over_commit_timeout_ms : -1;
+}
 
 struct Config {
   uint64_t tick_ns = 200'000'000;

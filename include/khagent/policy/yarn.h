@@ -88,6 +88,19 @@ struct YarnContainerInfo {
   uint64_t interference_ns = 0; // run-queue wait it caused online pods (recent window)
 };
 
+// The priority of an application's queue in `priorities` (yarn.queue_priority;
+// 0 when nothing matches). The RM names a queue by its leaf ("low") on some
+// schedulers and versions and by its full path ("root.low", the
+// CapacityScheduler of Hadoop 3.5.0) on others, and a key may be written
+// either way:
+//   1. a key equal to the queue;
+//   2. the longest key that is a dotted suffix of the queue's path
+//      ("low" or "a.low" for "root.a.low");
+//   3. a queue given by its leaf name alone: the keys whose last component is
+//      that leaf ("root.a.low" for "low"); when several disagree, the lowest
+//      priority (reclaimed first: the name does not say which was meant).
+int queue_priority_for(const std::string& queue, const std::map<std::string, int>& priorities);
+
 // Reclaim order: lower queue priority first; non-AM before AM; more
 // interference first; younger (later start) first; then the container id
 // (descending, so a later container of the same application goes first).
