@@ -57,15 +57,6 @@ uint64_t cgroup_birth_ms(const std::string& dir) {
          static_cast<uint64_t>(st.st_mtim.tv_nsec) / 1'000'000;
 }
 
-// The largest resources the NodeManager was ever seen to have, kept across
-// restarts: an update through the RM reaches the NodeManager on its next
-// heartbeat and changes what /ws/v1/node/info reports, so after a shrink
-// the NodeManager's own figures are the shrunk ones.
-struct MaxRecord {
-  std::string node_id;
-  YarnResource max;
-};
-
 // A NodeManager id as the RM writes it (host:port): printable, no spaces.
 bool plausible_node_id(const std::string& id) {
   if (id.empty() || id.size() > 1024) return false;
@@ -75,46 +66,26 @@ bool plausible_node_id(const std::string& id) {
   });
 }
 
-// Reads the record back, checking it as if the NodeManager had just said it:
-// a bad value saved by an older version (or a hand edit) must not become the
-// size the node is restored to.
-std::optional<MaxRecord> load_max(const std::string& path) {
+constexpr size_t kMaxRecordBytes = 64 * 1024;  // a record is ~80 bytes
+
+// Reads the record back (see parse_yarn_max_record); a missing or bad file
+// is no record.
+std::optional<YarnMaxRecord> load_max(const std::string& path) {
   if (path.empty()) return std::nullopt;
   std::ifstream in(path);
   if (!in) return std::nullopt;
-  constexpr size_t kMaxRecordBytes = 64 * 1024;  // a record is ~80 bytes
   std::string text(kMaxRecordBytes + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
-  auto parsed = parse_json_bounded(text, JsonLimits{kMaxRecordBytes, 4, 64});
-  if (!parsed) {
-    spdlog::warn("yarn: ignoring {}: {}", path, parsed.error().message);
+  auto rec = parse_yarn_max_record(text);
+  if (!rec) {
+    spdlog::warn("yarn: ignoring {}: {}", path, rec.error().message);
     return std::nullopt;
   }
-  const nlohmann::json& j = parsed.value();
-  auto field = [&j](const char* k) -> const nlohmann::json* {
-    auto it = j.is_object() ? j.find(k) : j.end();
-    return it == j.end() ? nullptr : &*it;
-  };
-  const auto* id = field("node_id");
-  const auto* vc = field("vcores");
-  const auto* mb = field("memory_mb");
-  if (id == nullptr || !id->is_string() || vc == nullptr || !vc->is_number_integer() || mb == nullptr ||
-      !mb->is_number_integer()) {
-    spdlog::warn("yarn: ignoring {}: not a resource record", path);
-    return std::nullopt;
-  }
-  auto v = json_int_in_range(*vc, 0, kYarnMaxVcores);
-  auto m = json_int_in_range(*mb, 0, kYarnMaxMemoryMb);
-  if (!plausible_node_id(id->get<std::string>()) || !v || !m) {
-    spdlog::warn("yarn: ignoring {}: node {} with {} vcores/{} MB is out of range (at most {} vcores/{} MB)",
-                 path, id->dump(), vc->dump(), mb->dump(), kYarnMaxVcores, kYarnMaxMemoryMb);
-    return std::nullopt;
-  }
-  return MaxRecord{id->get<std::string>(), {*v, *m}};
+  return std::move(rec).value();
 }
 
-void save_max(const std::string& path, const MaxRecord& r) {
+void save_max(const std::string& path, const YarnMaxRecord& r) {
   if (path.empty()) return;
   if (!yarn_resource_sane(r.max) || !plausible_node_id(r.node_id)) {  // the readers refuse these already
     spdlog::error("yarn: not saving {} with {} vcores/{} MB to {}: out of range", r.node_id, r.max.vcores,
@@ -151,6 +122,33 @@ uint64_t mono_ns() {
 }
 
 }  // namespace
+
+// Checked as if the NodeManager had just said it: a bad value saved by an
+// older version (or a hand edit) must not become the size the node is
+// restored to.
+Result<YarnMaxRecord> parse_yarn_max_record(const std::string& text) {
+  auto parsed = parse_json_bounded(text, JsonLimits{kMaxRecordBytes, 4, 64});
+  if (!parsed) return parsed.error();
+  const nlohmann::json& j = parsed.value();
+  auto field = [&j](const char* k) -> const nlohmann::json* {
+    auto it = j.is_object() ? j.find(k) : j.end();
+    return it == j.end() ? nullptr : &*it;
+  };
+  const auto* id = field("node_id");
+  const auto* vc = field("vcores");
+  const auto* mb = field("memory_mb");
+  if (id == nullptr || !id->is_string() || vc == nullptr || !vc->is_number_integer() || mb == nullptr ||
+      !mb->is_number_integer()) {
+    return make_error(EINVAL, "not a resource record");
+  }
+  auto v = json_int_in_range(*vc, 0, kYarnMaxVcores);
+  auto m = json_int_in_range(*mb, 0, kYarnMaxMemoryMb);
+  if (!plausible_node_id(id->get<std::string>()) || !v || !m) {
+    return make_error(ERANGE, fmt::format("node {} with {} vcores/{} MB is out of range (at most {} vcores/{} MB)",
+                                          id->dump(), vc->dump(), mb->dump(), kYarnMaxVcores, kYarnMaxMemoryMb));
+  }
+  return YarnMaxRecord{id->get<std::string>(), {*v, *m}};
+}
 
 YarnDownscaler::YarnDownscaler(YarnConfig cfg, bool dry_run, std::string cgroup_mount,
                                std::vector<std::string> hostnames, std::string max_file)
@@ -391,7 +389,7 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
     note_error("nm containers", containers.error().err, "NodeManager containers: " + containers.error().str());
     return false;
   }
-  // The maximum: the most the NodeManager was ever seen with (see MaxRecord).
+  // The maximum: the most the NodeManager was ever seen with (see YarnMaxRecord).
   // The readers took only numbers in range (collect/yarn_rest.h).
   YarnResource seen_now = configured.value();
   if (max_node_ != id) {
