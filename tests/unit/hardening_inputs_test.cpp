@@ -1,0 +1,123 @@
+// Hardening of three inputs that are not documents: the kubelet bearer
+// token file (a regular file of bounded size, read without blocking), the
+// NodeManager web address the RM gives (a plain host:port before it becomes
+// a URL), and the dry run's "would write" log (once per change, not every
+// tick).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "khagent/actuate/actuator.h"
+#include "khagent/app/yarn_downscaler.h"
+#include "khagent/collect/kubelet_pods.h"
+#include "khagent/collect/yarn_rest.h"
+#include "test_util.h"
+#include "yarn_emulator.h"
+
+using namespace khagent;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Nothing listens on port 1: a fetch that gets past the token fails to
+// connect, one that does not fails before any connection with EINVAL.
+KubeletPodsOptions unreachable(const std::string& token_file) {
+  KubeletPodsOptions o;
+  o.url = "https://127.0.0.1:1/pods";
+  o.token_file = token_file;
+  o.timeout_ms = 2000;
+  return o;
+}
+
+bool token_refused(const Result<PodMetaMap>& r) {
+  return !r.ok() && r.error().err == EINVAL && contains(r.error().message, "token file");
+}
+
+// Cgroup files in memory (only what the dry run reads).
+struct MemFs : CgroupFs {
+  std::map<std::pair<std::string, CgroupFile>, std::string> files;
+  int writes = 0;
+  Result<std::string> read(const std::string& cg, CgroupFile f) override {
+    auto it = files.find({cg, f});
+    if (it == files.end()) return make_error(ENOENT, cg + " gone");
+    return it->second;
+  }
+  Result<void> write(const std::string&, CgroupFile, const std::string&) override {
+    writes++;
+    return {};
+  }
+  bool exists(const std::string& cg) override {
+    for (const auto& [k, _] : files)
+      if (k.first == cg) return true;
+    return false;
+  }
+};
+
+}  // namespace
+
+// ---- the bearer token file -------------------------------------------------------
+
+TEST(HardeningToken, AFifoFailsTheFetchWithoutBlocking) {
+  TempDir d;
+  const std::string fifo = (d.path / "token").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  KubeletPodsClient client(unreachable(fifo));
+  auto pending = std::async(std::launch::async, [&] { return client.fetch(); });
+  if (pending.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // let a blocked open(2) through
+    if (w >= 0) ::close(w);
+    pending.wait();
+    FAIL() << "reading the token blocked on a FIFO";
+  }
+  auto r = pending.get();
+  EXPECT_TRUE(token_refused(r)) << (r.ok() ? "fetched" : r.error().str());
+  EXPECT_TRUE(contains(r.error().message, "not a regular file")) << r.error().message;
+}
+
+TEST(HardeningToken, ADeviceFailsTheFetch) {
+  KubeletPodsClient client(unreachable("/dev/zero"));  // would never end
+  auto r = client.fetch();
+  EXPECT_TRUE(token_refused(r)) << (r.ok() ? "fetched" : r.error().str());
+  EXPECT_TRUE(contains(r.error().message, "not a regular file")) << r.error().message;
+}
+
+TEST(HardeningToken, AFileOver64KiBFailsTheFetch) {
+  TempDir d;
+  d.write("token", std::string(64 * 1024 + 1, 'a'));
+  KubeletPodsClient client(unreachable((d.path / "token").string()));
+  auto r = client.fetch();
+  EXPECT_TRUE(token_refused(r)) << (r.ok() ? "fetched" : r.error().str());
+  EXPECT_TRUE(contains(r.error().message, "larger than 64 KiB")) << r.error().message;
+}
+
+TEST(HardeningToken, A64KiBTokenBehindASymlinkIsRead) {
+  // Projected service account tokens are reached through ..data symlinks.
+  TempDir d;
+  d.write("..data/token", std::string(64 * 1024 - 1, 'a') + "\n");
+  fs::create_symlink("..data/token", d.path / "token");
+  KubeletPodsClient client(unreachable((d.path / "token").string()));
+  auto r = client.fetch();
+  ASSERT_FALSE(r.ok());  // nothing listens
+  EXPECT_FALSE(token_refused(r)) << r.error().str();
+}
+
+TEST(HardeningToken, ADirectoryIsStillNoToken) {
+  TempDir d;
+  fs::create_directory(d.path / "token");
+  KubeletPodsClient client(unreachable((d.path / "token").string()));
+  auto r = client.fetch();
+  ASSERT_FALSE(r.ok());
+  EXPECT_FALSE(token_refused(r)) << r.error().str();
+}
