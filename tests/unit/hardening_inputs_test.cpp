@@ -121,3 +121,47 @@ TEST(HardeningToken, ADirectoryIsStillNoToken) {
   ASSERT_FALSE(r.ok());
   EXPECT_FALSE(token_refused(r)) << r.error().str();
 }
+
+// ---- the NodeManager web address from the RM -------------------------------------
+
+TEST(HardeningNmAddress, OnlyPlainHostPortIsAccepted) {
+  for (const char* ok : {"worker1.example.com:8042", "worker_1:8042", "10.0.0.7:8042", "[::1]:8042",
+                         "[fe80::1:2]:1", "h:65535"}) {
+    EXPECT_TRUE(yarn_http_address_ok(ok)) << ok;
+  }
+  for (const char* bad : {"", "worker1", ":8042", "h:", "h:0", "h:65536", "h:99999999999", "h:80x",
+                          "vm:1/../../evil?x=", "h:8042/", "h/x:8042", "h:8042?a=1", "h:8042#f",
+                          "user@evil:8042", "user:pw@evil:8042", "h :8042", "h:8042\r\nX: y", "h\t:1",
+                          "h%2f:8042", "h\\x:1", "[::1:8042", "[]:1", "[::g]:1", "http://h:8042"}) {
+    EXPECT_FALSE(yarn_http_address_ok(bad)) << bad;
+  }
+  EXPECT_FALSE(yarn_http_address_ok(std::string(400, 'a') + ":1"));
+}
+
+TEST(HardeningNmAddress, ADownscalerDoesNotBuildAUrlFromAHostileAddress) {
+  yarntest::YarnEmulator emu;
+  emu.add_this_node("worker1.example.com:45454", "worker1.example.com", {8, 16384});
+  auto node = emu.node("worker1.example.com:45454");
+  ASSERT_TRUE(node);
+  node->http_address = emu.nm_address() + "/../../evil?x=";
+  emu.add_node(*node);
+
+  YarnConfig c;
+  c.enabled = true;
+  c.rm_urls = emu.rm_urls();
+  c.auth = "none";
+  c.request_timeout_ms = 1500;
+  c.connect_timeout_ms = 500;
+  c.retries = 0;
+  TempDir mount;
+  YarnDownscaler ds(c, false, mount.path.string(), {"worker1"});
+  YarnOffer o;
+  o.now_ns = 1'000'000'000'000ULL;
+  o.budget_cores = 4;
+  ds.round(o);
+  YarnStatus st = ds.status();
+  EXPECT_TRUE(contains(st.last_error, "not a plain host:port")) << st.last_error;
+  EXPECT_TRUE(contains(st.last_error, "yarn.nm_url")) << st.last_error;
+  EXPECT_TRUE(emu.requests(yarntest::Srv::NM).empty());
+  EXPECT_TRUE(emu.rm_posts().empty());
+}

@@ -342,6 +342,16 @@ bool YarnDownscaler::ensure_node() {
                      "); set yarn.nm_url");
       return false;
     }
+    // The address goes into a URL as it is: only a plain host:port, so an
+    // RM (or whoever answers in its name) cannot point the requests at
+    // another path, user or host ("h:1/../x?", "a@b:1").
+    if (!yarn_http_address_ok(node.http_address)) {
+      note_error("nm address", EINVAL,
+                 "the RM gives NodeManager " + node.id + " the web address " +
+                     nlohmann::json(node.http_address).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) +
+                     ", which is not a plain host:port; set yarn.nm_url");
+      return false;
+    }
     // The NodeManager's web UI uses the same scheme as the RM's.
     std::string scheme = rm_->current().rfind("https://", 0) == 0 ? "https://" : "http://";
     nm_ = std::make_unique<HttpClient>(client_options(cfg_, {scheme + node.http_address}));
