@@ -165,3 +165,63 @@ TEST(HardeningNmAddress, ADownscalerDoesNotBuildAUrlFromAHostileAddress) {
   EXPECT_TRUE(emu.requests(yarntest::Srv::NM).empty());
   EXPECT_TRUE(emu.rm_posts().empty());
 }
+
+// ---- dry run ---------------------------------------------------------------------
+
+TEST(HardeningDryRun, TheSameWouldBeWriteIsReportedOncePerChange) {
+  TempDir t;
+  MemFs f;
+  f.files[{"/be", CgroupFile::CpuMax}] = "max 100000";
+  StateStore st((t.path / "s.json").string());
+  Actuator a(f, st, true, {0, 1, 2, 3});
+  const uint64_t s = 1'000'000'000ULL;
+
+  auto first = a.apply({{"/be", CgroupFile::CpuMax, "100000 100000"}}, 1 * s);
+  ASSERT_EQ(first[0].outcome, ActionOutcome::DryRun);
+  EXPECT_FALSE(first[0].repeat);
+  for (uint64_t tick = 2; tick < 5; tick++) {
+    auto again = a.apply({{"/be", CgroupFile::CpuMax, "100000 100000"}}, tick * s);
+    ASSERT_EQ(again[0].outcome, ActionOutcome::DryRun);
+    EXPECT_TRUE(again[0].repeat) << "tick " << tick;
+  }
+  // "100000" is "100000 100000" as the kernel shows it: the same change.
+  EXPECT_TRUE(a.apply({{"/be", CgroupFile::CpuMax, "100000"}}, 5 * s)[0].repeat);
+  // Another wanted value is a new change, reported once again.
+  auto other = a.apply({{"/be", CgroupFile::CpuMax, "50000 100000"}}, 6 * s);
+  EXPECT_FALSE(other[0].repeat);
+  EXPECT_TRUE(a.apply({{"/be", CgroupFile::CpuMax, "50000 100000"}}, 7 * s)[0].repeat);
+  // So is a change of what is there (someone else wrote the file).
+  f.files[{"/be", CgroupFile::CpuMax}] = "200000 100000";
+  EXPECT_FALSE(a.apply({{"/be", CgroupFile::CpuMax, "50000 100000"}}, 8 * s)[0].repeat);
+  // Once the file holds the wanted value, a later difference is new again.
+  f.files[{"/be", CgroupFile::CpuMax}] = "50000 100000";
+  EXPECT_EQ(a.apply({{"/be", CgroupFile::CpuMax, "50000 100000"}}, 9 * s)[0].outcome, ActionOutcome::Unchanged);
+  f.files[{"/be", CgroupFile::CpuMax}] = "200000 100000";
+  EXPECT_FALSE(a.apply({{"/be", CgroupFile::CpuMax, "50000 100000"}}, 10 * s)[0].repeat);
+  EXPECT_EQ(f.writes, 0);
+  EXPECT_FALSE(fs::exists(t.path / "s.json"));
+}
+
+TEST(HardeningDryRun, ARestoreThatWouldBeDoneIsReportedOnce) {
+  // A state file left by an earlier (real) run, then a dry run.
+  TempDir t;
+  const std::string path = (t.path / "s.json").string();
+  {
+    StateStore earlier(path);
+    earlier.record("/be", CgroupFile::CpuIdle, "0");
+    ASSERT_TRUE(earlier.save().ok());
+  }
+  MemFs f;
+  f.files[{"/be", CgroupFile::CpuIdle}] = "1";
+  StateStore st(path);
+  ASSERT_TRUE(st.load().ok());
+  Actuator a(f, st, true, {0, 1});
+  auto r1 = a.restore_unwanted({});
+  ASSERT_EQ(r1.size(), 1u);
+  EXPECT_EQ(r1[0].outcome, ActionOutcome::DryRun);
+  EXPECT_FALSE(r1[0].repeat);
+  auto r2 = a.restore_unwanted({});
+  ASSERT_EQ(r2.size(), 1u);
+  EXPECT_TRUE(r2[0].repeat);
+  EXPECT_EQ(f.writes, 0);
+}
