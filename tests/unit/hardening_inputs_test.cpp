@@ -1,8 +1,8 @@
-// Hardening of three inputs that are not documents: the kubelet bearer
+// Hardening of inputs besides the peers' JSON documents: the kubelet bearer
 // token file (a regular file of bounded size, read without blocking), the
 // NodeManager web address the RM gives (a plain host:port before it becomes
-// a URL), and the dry run's "would write" log (once per change, not every
-// tick).
+// a URL), the dry run's "would write" log (once per change, not every tick)
+// and the kubelet's cpu_manager_state (bounded like a peer's JSON).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,6 +20,7 @@
 #include "khagent/actuate/actuator.h"
 #include "khagent/app/yarn_downscaler.h"
 #include "khagent/collect/kubelet_pods.h"
+#include "khagent/collect/topology.h"
 #include "khagent/collect/yarn_rest.h"
 #include "test_util.h"
 #include "yarn_emulator.h"
@@ -224,4 +225,45 @@ TEST(HardeningDryRun, ARestoreThatWouldBeDoneIsReportedOnce) {
   ASSERT_EQ(r2.size(), 1u);
   EXPECT_TRUE(r2[0].repeat);
   EXPECT_EQ(f.writes, 0);
+}
+
+// ---- the kubelet's cpu_manager_state --------------------------------------------
+
+TEST(HardeningCpuManagerState, AFifoIsRefusedWithoutBlocking) {
+  TempDir d;
+  const std::string fifo = (d.path / "cpu_manager_state").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto pending = std::async(std::launch::async, [&] { return read_cpu_manager_state(fifo); });
+  if (pending.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w >= 0) ::close(w);
+    pending.wait();
+    FAIL() << "reading cpu_manager_state blocked on a FIFO";
+  }
+  auto r = pending.get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().err, EINVAL);
+  EXPECT_TRUE(contains(r.error().message, "not a regular file")) << r.error().message;
+}
+
+TEST(HardeningCpuManagerState, AFileOver4MiBIsRefused) {
+  TempDir d;
+  std::string big = R"({"policyName":"none","x":")" + std::string(4 << 20, 'a') + R"("})";
+  d.write("cpu_manager_state", big);
+  auto r = read_cpu_manager_state((d.path / "cpu_manager_state").string());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().err, EFBIG) << r.error().str();
+}
+
+TEST(HardeningCpuManagerState, DeepNestingIsRefusedBeforeItIsBuilt) {
+  std::string deep = R"({"policyName":"static","entries":)" + std::string(100000, '[');
+  auto r = parse_cpu_manager_state(deep);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().err, E2BIG) << r.error().str();
+  EXPECT_TRUE(contains(r.error().message, "cpu_manager_state")) << r.error().message;
+  // A real one (three levels) still parses.
+  auto ok = parse_cpu_manager_state(
+      R"({"policyName":"static","defaultCpuSet":"0,5-7","entries":{"pod":{"app":"1-4"}},"checksum":1})");
+  ASSERT_TRUE(ok.ok()) << ok.error().str();
+  EXPECT_EQ(format_cpu_list(ok->exclusive), "1-4");
 }
