@@ -16,6 +16,7 @@ PACKAGES=(
   prometheus-cpp-dev libcurl4-openssl-dev
   # tests
   libgtest-dev libgmock-dev libcpp-httplib-dev
+  libclang-rt-19-dev  # libFuzzer and the sanitizer runtimes for clang-19 (scripts/fuzz.sh)
   bc stress-ng rt-tests libbpf-tools linux-perf hyperfine jq openssl
   # vmtest
   qemu-system-x86 busybox-static cpio curl gpgv xz-utils debian-archive-keyring

@@ -6,7 +6,8 @@
 #   host  (root, real BPF)   tests/host
 #   vmtest (QEMU)            the host tier and the in-guest suite in VMs on Debian's 6.1 and 6.12 kernels
 # then builds again with AddressSanitizer + UndefinedBehaviorSanitizer and runs
-# the unit and host tiers once more. Exits non-zero on any failure.
+# the unit and host tiers once more, and fuzzes every parser of outside input
+# (scripts/fuzz.sh, FUZZ_SECONDS a target). Exits non-zero on any failure.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -35,5 +36,8 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The agent's RSS budget is checked in the plain build only: ASan's shadow
 # memory and quarantine multiply RSS (about 500 MiB here) whatever the code.
 ctest --test-dir "$root/build-asan" --output-on-failure -L 'unit|yarn|host' -j1 -E '^MemoryHost\.AgentRssWith4096Cgroups$'
+
+step "fuzz: libFuzzer on every parser of outside input (${FUZZ_SECONDS:-20}s a target)"
+scripts/fuzz.sh
 
 step "all tiers passed"

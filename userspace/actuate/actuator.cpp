@@ -93,7 +93,27 @@ std::vector<ActionRecord> Actuator::apply(const std::vector<DesiredValue>& want,
   return out;
 }
 
+bool Actuator::dry_repeat(const Key& key, const std::string& from, const std::string& to) {
+  std::string change = from + "\n" + to;
+  auto [it, added] = dry_reported_.try_emplace(key, change);
+  if (added) return false;
+  if (it->second == change) return true;
+  it->second = std::move(change);
+  return false;
+}
+
 ActionRecord Actuator::apply_one(const DesiredValue& d, uint64_t now_ns, bool& dirty) {
+  ActionRecord rec = apply_checked(d, now_ns, dirty);
+  Key key{d.cgroup, static_cast<int>(d.file)};
+  if (rec.outcome == ActionOutcome::DryRun) {
+    rec.repeat = dry_repeat(key, normalize_cgroup_value(d.file, rec.from), normalize_cgroup_value(d.file, d.value));
+  } else {
+    dry_reported_.erase(key);
+  }
+  return rec;
+}
+
+ActionRecord Actuator::apply_checked(const DesiredValue& d, uint64_t now_ns, bool& dirty) {
   ActionRecord rec;
   rec.cgroup = d.cgroup;
   rec.file = d.file;
@@ -246,6 +266,8 @@ std::vector<ActionRecord> Actuator::restore_if(const std::function<bool(const Or
       rec.from = *cur;
       if (dry_run_) {
         rec.outcome = ActionOutcome::DryRun;
+        rec.repeat = dry_repeat({e.cgroup, static_cast<int>(e.file)}, normalize_cgroup_value(e.file, *cur),
+                                normalize_cgroup_value(e.file, e.value));
       } else if (normalize_cgroup_value(e.file, *cur) == normalize_cgroup_value(e.file, e.value)) {
         rec.outcome = ActionOutcome::Unchanged;
       } else if (auto w = fs_.write(e.cgroup, e.file, e.value); !w) {

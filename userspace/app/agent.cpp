@@ -500,6 +500,9 @@ void Agent::log_records(const std::vector<ActionRecord>& recs, const std::string
         spdlog::info("{} {}: '{}' -> '{}' ({})", r.cgroup, cgroup_file_name(r.file), r.from, r.to, why);
         break;
       case ActionOutcome::DryRun:
+        // Nothing is written, so the same change comes back every tick:
+        // logged once, and again when what is there or wanted changes.
+        if (r.repeat) break;
         spdlog::info("dry run: would write {} {}: '{}' -> '{}' ({})", r.cgroup, cgroup_file_name(r.file),
                      r.from, r.to, why);
         break;
@@ -533,7 +536,7 @@ void Agent::apply(const Decision& d, bool fast, uint64_t first_event_ns) {
   bool wrote = std::any_of(recs.begin(), recs.end(), [](const ActionRecord& r) {
     return (r.file == CgroupFile::CpuMax || r.file == CgroupFile::CpusetCpus || r.file == CgroupFile::V1CpuCfs ||
             r.file == CgroupFile::V1CpusetCpus) &&
-           (r.outcome == ActionOutcome::Written || r.outcome == ActionOutcome::DryRun);
+           (r.outcome == ActionOutcome::Written || (r.outcome == ActionOutcome::DryRun && !r.repeat));
   });
   std::string why = fmt::format("{}: {}", action_name(d.action), d.reason);
   if (wrote && first_event_ns) {

@@ -66,16 +66,6 @@ uint64_t cgroup_birth_ms(const std::string& dir) {
          static_cast<uint64_t>(st.st_mtim.tv_nsec) / 1'000'000;
 }
 
-// The largest resources the NodeManager was ever seen to have, kept across
-// restarts: an update through the RM reaches the NodeManager on its next
-// heartbeat and changes what /ws/v1/node/info reports, so after a shrink
-// the NodeManager's own figures are the shrunk ones.
-struct MaxRecord {
-  std::string node_id;
-  YarnResource max;
-  std::map<std::string, int64_t> others;  // other resource types (GPUs...), from the RM
-};
-
 constexpr int64_t kMaxOtherResource = 1'000'000'000'000;
 
 // A NodeManager id as the RM writes it (host:port): printable, no spaces.
@@ -87,57 +77,26 @@ bool plausible_node_id(const std::string& id) {
   });
 }
 
-// Reads the record back, checking it as if the NodeManager had just said it:
-// a bad value saved by an older version (or a hand edit) must not become the
-// size the node is restored to.
-std::optional<MaxRecord> load_max(const std::string& path) {
+constexpr size_t kMaxRecordBytes = 64 * 1024;  // a record is ~80 bytes
+
+// Reads the record back (see parse_yarn_max_record); a missing or bad file
+// is no record.
+std::optional<YarnMaxRecord> load_max(const std::string& path) {
   if (path.empty()) return std::nullopt;
   std::ifstream in(path);
   if (!in) return std::nullopt;
-  constexpr size_t kMaxRecordBytes = 64 * 1024;  // a record is ~80 bytes
   std::string text(kMaxRecordBytes + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
-  auto parsed = parse_json_bounded(text, JsonLimits{kMaxRecordBytes, 4, 4096});
-  if (!parsed) {
-    spdlog::warn("yarn: ignoring {}: {}", path, parsed.error().message);
+  auto rec = parse_yarn_max_record(text);
+  if (!rec) {
+    spdlog::warn("yarn: ignoring {}: {}", path, rec.error().message);
     return std::nullopt;
   }
-  const nlohmann::json& j = parsed.value();
-  auto field = [&j](const char* k) -> const nlohmann::json* {
-    auto it = j.is_object() ? j.find(k) : j.end();
-    return it == j.end() ? nullptr : &*it;
-  };
-  const auto* id = field("node_id");
-  const auto* vc = field("vcores");
-  const auto* mb = field("memory_mb");
-  if (id == nullptr || !id->is_string() || vc == nullptr || !vc->is_number_integer() || mb == nullptr ||
-      !mb->is_number_integer()) {
-    spdlog::warn("yarn: ignoring {}: not a resource record", path);
-    return std::nullopt;
-  }
-  auto v = json_int_in_range(*vc, 0, kYarnMaxVcores);
-  auto m = json_int_in_range(*mb, 0, kYarnMaxMemoryMb);
-  if (!plausible_node_id(id->get<std::string>()) || !v || !m) {
-    spdlog::warn("yarn: ignoring {}: node {} with {} vcores/{} MB is out of range (at most {} vcores/{} MB)",
-                 path, id->dump(), vc->dump(), mb->dump(), kYarnMaxVcores, kYarnMaxMemoryMb);
-    return std::nullopt;
-  }
-  MaxRecord rec{id->get<std::string>(), {*v, *m}, {}};
-  if (const auto* others = field("others"); others != nullptr && others->is_object()) {
-    for (const auto& [name, value] : others->items()) {
-      auto n = json_int_in_range(value, 0, kMaxOtherResource);
-      if (!n || name.empty() || name.size() > 256) {
-        spdlog::warn("yarn: ignoring {}: resource type {} is out of range", path, nlohmann::json(name).dump());
-        return std::nullopt;
-      }
-      rec.others[name] = *n;
-    }
-  }
-  return rec;
+  return std::move(rec).value();
 }
 
-void save_max(const std::string& path, const MaxRecord& r) {
+void save_max(const std::string& path, const YarnMaxRecord& r) {
   if (path.empty()) return;
   if (!yarn_resource_sane(r.max) || !plausible_node_id(r.node_id)) {  // the readers refuse these already
     spdlog::error("yarn: not saving {} with {} vcores/{} MB to {}: out of range", r.node_id, r.max.vcores,
@@ -175,6 +134,42 @@ uint64_t mono_ns() {
 }
 
 }  // namespace
+
+// Checked as if the NodeManager had just said it: a bad value saved by an
+// older version (or a hand edit) must not become the size the node is
+// restored to.
+Result<YarnMaxRecord> parse_yarn_max_record(const std::string& text) {
+  auto parsed = parse_json_bounded(text, JsonLimits{kMaxRecordBytes, 4, 4096});
+  if (!parsed) return parsed.error();
+  const nlohmann::json& j = parsed.value();
+  auto field = [&j](const char* k) -> const nlohmann::json* {
+    auto it = j.is_object() ? j.find(k) : j.end();
+    return it == j.end() ? nullptr : &*it;
+  };
+  const auto* id = field("node_id");
+  const auto* vc = field("vcores");
+  const auto* mb = field("memory_mb");
+  if (id == nullptr || !id->is_string() || vc == nullptr || !vc->is_number_integer() || mb == nullptr ||
+      !mb->is_number_integer()) {
+    return make_error(EINVAL, "not a resource record");
+  }
+  auto v = json_int_in_range(*vc, 0, kYarnMaxVcores);
+  auto m = json_int_in_range(*mb, 0, kYarnMaxMemoryMb);
+  if (!plausible_node_id(id->get<std::string>()) || !v || !m) {
+    return make_error(ERANGE, fmt::format("node {} with {} vcores/{} MB is out of range (at most {} vcores/{} MB)",
+                                          id->dump(), vc->dump(), mb->dump(), kYarnMaxVcores, kYarnMaxMemoryMb));
+  }
+  YarnMaxRecord rec{id->get<std::string>(), {*v, *m}, {}};
+  if (const auto* others = field("others"); others != nullptr && others->is_object()) {
+    for (const auto& [name, value] : others->items()) {
+      auto n = json_int_in_range(value, 0, kMaxOtherResource);
+      if (!n || name.empty() || name.size() > 256)
+        return make_error(ERANGE, fmt::format("resource type {} is out of range", nlohmann::json(name).dump()));
+      rec.others[name] = *n;
+    }
+  }
+  return rec;
+}
 
 YarnDownscaler::YarnDownscaler(YarnConfig cfg, bool dry_run, std::string cgroup_mount,
                                std::vector<std::string> hostnames, std::string max_file)
@@ -394,6 +389,16 @@ bool YarnDownscaler::ensure_node() {
                      "); set yarn.nm_url");
       return false;
     }
+    // The address goes into a URL as it is: only a plain host:port, so an
+    // RM (or whoever answers in its name) cannot point the requests at
+    // another path, user or host ("h:1/../x?", "a@b:1").
+    if (!yarn_http_address_ok(node.http_address)) {
+      note_error("nm address", EINVAL,
+                 "the RM gives NodeManager " + node.id + " the web address " +
+                     nlohmann::json(node.http_address).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) +
+                     ", which is not a plain host:port; set yarn.nm_url");
+      return false;
+    }
     // The NodeManager's web UI uses the same scheme as the RM's.
     std::string scheme = rm_->current().rfind("https://", 0) == 0 ? "https://" : "http://";
     nm_ = std::make_unique<HttpClient>(client_options(cfg_, {scheme + node.http_address}));
@@ -446,7 +451,7 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
     note_error("nm containers", containers.error().err, "NodeManager containers: " + containers.error().str());
     return false;
   }
-  // The maximum: the most the NodeManager was ever seen with (see MaxRecord).
+  // The maximum: the most the NodeManager was ever seen with (see YarnMaxRecord).
   // The readers took only numbers in range (collect/yarn_rest.h).
   // Other resource types come from the RM's total (the NodeManager's info
   // lists only their names).

@@ -2,16 +2,18 @@
 #include "khagent/util/curl_util.h"
 
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
+#include <cerrno>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -55,24 +57,53 @@ bool has_scheme(const std::string& url, std::string_view scheme) {
 
 enum class TokenRead { Absent, Ok, Invalid };
 
+// A service account token is about 1 KB; a file far larger is not one.
+constexpr size_t kMaxTokenBytes = 64 * 1024;
+
 // The bearer token, surrounding whitespace trimmed. Absent if the file cannot
-// be opened or read (no token mounted: anonymous access). Invalid if what is
-// left has bytes that cannot go into a header (CR/LF would inject headers).
-TokenRead read_token(const std::string& path, std::string& token) {
+// be opened or read (no token mounted: anonymous access) or is a directory.
+// Invalid, with the reason in `why`, if it is not a regular file (a FIFO or
+// a device would block or never end), is larger than kMaxTokenBytes, or has
+// bytes that cannot go into a header (CR/LF would inject headers).
+// The path may be a symlink: projected tokens are reached through one.
+TokenRead read_token(const std::string& path, std::string& token, std::string& why) {
   if (path.empty()) return TokenRead::Absent;
-  std::ifstream f(path);
-  if (!f) return TokenRead::Absent;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad() || ss.fail()) return TokenRead::Absent;  // e.g. a directory
-  token = ss.str();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return TokenRead::Absent;
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) return TokenRead::Absent;
+  if (!S_ISREG(st.st_mode)) {
+    why = "it is not a regular file";
+    return TokenRead::Invalid;
+  }
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return TokenRead::Absent;
+    if (n == 0) break;
+    if (text.size() + static_cast<size_t>(n) > kMaxTokenBytes) {
+      why = "it is larger than " + std::to_string(kMaxTokenBytes >> 10) + " KiB";
+      return TokenRead::Invalid;
+    }
+    text.append(buf, static_cast<size_t>(n));
+  }
   const char* ws = " \t\r\n";
-  auto b = token.find_first_not_of(ws);
+  auto b = text.find_first_not_of(ws);
   if (b == std::string::npos) return TokenRead::Absent;
-  token = token.substr(b, token.find_last_not_of(ws) - b + 1);
+  token = text.substr(b, text.find_last_not_of(ws) - b + 1);
   bool printable = std::all_of(token.begin(), token.end(),
                                [](unsigned char c) { return c > 0x20 && c < 0x7f; });
-  return printable ? TokenRead::Ok : TokenRead::Invalid;
+  if (!printable) {
+    why = "it holds characters not allowed in a bearer token";
+    return TokenRead::Invalid;
+  }
+  return TokenRead::Ok;
 }
 
 }  // namespace
@@ -129,8 +160,8 @@ KubeletPodsClient::KubeletPodsClient(KubeletPodsOptions opts) : opts_(std::move(
   if (opts_.insecure_skip_verify && has_scheme(opts_.url, "https://")) {
     spdlog::warn("kubelet pod list {}: TLS certificate verification is disabled", opts_.url);
   }
-  std::string token;
-  if (has_scheme(opts_.url, "http://") && read_token(opts_.token_file, token) != TokenRead::Absent) {
+  std::string token, why;
+  if (has_scheme(opts_.url, "http://") && read_token(opts_.token_file, token, why) != TokenRead::Absent) {
     warned_clear_token_ = true;
     spdlog::warn("kubelet pod list {}: plain http: the bearer token from {} is sent in clear text "
                  "(use https://, or kubelet_token_file: \"\" for the read-only port)",
@@ -161,8 +192,8 @@ Result<PodMetaMap> KubeletPodsClient::fetch(const std::atomic<bool>* abort) {
     headers.reset(l);
     return true;
   };
-  std::string token;
-  switch (read_token(opts_.token_file, token)) {
+  std::string token, why;
+  switch (read_token(opts_.token_file, token, why)) {
     case TokenRead::Absent:
       break;
     case TokenRead::Ok:
@@ -173,8 +204,7 @@ Result<PodMetaMap> KubeletPodsClient::fetch(const std::atomic<bool>* abort) {
       if (!add_header("Authorization: Bearer " + token)) return make_error(ENOMEM, what);
       break;
     case TokenRead::Invalid:
-      return make_error(EINVAL, what + ": token file " + opts_.token_file +
-                                    " holds characters not allowed in a bearer token");
+      return make_error(EINVAL, what + ": token file " + opts_.token_file + ": " + why);
   }
   if (!add_header("Accept: application/json")) return make_error(ENOMEM, what);
 

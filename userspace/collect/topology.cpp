@@ -1,6 +1,7 @@
 #include "khagent/collect/topology.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -10,6 +11,8 @@
 #include <system_error>
 
 #include <nlohmann/json.hpp>
+
+#include "khagent/util/json_bounded.h"
 
 namespace khagent {
 
@@ -38,6 +41,40 @@ Result<std::string> read_file(const std::string& path) {
   ::close(fd);
   return out;
 }
+
+// A regular file (after symlinks) of at most `max_bytes`, opened without
+// blocking: a FIFO in its place must not stall the control loop, which
+// reads the kubelet's state every tick.
+Result<std::string> read_regular_file(const std::string& path, size_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return make_error(errno, "cannot open " + path);
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return make_error(errno, "cannot stat " + path);
+  if (S_ISDIR(st.st_mode)) return make_error(EISDIR, "cannot read " + path);
+  if (!S_ISREG(st.st_mode)) return make_error(EINVAL, path + " is not a regular file");
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return make_error(errno, "cannot read " + path);
+    if (n == 0) break;
+    if (out.size() + static_cast<size_t>(n) > max_bytes) {
+      return make_error(EFBIG, path + " is larger than " + std::to_string(max_bytes >> 10) + " KiB");
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// The kubelet's cpu_manager_state is {"policyName","defaultCpuSet",
+// "entries":{pod:{container:list}},"checksum"}: 3 levels, ~100 bytes a
+// container. 4 MiB is some 40000 containers.
+constexpr JsonLimits kCpuManagerStateLimits{size_t{4} << 20, 8, 1'000'000};
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n')) s.remove_prefix(1);
@@ -137,12 +174,9 @@ Result<Topology> read_topology(const std::string& sys_cpu_dir, const std::string
 Result<CpuManagerState> parse_cpu_manager_state(const std::string& json_text) {
   using nlohmann::json;
   const std::string what = "cpu_manager_state: ";
-  json doc;
-  try {
-    doc = json::parse(json_text);
-  } catch (const json::exception& e) {
-    return make_error(EINVAL, what + "malformed JSON: " + e.what());
-  }
+  auto parsed = parse_json_bounded(json_text, kCpuManagerStateLimits);
+  if (!parsed) return make_error(parsed.error().err, what + parsed.error().message);
+  const json& doc = parsed.value();
   if (!doc.is_object()) return make_error(EINVAL, what + "not a JSON object");
 
   CpuManagerState st;
@@ -189,7 +223,7 @@ Result<CpuManagerState> parse_cpu_manager_state(const std::string& json_text) {
 }
 
 Result<CpuManagerState> read_cpu_manager_state(const std::string& path) {
-  auto text = read_file(path);
+  auto text = read_regular_file(path, kCpuManagerStateLimits.max_bytes);
   if (!text) {
     // No file: the kubelet has no CPU manager state, i.e. policy none.
     if (text.error().err == ENOENT) return CpuManagerState{"none", {}, {}};

@@ -368,6 +368,25 @@ bool yarn_node_gone(const std::string& state) {
   return kGone.count(state) > 0;
 }
 
+bool yarn_http_address_ok(const std::string& a) {
+  if (a.empty() || a.size() > 300) return false;  // a DNS name is at most 253
+  size_t colon = a.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  std::string host = a.substr(0, colon), port = a.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return false;
+  int p = std::stoi(port);
+  if (p < 1 || p > 65535) return false;
+  if (host.front() == '[') {  // [IPv6]
+    if (host.size() < 3 || host.back() != ']') return false;
+    return std::all_of(host.begin() + 1, host.end() - 1,
+                       [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.'; });
+  }
+  return std::all_of(host.begin(), host.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+  });
+}
+
 Result<YarnNodeReport> match_node(const std::vector<YarnNodeReport>& nodes,
                                   const std::vector<std::string>& hostnames) {
   // Nodes that left (a restarted NodeManager with an ephemeral port leaves

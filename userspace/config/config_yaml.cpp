@@ -1142,7 +1142,13 @@ Result<Config> load_config_file(const std::string& path, const NodeIdentity& nod
     if (text.size() + static_cast<size_t>(n) > kMaxConfigBytes) return too_big();  // it grew
     text.append(buf, static_cast<size_t>(n));
   }
+  return load_config_bounded(text, path, node);
+}
 
+Result<Config> load_config_bounded(const std::string& text, const std::string& source, const NodeIdentity& node) {
+  if (text.size() > kMaxConfigBytes) {
+    return make_error(EFBIG, source + " is larger than " + std::to_string(kMaxConfigBytes >> 10) + " KiB");
+  }
   // Aliases and the size of `nodes` are bounded before the node tree is
   // built; then the work of merging the overrides that apply.
   try {
@@ -1154,16 +1160,16 @@ Result<Config> load_config_file(const std::string& path, const NodeIdentity& nod
     const YAML::Node doc = YAML::Load(text);
     size_t applying = applying_overrides(doc, node);
     if (applying > 1 && applying * scan.expanded() > kMaxMergeWork) {
-      return make_error(EINVAL, path + ": " + std::to_string(applying) + " entries of nodes apply to this node in a document of " +
+      return make_error(EINVAL, source + ": " + std::to_string(applying) + " entries of nodes apply to this node in a document of " +
                                     std::to_string(scan.expanded()) + " YAML nodes, more than the loader merges in good time (" +
                                     std::to_string(kMaxMergeWork) + " for the product); combine them into fewer entries");
     }
   } catch (const ConfigShapeScan::Limit& l) {
-    return make_error(EINVAL, path + ": " + l.what);
+    return make_error(EINVAL, source + ": " + l.what);
   } catch (const YAML::Exception&) {
     // A syntax error (or several documents): load_config_text reports it with its line.
   }
-  return load_config_text(text, path, node);
+  return load_config_text(text, source, node);
 }
 
 std::string config_to_yaml(const Config& c) {

@@ -19,12 +19,19 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// The most CPUs the ranges of one list may name together. A list the kernel
+// or the kubelet writes names each CPU once (at most 65537 here, see below);
+// without a bound, "0-65536" repeated makes a few KB of text cost billions
+// of set insertions. Twice that many leaves room for overlapping ranges.
+constexpr long kMaxCpusNamed = 2 * ((1 << 16) + 1);
+
 }  // namespace
 
 Result<CpuSet> parse_cpu_list(const std::string& text) {
   CpuSet out;
   std::string_view s = trim(text);
   if (s.empty()) return out;
+  long named = 0;
   while (!s.empty()) {
     auto comma = s.find(',');
     std::string_view item = trim(s.substr(0, comma));
@@ -40,6 +47,10 @@ Result<CpuSet> parse_cpu_list(const std::string& text) {
     }
     if (hi < lo) return make_error(EINVAL, "reversed cpu range '" + std::string(item) + "' in '" + text + "'");
     if (hi > 1 << 16) return make_error(ERANGE, "cpu number too large in '" + text + "'");
+    named += hi - lo + 1;
+    if (named > kMaxCpusNamed) {
+      return make_error(ERANGE, "cpu list names more than " + std::to_string(kMaxCpusNamed) + " CPUs");
+    }
     for (int c = lo; c <= hi; c++) out.insert(c);
   }
   return out;

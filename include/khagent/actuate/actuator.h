@@ -27,6 +27,9 @@ struct ActionRecord {
   std::string to;
   ActionOutcome outcome = ActionOutcome::Unchanged;
   std::string message;
+  // DryRun only: the same change (from, to) was already reported for this
+  // file by an earlier call, with nothing in between; worth logging once.
+  bool repeat = false;
 };
 
 class Actuator {
@@ -53,6 +56,7 @@ class Actuator {
   using Key = std::pair<std::string, int>;
   std::vector<ActionRecord> restore_if(const std::function<bool(const OriginalValue&)>& keep);
   ActionRecord apply_one(const DesiredValue& d, uint64_t now_ns, bool& state_dirty);
+  ActionRecord apply_checked(const DesiredValue& d, uint64_t now_ns, bool& state_dirty);
 
   CgroupFs& fs_;
   StateStore& store_;
@@ -61,6 +65,10 @@ class Actuator {
   uint64_t backoff_ns_;
   std::map<Key, std::string> last_written_;  // normalised
   std::map<Key, uint64_t> backoff_until_;
+  // Dry run: the change last reported per file ("from\nto", normalised),
+  // until the file is seen with another outcome.
+  std::map<Key, std::string> dry_reported_;
+  bool dry_repeat(const Key& key, const std::string& from, const std::string& to);
 };
 
 }  // namespace khagent

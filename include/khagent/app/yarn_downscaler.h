@@ -39,6 +39,25 @@ struct YarnOffer {
   std::map<std::string, Container> containers;  // container_<id> -> what BPF saw
 };
 
+// The largest resources the NodeManager was ever seen to have, kept across
+// restarts in <state_file>.yarn: an update through the RM reaches the
+// NodeManager on its next heartbeat and changes what /ws/v1/node/info
+// reports, so after a shrink the NodeManager's own figures are the shrunk
+// ones.
+struct YarnMaxRecord {
+  std::string node_id;
+  YarnResource max;
+  std::map<std::string, int64_t> others;  // other resource types (GPUs...), from the RM
+};
+
+// Parses the record ({"node_id":"h:8041","vcores":8,"memory_mb":16384,
+// "others":{"yarn.io/gpu":4}}), checking it as if the NodeManager had just
+// said it. Errors: the text is not a small JSON object (64 KiB, 4 levels,
+// 4096 values; E2BIG or EINVAL),
+// a field is missing or not an integer (EINVAL), the node id is not
+// printable or a number is out of range (ERANGE).
+Result<YarnMaxRecord> parse_yarn_max_record(const std::string& text);
+
 class YarnDownscaler {
  public:
   // `cgroup_mount` is where container cgroups are killed. `hostnames` are

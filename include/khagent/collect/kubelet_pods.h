@@ -53,7 +53,9 @@ bool pods_equal(const PodMetaMap& a, const PodMetaMap& b);
 struct KubeletPodsOptions {
   std::string url;  // e.g. https://127.0.0.1:10250/pods
   // Bearer token, re-read on every fetch (projected tokens rotate). No
-  // Authorization header is sent when the file is absent or unreadable.
+  // Authorization header is sent when the file is absent or unreadable; a
+  // file that is not a regular one (after symlinks) or is over 64 KiB fails
+  // the fetch.
   std::string token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
   std::string ca_file;                // PEM bundle; empty = the system CAs
   bool insecure_skip_verify = false;  // no peer/host verification (self-signed kubelet certs)

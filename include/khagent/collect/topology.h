@@ -23,8 +23,13 @@ struct CpuManagerState {
   CpuSet default_set;  // the shared pool
   CpuSet exclusive;    // union of all entries: CPUs given to exclusive containers
 };
+// Malformed JSON and wrong shapes are EINVAL; a document over 4 MiB,
+// nested deeper than 8 levels or with more than 1M values is E2BIG (found
+// before it is built, util/json_bounded.h).
 Result<CpuManagerState> parse_cpu_manager_state(const std::string& json_text);
-// A missing file is not an error: policy "none", nothing exclusive.
+// A missing file is not an error: policy "none", nothing exclusive. The file
+// must be a regular one (a FIFO is EINVAL, read without blocking) of at most
+// 4 MiB (EFBIG).
 Result<CpuManagerState> read_cpu_manager_state(const std::string& path);
 
 }  // namespace khagent

@@ -111,6 +111,13 @@ bool first_container_of_attempt(const std::string& container_id, int attempt);
 // A node state of a NodeManager that left: LOST, SHUTDOWN, DECOMMISSIONED, REBOOTED.
 bool yarn_node_gone(const std::string& state);
 
+// Whether an RM-supplied nodeHTTPAddress is a plain host:port that khagent
+// may put after "http://" to reach the NodeManager: a host name or IPv4
+// address ([A-Za-z0-9._-]) or a bracketed IPv6 address, and a port 1..65535.
+// Nothing else: no '/', '?', '#', '@', '%', whitespace or control
+// characters, which would move the request to another path, host or user.
+bool yarn_http_address_ok(const std::string& address);
+
 // Picks this node from the RM's list (nodes LOST, SHUTDOWN, DECOMMISSIONED
 // or REBOOTED are skipped): an entry whose nodeHostName is one of
 // `hostnames` (compared case-insensitively; a short name also matches the

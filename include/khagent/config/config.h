@@ -193,6 +193,12 @@ struct NodeIdentity {
 Result<Config> load_config_text(const std::string& text, const std::string& source,
                                 const NodeIdentity& node);
 Result<Config> load_config_file(const std::string& path, const NodeIdentity& node);
+// What load_config_file does with the text it read: bounds the size (1 MiB),
+// the YAML aliases, the entries of `nodes` and the work of merging the ones
+// that apply, before any node tree is built, then load_config_text. For
+// text from outside (a file, a ConfigMap).
+Result<Config> load_config_bounded(const std::string& text, const std::string& source,
+                                   const NodeIdentity& node);
 
 // Checks cross-field constraints (floor <= ceiling inputs, factors in range, ...).
 Result<void> validate_config(const Config& c);

@@ -13,7 +13,8 @@ using CpuSet = std::set<int>;
 
 // "0-3,8,10-11" <-> {0,1,2,3,8,10,11}. Whitespace and a trailing newline are
 // accepted, "" is the empty set; anything else malformed (reversed ranges,
-// junk, negative numbers) is an error.
+// junk, negative numbers) is an error, and so are CPU numbers above 65536
+// and lists whose ranges name more than 131074 CPUs in all (ERANGE).
 Result<CpuSet> parse_cpu_list(const std::string& text);
 std::string format_cpu_list(const CpuSet& cpus);
 
