@@ -172,7 +172,8 @@ TEST(AgentYarn, SlowResourceManagerNeverDelaysTheSqueeze) {
   ASSERT_NE(first_answer, std::string::npos) << out;
   EXPECT_LT(squeeze, first_answer) << "the squeeze waited for the RM:\n" << out;
   EXPECT_NE(out.find("dry-run: would POST"), std::string::npos) << out;
-  EXPECT_NE(out.find("\"overCommitTimeout\":180000"), std::string::npos) << out;
+  // The default reclaimer is khagent: the RM is told never to reclaim (-1).
+  EXPECT_NE(out.find("\"overCommitTimeout\":-1"), std::string::npos) << out;
   EXPECT_TRUE(emu.rm_posts().empty()) << "a dry run posted to the RM";
   EXPECT_LT(stop_s, 5.0) << "stopping waited on the slow RM";
 }
