@@ -65,8 +65,13 @@ struct TestCgroup {
   TestCgroup(std::string r, std::string p) : root(std::move(r)), rel(std::move(p)) {
     std::filesystem::create_directories(dir());
   }
+  // A cgroup stays busy until the kernel has finished with its killed
+  // tasks, which on a loaded machine took longer than a second: wait up to
+  // 10 s, and fail the test rather than leave the cgroup behind silently.
   ~TestCgroup() {
-    for (int i = 0; i < 50 && ::rmdir(dir().c_str()) != 0 && errno == EBUSY; i++) usleep(20000);
+    int i = 0;
+    while (::rmdir(dir().c_str()) != 0 && errno == EBUSY && i++ < 500) usleep(20000);
+    if (::access(dir().c_str(), F_OK) == 0) ADD_FAILURE() << "test cgroup left behind: " << dir();
   }
   TestCgroup(const TestCgroup&) = delete;
   TestCgroup& operator=(const TestCgroup&) = delete;
