@@ -1,11 +1,26 @@
 #include "khagent/signals/signals.h"
 
 #include <algorithm>
+#include <string_view>
 #include <unordered_map>
 
-#include "khagent/signals/workload.h"
-
 namespace khagent {
+
+namespace {
+
+// Two containers of one Kubernetes pod: cgroups with the same parent, a pod
+// cgroup ("pod<uid>" with the cgroupfs driver, "...-pod<uid>.slice" with
+// systemd's). A string test, not identify_cgroup()'s regular expressions:
+// this runs for every interference pair at every tick.
+bool same_pod_containers(const std::string& a, const std::string& b) {
+  size_t sa = a.rfind('/'), sb = b.rfind('/');
+  if (sa == std::string::npos || sa == 0 || sa != sb || a.compare(0, sa, b, 0, sb) != 0) return false;
+  size_t p = a.rfind('/', sa - 1);
+  std::string_view parent(a.data() + p + 1, sa - p - 1);
+  return parent.rfind("pod", 0) == 0 || parent.find("-pod") != std::string_view::npos;
+}
+
+}  // namespace
 
 Signals compute_signals(const Sample& s, size_t top_n) {
   Signals out;
@@ -37,10 +52,9 @@ Signals compute_signals(const Sample& s, size_t top_n) {
     if (it != by_victim.end()) {
       // Not the containers of the victim's own pod: they share its CPU.
       std::vector<const PairSample*> pairs;
-      const std::string pod = identify_cgroup(c.path, "").pod_path;
       for (const auto* p : it->second) {
         auto ag = by_id.find(p->aggressor);
-        if (!pod.empty() && ag != by_id.end() && identify_cgroup(ag->second->path, "").pod_path == pod) continue;
+        if (ag != by_id.end() && same_pod_containers(c.path, ag->second->path)) continue;
         pairs.push_back(p);
       }
       size_t n = std::min(top_n, pairs.size());
