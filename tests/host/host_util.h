@@ -77,6 +77,22 @@ struct TestCgroup {
   TestCgroup& operator=(const TestCgroup&) = delete;
 };
 
+// Test cgroups made parents first and removed children first (a cgroup
+// with children cannot be removed).
+class CgroupStack {
+ public:
+  TestCgroup& add(const std::string& root, const std::string& rel) {
+    v_.push_back(std::make_unique<TestCgroup>(root, rel));
+    return *v_.back();
+  }
+  ~CgroupStack() {
+    while (!v_.empty()) v_.pop_back();
+  }
+
+ private:
+  std::vector<std::unique_ptr<TestCgroup>> v_;
+};
+
 // A child process running `body` after joining cgroups and a CPU.
 struct Child {
   pid_t pid = -1;

@@ -348,11 +348,11 @@ void write_agent_config(const std::string& path, const std::string& extra = "") 
 // hogs and the agent; and the agent's reaction time.
 TEST(VmSuite, AgentProtectsTheOnlineProbe) {
   require_guest();
-  std::vector<std::unique_ptr<TestCgroup>> cgs;
+  CgroupStack cgs;
   for (const std::string& p : std::vector<std::string>{"/kubepods.slice", "/kubepods.slice/kubepods-burstable.slice", kPod, kCtr, kYarn,
                               kYarn + "/container_e01_1700000000000_0001_01_000002",
                               kYarn + "/container_e01_1700000000000_0001_01_000003"})
-    cgs.push_back(std::make_unique<TestCgroup>(kRoot, p));
+    cgs.add(kRoot, p);
   const std::string y1 = kRoot + kYarn + "/container_e01_1700000000000_0001_01_000002";
   const std::string y2 = kRoot + kYarn + "/container_e01_1700000000000_0001_01_000003";
 
@@ -646,10 +646,10 @@ TEST(VmBench, ReactionTimeDistribution) {
   require_guest();
   int cycles = 20;
   if (const char* c = std::getenv("KHAGENT_VM_BENCH_CYCLES")) cycles = std::max(1, std::atoi(c));
-  std::vector<std::unique_ptr<TestCgroup>> cgs;
+  CgroupStack cgs;
   for (const std::string& p : std::vector<std::string>{"/kubepods.slice", "/kubepods.slice/kubepods-burstable.slice", kPod, kCtr, kYarn,
                               kYarn + "/container_e01_1700000000000_0001_01_000002"})
-    cgs.push_back(std::make_unique<TestCgroup>(kRoot, p));
+    cgs.add(kRoot, p);
   const std::string y1 = kRoot + kYarn + "/container_e01_1700000000000_0001_01_000002";
   Probe probe;
   Child online({kRoot + kCtr + "/cgroup.procs"}, -1, 0, [&] { probe.run(); });
