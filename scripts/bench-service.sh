@@ -394,13 +394,14 @@ agent_ticks() {
     echo 0
   fi
 }
-# Busy CPU of the whole machine in seconds since $1 (ns, date +%s%N), as "now_ns busy_s":
-# CPUs x elapsed minus idle, iowait and steal. /proc/stat's idle time is exact
+# Busy CPU of the whole machine, as "now_ns busy_s steal_s": CPUs x elapsed
+# minus idle, iowait and steal; and the steal time (a vCPU that runs but whose
+# hypervisor ran something else, seen by every task on it as a stall). /proc/stat's idle time is exact
 # (tickless idle), its user/system times are tick samples that miss short bursts.
 busy_at() {
   local now
   now=$(date +%s%N)
-  awk -v n="$ncpu" -v hz="$user_hz" -v now="$now" '$1 == "cpu" {printf "%s %.4f\n", now, n * now / 1e9 - ($5 + $6 + $9) / hz; exit}' /proc/stat
+  awk -v n="$ncpu" -v hz="$user_hz" -v now="$now" '$1 == "cpu" {printf "%s %.4f %.4f\n", now, n * now / 1e9 - ($5 + $6 + $9) / hz, $9 / hz; exit}' /proc/stat
 }
 user_hz="$(getconf CLK_TCK)"
 
@@ -629,12 +630,12 @@ stop_agent() {  # stop_agent LOG SNAPSHOT: SIGTERM, exit code, files back to the
   fi
 }
 
-# results.tsv: row round p50 p99 p999 max off_s on_s window_s count errors lag_p99 note
-printf 'row\tround\tp50\tp99\tp999\tmax\toffline_s\tonline_s\twindow_s\tcount\terrors\tlag_p99\tnote\tother_s\n' >"$results/results.tsv"
+# results.tsv: row round p50 p99 p999 max off_s on_s window_s count errors lag_p99 note other_s steal_s
+printf 'row\tround\tp50\tp99\tp999\tmax\toffline_s\tonline_s\twindow_s\tcount\terrors\tlag_p99\tnote\tother_s\tsteal_s\n' >"$results/results.tsv"
 jnum() { grep -o "\"$1\":[-0-9.e+]*" "$2" | head -1 | cut -d: -f2; }
 
 run_one() {  # run_one ROW ROUND
-  local row=$1 round=$2 lever mix=cpu mark json note="" t0 t1 off0 off1 on0 on1 busy0 busy1 ag0 ag1 rc
+  local row=$1 round=$2 lever mix=cpu mark json note="" t0 t1 off0 off1 on0 on1 busy0 busy1 steal0 steal1 ag0 ag1 rc
   lever="${row#cache:}"
   [[ "$row" == cache:* ]] && mix=cache
   local tag="${row/:/-}-r$round"
@@ -647,7 +648,7 @@ run_one() {  # run_one ROW ROUND
   [[ "$lever" == alone ]] || start_hogs "$mix"
   sleep "$settle"
   # the same order at both ends, so that the CPU reads and the window line up
-  read -r t0 busy0 < <(busy_at)
+  read -r t0 busy0 steal0 < <(busy_at)
   off0=$(usage_usec /hadoop-yarn) on0=$(($(usage_usec "$(pod_of "$server_cg")") + $(usage_usec "$(pod_of "$client_cg")")))
   ag0=$(agent_ticks)
   json="$results/client-$tag.json"
@@ -656,7 +657,7 @@ run_one() {  # run_one ROW ROUND
     --arrivals "$arrivals" --seed "$round"
   if wait "$spawned"; then rc=0; else rc=$?; fi
   forget_pid "$spawned"
-  read -r t1 busy1 < <(busy_at)
+  read -r t1 busy1 steal1 < <(busy_at)
   off1=$(usage_usec /hadoop-yarn) on1=$(($(usage_usec "$(pod_of "$server_cg")") + $(usage_usec "$(pod_of "$client_cg")")))
   ag1=$(agent_ticks)
   ((rc == 0)) || { failures=$((failures + 1)); note="client exit $rc: $(tail -1 "$json")"; }
@@ -670,16 +671,17 @@ run_one() {  # run_one ROW ROUND
   local errs
   errs=$(jnum errors "$json")
   [[ -z "$errs" || "$errs" == 0 ]] || note="${note:+$note; }$errs request errors"
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$row" "$round" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$row" "$round" \
     "$(jnum p50_us "$json")" "$(jnum p99_us "$json")" "$(jnum p999_us "$json")" "$(jnum max_us "$json")" \
     "$(awk -v a="$off0" -v b="$off1" 'BEGIN {printf "%.3f", (b - a) / 1e6}')" \
     "$(awk -v a="$on0" -v b="$on1" 'BEGIN {printf "%.3f", (b - a) / 1e6}')" \
     "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", (b - a) / 1e9}')" \
     "$(jnum count "$json")" "${errs:-?}" "$(jnum send_lag_p99_us "$json")" "$note" \
     "$(awk -v a="$busy0" -v b="$busy1" -v hz="$user_hz" -v f="$off0 $off1 $on0 $on1 $ag0 $ag1" 'BEGIN {
-       split(f, u, " "); printf "%.3f", b - a - (u[6] - u[5]) / hz - (u[2] - u[1] + u[4] - u[3]) / 1e6}')" >"$tmp/line.tsv"
+       split(f, u, " "); printf "%.3f", b - a - (u[6] - u[5]) / hz - (u[2] - u[1] + u[4] - u[3]) / 1e6}')" \
+    "$(awk -v a="$steal0" -v b="$steal1" 'BEGIN {printf "%.3f", b - a}')" >"$tmp/line.tsv"
   last_other_frac="$(awk -F'\t' '{printf "%.3f", $14 / ($9 * 1)}' "$tmp/line.tsv")"
-  awk -F'\t' '{printf "  %-14s round %s: p50 %6s  p99 %7s  p99.9 %7s us  CPU s: offline %5s  online %5s  other %5s  lag p99 %s us %s\n", $1, $2, $3, $4, $5, $7, $8, $14, $12, $13}' "$tmp/line.tsv" >&2
+  awk -F'\t' '{printf "  %-14s round %s: p50 %6s  p99 %7s  p99.9 %7s us  CPU s: offline %5s  online %5s  other %5s  steal %5s  lag p99 %s us %s\n", $1, $2, $3, $4, $5, $7, $8, $14, $15, $12, $13}' "$tmp/line.tsv" >&2
 }
 
 # --- run -----------------------------------------------------------------------
@@ -689,9 +691,9 @@ log "rows: ${row_list[*]}; $rounds round(s) of ${warmup}+${duration} s; $hogs CP
 wait_quiet() {  # until the machine (nginx idle, nothing else of ours running) is quiet, QUIET_WAIT s at most
   local waited=0 t0 b0 t1 b1 frac
   for (( ; ; )); do
-    read -r t0 b0 < <(busy_at)
+    read -r t0 b0 _ < <(busy_at)
     sleep 1
-    read -r t1 b1 < <(busy_at)
+    read -r t1 b1 _ < <(busy_at)
     frac=$(awk -v a="$b0" -v b="$b1" -v t0="$t0" -v t1="$t1" 'BEGIN {printf "%.2f", (b - a) / ((t1 - t0) / 1e9)}')
     awk -v f="$frac" -v m="$other_max" 'BEGIN {exit !(f <= m)}' && return 0
     if ((waited >= quiet_wait)); then
@@ -728,18 +730,18 @@ load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- report --------------------------------------------------------------------
 med() { sort -g | awk '{v[NR] = $1} END {if (NR == 0) {print "nan"; exit}; if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-# runs.tsv: results.tsv plus idle left by online (15), offline share of it (16), quiet (17: 1, NOISY: 0)
+# runs.tsv: results.tsv plus idle left by online (16), offline share of it (17), quiet (18: 1, NOISY: 0)
 runs="$results/runs.tsv"
 awk -F'\t' -v OFS='\t' -v n="$ncpu" 'NR > 1 {
     idle = n * $9 - $8
     print $0, sprintf("%.3f", idle), sprintf("%.4f", idle > 0 ? $7 / idle : 0), ($13 ~ /NOISY/ ? 0 : 1)
   }' "$results/results.tsv" >"$runs"
-nruns() { awk -F'\t' -v r="$1" -v q="${2:-}" '$1 == r && (q == "" || $17 == q) {n++} END {print n + 0}' "$runs"; }
+nruns() { awk -F'\t' -v r="$1" -v q="${2:-}" '$1 == r && (q == "" || $18 == q) {n++} END {print n + 0}' "$runs"; }
 # col ROW COLUMN: that column of the row's quiet runs, or of all its runs when none was quiet
 col() {
   local q=1
   (($(nruns "$1" 1) > 0)) || q=""
-  awk -F'\t' -v r="$1" -v c="$2" -v q="$q" '$1 == r && (q == "" || $17 == q) {print $c}' "$runs"
+  awk -F'\t' -v r="$1" -v c="$2" -v q="$q" '$1 == r && (q == "" || $18 == q) {print $c}' "$runs"
 }
 fmt0() { awk -v x="$1" 'BEGIN {if (x == "nan" || x == "") print "-"; else printf "%.0f", x}'; }
 fmt1() { awk -v x="$1" 'BEGIN {if (x == "nan" || x == "") print "-"; else printf "%.1f", (x < 0 && x > -0.05) ? 0 : x}'; }
@@ -751,16 +753,16 @@ goal_lines=()
 alone_p99="nan"
 [[ " ${row_list[*]} " != *" alone "* ]] || alone_p99="$(col alone 4 | med)"
 {
-  echo "| row | runs quiet/all | p50 µs | p99 µs | p99 range µs | p99.9 µs | p99 / alone | offline CPU s | online CPU s | idle left by online s | offline share of it | other CPU s | client send lag p99 µs | errors |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| row | runs quiet/all | p50 µs | p99 µs | p99 range µs | p99.9 µs | p99 / alone | offline CPU s | online CPU s | idle left by online s | offline share of it | other CPU s | steal s | client send lag p99 µs | errors |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for r in "${row_list[@]}"; do
     p99s="$(col "$r" 4 | sort -g | tr '\n' ' ')"
     read -r -a p99a <<<"$p99s"
     p99="$(col "$r" 4 | med)"
     ratio="$(awk -v a="$p99" -v b="$alone_p99" 'BEGIN {if (a == "nan" || b == "nan" || b <= 0) print "nan"; else print a / b}')"
-    share="$(col "$r" 16 | med)"
+    share="$(col "$r" 17 | med)"
     errs="$(col "$r" 11 | awk '{s += $1} END {print s + 0}')"
-    echo "| $(row_label "$r") | $(nruns "$r" 1)/$(nruns "$r") | $(fmt0 "$(col "$r" 3 | med)") | $(fmt0 "$p99") | $(fmt0 "${p99a[0]}")-$(fmt0 "${p99a[-1]}") | $(fmt0 "$(col "$r" 5 | med)") | $(fmt2 "$ratio") | $(fmt1 "$(col "$r" 7 | med)") | $(fmt1 "$(col "$r" 8 | med)") | $(fmt1 "$(col "$r" 15 | med)") | $(pct "$share") | $(fmt1 "$(col "$r" 14 | med)") | $(fmt0 "$(col "$r" 12 | med)") | $errs |"
+    echo "| $(row_label "$r") | $(nruns "$r" 1)/$(nruns "$r") | $(fmt0 "$(col "$r" 3 | med)") | $(fmt0 "$p99") | $(fmt0 "${p99a[0]}")-$(fmt0 "${p99a[-1]}") | $(fmt0 "$(col "$r" 5 | med)") | $(fmt2 "$ratio") | $(fmt1 "$(col "$r" 7 | med)") | $(fmt1 "$(col "$r" 8 | med)") | $(fmt1 "$(col "$r" 16 | med)") | $(pct "$share") | $(fmt1 "$(col "$r" 14 | med)") | $(fmt2 "$(col "$r" 15 | med)") | $(fmt0 "$(col "$r" 12 | med)") | $errs |"
     if [[ "${r#cache:}" == khagent ]]; then
       caveat=""
       if (($(nruns "$r" 1) == 0)) || (($(nruns alone 1) == 0)); then
@@ -802,7 +804,7 @@ report="$results/report.md"
   echo "* online: nginx $nginx_version, 1 worker, a $file_kb KiB text file gzipped (level $gzip_level) on every request, in a Burstable pod cgroup; the load generator (khagent_openloop, open loop: latency from each request's intended send time) in a second pod, $rate req/s ($arrivals arrivals) over $connections keep-alive connections"
   echo "* offline: stress-ng --cpu $hogs over two /hadoop-yarn/container_* cgroups; \"+cache\" rows add stress-ng $cache_hog in a third"
   echo "* levers are forced by the script on /hadoop-yarn (cpuset rows: also the pods' cpusets); khagent rows: \`khagent run --no-metrics\` (build $khagent_rev)${KHAGENT_CONFIG:+ with KHAGENT_CONFIG}${KHAGENT_ARGS:+ $KHAGENT_ARGS}, started $agent_settle s before the hogs"
-  echo "* each run: ${warmup} s warm-up + ${duration} s measured; medians of $rounds interleaved round(s), over a row's quiet runs when it has any (else over all, see "runs quiet/all"); p99 / alone is the ratio of the two medians; CPU seconds over the whole client run; idle left by online = CPUs x window - online CPU (server and client pods); other CPU = busy CPU of the machine (/proc/stat) outside the pods, /hadoop-yarn and khagent: loopback softirq, this script, anything else on the host (the noise indicator; runs above $other_max CPUs on average were taken again, up to $retries times: $noisy_runs kept as NOISY)"
+  echo "* each run: ${warmup} s warm-up + ${duration} s measured; medians of $rounds interleaved round(s), over a row's quiet runs when it has any (else over all, see "runs quiet/all"); p99 / alone is the ratio of the two medians; CPU seconds over the whole client run; idle left by online = CPUs x window - online CPU (server and client pods); other CPU = busy CPU of the machine (/proc/stat) outside the pods, /hadoop-yarn and khagent: loopback softirq, this script, anything else on the host (the noise indicator; runs above $other_max CPUs on average were taken again, up to $retries times: $noisy_runs kept as NOISY); steal = the vCPUs' steal time (/proc/stat) during the run, CPU time the hypervisor gave to something else while a task of this machine was ready to run"
   echo
   cat "$table"
   echo

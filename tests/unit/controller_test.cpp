@@ -126,9 +126,21 @@ TEST(Controller, IncreasesSlowlyAfterACalmPeriod) {
   auto d = s.step({pod(100, 0.1)}, 6 * kS);
   EXPECT_EQ(d.action, BudgetAction::Increase);
   EXPECT_DOUBLE_EQ(d.budget_cores, low + 0.25);
+  EXPECT_NE(d.reason.find("calm for 11.0s"), std::string::npos) << d.reason;
   EXPECT_FALSE(s.step({pod(100, 0.1)}, 1 * kS).changed);
   auto d2 = s.step({pod(100, 0.1)}, 5 * kS);
   EXPECT_DOUBLE_EQ(d2.budget_cores, low + 0.5);
+}
+
+// An increase before any breach does not report the time since the clock's
+// zero as the calm stretch.
+TEST(Controller, IncreaseBeforeAnyBreachSaysSo) {
+  Sim s;
+  s.cfg.budget.initial_cores = 0.5;
+  s.step({}, 3600 * kS);
+  auto d = s.step({pod(100, 0.1)}, 6 * kS);
+  EXPECT_EQ(d.action, BudgetAction::Increase);
+  EXPECT_NE(d.reason.find("no breach since the start"), std::string::npos) << d.reason;
 }
 
 TEST(Controller, DeadbandSuppressesSmallMoves) {

@@ -131,8 +131,10 @@ Decision controller_step(const ControllerInput& in, const Config& cfg, Controlle
     next = std::min(d.ceiling_cores, prev + b.increase_step_cores);
     st.last_increase_ns = in.now_ns;
     d.action = BudgetAction::Increase;
-    d.reason = fmt::format("{:.2f} -> {:.2f} cores: calm for {:.1f}s", prev, next,
-                           static_cast<double>(in.now_ns - st.last_breach_ns) / 1e9);
+    d.reason = st.last_breach_ns == 0
+                   ? fmt::format("{:.2f} -> {:.2f} cores: no breach since the start", prev, next)
+                   : fmt::format("{:.2f} -> {:.2f} cores: calm for {:.1f}s", prev, next,
+                                 static_cast<double>(in.now_ns - st.last_breach_ns) / 1e9);
   }
 
   // The ceiling follows online usage at once, whatever the rate limits say.
