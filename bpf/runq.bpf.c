@@ -122,6 +122,7 @@ struct task_state {
 	__u64 thr_cfs_rq; /* the cfs_rq that clock was read from; 0 = none */
 	__u32 throttled;  /* the wait began on a throttled cfs_rq */
 	__u32 sleeping;   /* preempted on its way to sleep, not woken since */
+	__u64 reported;   /* wait_start of the wait scan_waits reported going on */
 };
 
 
@@ -530,6 +531,7 @@ static __always_inline void report_wait(__u64 cgid, __u64 wait, __u64 now, __u64
 	e->aggressor_ns = agg_ns;
 	e->cause = cause;
 	e->cpu = bpf_get_smp_processor_id();
+	e->flags = 0;
 	bpf_ringbuf_submit(e, 0);
 	count(KH_CNT_EVENTS);
 }
@@ -734,6 +736,100 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 	/* Bound how late cgroup_stats shows what this CPU gathered. */
 	if (now - cs->pd.since >= cfg_pending_ns)
 		flush_cpu(cs, now);
+	return 0;
+}
+
+/*
+ * The CPU a task is queued on: task_struct::cpu moved into thread_info with
+ * THREAD_INFO_IN_TASK (x86 since v5.16, commit bcf9033e5449 "sched: move CPU
+ * field back into thread_info if THREAD_INFO_IN_TASK").
+ */
+struct task_struct___pre_5_16 {
+	int cpu;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u32 kh_task_cpu(struct task_struct *p)
+{
+	struct task_struct___pre_5_16 *old = (void *)p;
+
+	if (bpf_core_field_exists(p->thread_info.cpu))
+		return BPF_CORE_READ(p, thread_info.cpu);
+	return BPF_CORE_READ(old, cpu);
+}
+
+/*
+ * The fast path for waits still going on. sched_switch reports a wait when
+ * it ends, so a task starved for long (behind a SCHED_FIFO hog, a long
+ * throttle, a CPU stuck in the kernel) would be reported late, or never
+ * while it lasts. Userspace runs this iterator over every task once a tick:
+ * a task of a protected cgroup that has waited past its threshold, and was
+ * not reported in this wait yet, gets an event now. The aggressor is
+ * whoever holds the task's CPU now (this CPU's cpu_state as the switches
+ * left it), blamed for the time since it was switched in, or since the
+ * wait began if later. A wait that began throttled is reported as
+ * throttled, with no aggressor.
+ */
+SEC("iter/task")
+int scan_waits(struct bpf_iter__task *ctx)
+{
+	struct task_struct *p = ctx->task;
+	struct kh_wait_event *e;
+	struct task_state *ts;
+	struct kh_protect *pr;
+	struct cpu_state *cs;
+	__u64 now, t0, cgid, agg = 0, agg_ns = 0;
+	__u32 zero = 0, cpu, cause;
+
+	if (!p)
+		return 0;
+	ts = bpf_task_storage_get(&task_state, p, 0, 0);
+	if (!ts)
+		return 0;
+	t0 = ts->wait_start;
+	if (!t0 || ts->reported == t0)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (now <= t0 || now - t0 < cfg_event_min_ns)
+		return 0;
+	cgid = task_cgid(p);
+	pr = bpf_map_lookup_elem(&protected_cgroups, &cgid);
+	if (!pr || now - t0 < pr->threshold_ns || now - pr->last_event_ns < cfg_event_interval_ns)
+		return 0;
+	cpu = kh_task_cpu(p);
+	cause = KH_WAIT_UNATTRIBUTED;
+	if (ts->throttled) {
+		cause = KH_WAIT_THROTTLED;
+	} else {
+		cs = bpf_map_lookup_percpu_elem(&cpu_state, &zero, cpu);
+		if (cs && cs->cur_cgid) {
+			agg = cs->cur_cgid;
+			agg_ns = now - (cs->cur_start > t0 ? cs->cur_start : t0);
+			if (agg_ns > now - t0)
+				agg_ns = 0; /* clock skew between CPUs */
+			cause = agg == cgid ? KH_WAIT_SAME_CGROUP : KH_WAIT_OTHER_CGROUP;
+			if (agg == cgid) {
+				agg = 0;
+				agg_ns = 0;
+			}
+		}
+	}
+	ts->reported = t0;
+	pr->last_event_ns = now;
+	e = bpf_ringbuf_reserve(&wait_events, sizeof(*e), 0);
+	if (!e) {
+		count(KH_CNT_EVENTS_DROPPED);
+		return 0;
+	}
+	e->ts_ns = now;
+	e->cgroup_id = cgid;
+	e->wait_ns = now - t0;
+	e->aggressor_id = agg;
+	e->aggressor_ns = agg_ns;
+	e->cause = cause;
+	e->cpu = cpu;
+	e->flags = KH_EVENT_ONGOING;
+	bpf_ringbuf_submit(e, 0);
+	count(KH_CNT_EVENTS);
 	return 0;
 }
 

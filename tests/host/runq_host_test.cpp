@@ -578,6 +578,78 @@ TEST_F(RunqHost, FastPathReportsLongWaitsOfProtectedCgroups) {
   EXPECT_TRUE(events.empty());
 }
 
+// A wait that lasts: a busy task of a protected cgroup preempted on CPU 0 by
+// a SCHED_FIFO hog (in another cgroup) waits until the hog stops, up to the
+// RT throttle (950 ms of each second). The scan reports it while it still
+// goes on, with the hog's cgroup as the aggressor; before the hog, the
+// victim never waits that long and the scan reports nothing.
+TEST_F(RunqHost, AStarvedWaitIsReportedWhileItLasts) {
+  auto& hog_cg = cgroup("rt-hog");
+  auto& victim_cg = cgroup("victim");
+  LoaderOptions o;
+  o.pin = false;
+  o.event_min_ns = 5'000'000;
+  auto fast = RunqBpf::open_and_load(o);
+  ASSERT_TRUE(fast.ok()) << fast.error().str();
+  ASSERT_TRUE((*fast)->can_scan_waits()) << "this kernel (5.19+) should run the scan_waits iterator";
+  std::vector<kh_wait_event> events;
+  ASSERT_TRUE((*fast)->open_events([&](const kh_wait_event& e) { events.push_back(e); }).ok());
+  ASSERT_TRUE((*fast)->sync_protected({{victim_cg.id(), 100'000'000}}).ok());
+  pid_t victim = spawn(victim_cg, 0, [] { busy_loop(); });
+  ASSERT_GT(victim, 0);
+  // Control: the victim runs alone on CPU 0.
+  sleep_s(0.3);
+  ASSERT_TRUE((*fast)->scan_waits().ok());
+  ASSERT_TRUE((*fast)->poll_events(0).ok());
+  EXPECT_TRUE(events.empty()) << "a task that is not starved was reported";
+  events.clear();
+
+  uint64_t hog_start = mono_ns_now();
+  pid_t hog = spawn(hog_cg, 0, [] {
+    sched_param sp{};
+    sp.sched_priority = 1;
+    if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0) _exit(95);
+    timespec a{}, b{};
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do {  // 600 ms, then exit: never spin unbounded at RT priority
+      clock_gettime(CLOCK_MONOTONIC, &b);
+    } while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < 600000000L);
+    _exit(0);
+  });
+  ASSERT_GT(hog, 0);
+  sleep_s(0.3);
+  ASSERT_TRUE((*fast)->scan_waits().ok());
+  uint64_t scanned = mono_ns_now();
+  ASSERT_TRUE((*fast)->poll_events(0).ok());
+  // The hog must still be running: the report came while the wait went on.
+  // (Not reaped here: the fixture reaps its children, so no pid is reused.)
+  std::string stat = read_file("/proc/" + std::to_string(hog) + "/stat");
+  size_t rp = stat.rfind(')');
+  bool hog_alive = rp != std::string::npos && rp + 2 < stat.size() && stat[rp + 2] != 'Z';
+  ASSERT_TRUE(hog_alive) << "the RT hog ended before the scan (machine too slow?)";
+  const kh_wait_event* seen = nullptr;
+  for (const auto& e : events)
+    if (e.cgroup_id == victim_cg.id()) seen = &e;
+  ASSERT_NE(seen, nullptr) << "no event for the starved victim (" << events.size() << " events)";
+  std::printf("ongoing wait reported %.0f ms after the hog started: wait so far %.1f ms, aggressor %s for %.1f ms, "
+              "cause %u, CPU %u\n",
+              static_cast<double>(scanned - hog_start) / 1e6, static_cast<double>(seen->wait_ns) / 1e6,
+              seen->aggressor_id == hog_cg.id() ? "the RT hog's cgroup" : std::to_string(seen->aggressor_id).c_str(),
+              static_cast<double>(seen->aggressor_ns) / 1e6, seen->cause, seen->cpu);
+  EXPECT_TRUE(seen->flags & KH_EVENT_ONGOING);
+  EXPECT_EQ(seen->cpu, static_cast<unsigned>(kCpu));
+  EXPECT_GE(seen->wait_ns, 200'000'000u);
+  EXPECT_LE(seen->ts_ns, scanned);
+  EXPECT_EQ(seen->aggressor_id, hog_cg.id());
+  EXPECT_EQ(seen->cause, static_cast<uint32_t>(KH_WAIT_OTHER_CGROUP));
+  EXPECT_GE(seen->aggressor_ns * 10, seen->wait_ns * 9) << "the hog held the CPU for the whole wait so far";
+  // Once per wait: a second scan of the same wait adds nothing.
+  events.clear();
+  ASSERT_TRUE((*fast)->scan_waits().ok());
+  ASSERT_TRUE((*fast)->poll_events(0).ok());
+  for (const auto& e : events) EXPECT_NE(e.cgroup_id, victim_cg.id()) << "the same wait was reported twice";
+}
+
 // The agent end to end in dry run: an online pod (laid out like a Burstable
 // pod) waits behind a YARN container; the agent cuts the offline budget and
 // says what it would write, then exits 0 on SIGINT.

@@ -165,15 +165,31 @@ TEST(Controller, CeilingFollowsOnlineUsageAtOnce) {
 TEST(Controller, FastPathEventsActImmediately) {
   Sim s;
   s.step({});
-  s.in.fast_events = {{42, 8 * kMs, true, false}};
+  s.in.fast_events = {{42, 8 * kMs, 6 * kMs, true, false}};
   auto d = s.step({}, 5 * kMs);
   EXPECT_EQ(d.action, BudgetAction::Decrease);
   EXPECT_EQ(d.fast_breaches, 1u);
   // Throttled or not-offline events do not count.
   Sim t;
   t.step({});
-  t.in.fast_events = {{42, 8 * kMs, true, true}, {43, 8 * kMs, false, false}};
+  t.in.fast_events = {{42, 8 * kMs, 8 * kMs, true, true}, {43, 8 * kMs, 8 * kMs, false, false}};
   EXPECT_EQ(t.step({}, 5 * kMs).action, BudgetAction::Hold);
+}
+
+// Offline holding a sliver of a long wait is no breach; holding at least the
+// interference share limit of it (half, by default) is, also while the wait
+// still goes on.
+TEST(Controller, FastPathNeedsOfflineToHoldItsShareOfTheWait) {
+  Sim s;
+  s.step({});
+  s.in.fast_events = {{42, 8 * kMs, 1 * kMs, true, false}};
+  EXPECT_EQ(s.step({}, 5 * kMs).action, BudgetAction::Hold);
+  FastEvent ongoing{42, 300 * kMs, 150 * kMs, true, false, true};
+  s.in.fast_events = {ongoing};
+  auto d = s.step({}, 5 * kMs);
+  EXPECT_EQ(d.action, BudgetAction::Decrease);
+  EXPECT_NE(d.reason.find("has been waiting for 300.0ms, 150.0ms of it behind offline"), std::string::npos)
+      << d.reason;
 }
 
 // Whatever happens, the budget stays within [floor, ceiling].

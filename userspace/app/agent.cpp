@@ -334,6 +334,8 @@ int Agent::run() {
     if (!pending_.empty()) fast_step();
     now = mono_ns();
     if (now >= next_tick) {
+      // Waits still going on: their events arrive with the next poll.
+      if (auto r = bpf_->scan_waits(); !r) spdlog::warn("{}", r.error().str());
       tick();
       next_tick += cfg_.tick_ns;
       if (next_tick < now) next_tick = now + cfg_.tick_ns;  // fell behind: skip, do not burst
@@ -558,15 +560,43 @@ void Agent::fast_step() {
   in.now_ns = mono_ns();
   in.online_pods.clear();
   uint64_t first = UINT64_MAX;
+  const kh_wait_event* longest = nullptr;  // of the waits still going on
+  size_t ongoing = 0;
   for (const auto& e : events) {
     FastEvent f;
     f.cgroup_id = e.cgroup_id;
     f.wait_ns = e.wait_ns;
+    f.aggressor_ns = e.aggressor_ns;
     f.throttled = e.cause == KH_WAIT_THROTTLED;
+    f.ongoing = e.flags & KH_EVENT_ONGOING;
     auto a = class_of_.find(e.aggressor_id);
     f.aggressor_offline = a != class_of_.end() && a->second == CgroupClass::Offline;
     in.fast_events.push_back(f);
     first = std::min<uint64_t>(first, e.ts_ns);
+    if (f.ongoing) {
+      ongoing++;
+      if (!longest || e.wait_ns > longest->wait_ns) longest = &e;
+    }
+  }
+  if (longest) {
+    // One line per scan: a starved task is worth knowing about while it lasts.
+    auto name = [this](uint64_t id) {
+      auto p = index_->path_of(id);
+      return p ? *p : fmt::format("cgroup {}", id);
+    };
+    std::string held;
+    switch (longest->cause) {
+      case KH_WAIT_THROTTLED: held = "its cgroup throttled"; break;
+      case KH_WAIT_SAME_CGROUP: held = "a task of its own cgroup on the CPU"; break;
+      case KH_WAIT_OTHER_CGROUP:
+        held = fmt::format("{} on the CPU for {:.1f} ms", name(longest->aggressor_id),
+                           static_cast<double>(longest->aggressor_ns) / 1e6);
+        break;
+      default: held = "who holds the CPU unknown"; break;
+    }
+    spdlog::info("{} protected wait{} still going on past the threshold; longest: {} waiting {:.1f} ms on CPU {}, {}",
+                 ongoing, ongoing == 1 ? "" : "s", name(longest->cgroup_id),
+                 static_cast<double>(longest->wait_ns) / 1e6, longest->cpu, held);
   }
   Decision d = controller_step(in, cfg_, state_);
   fast_breaches_ += d.fast_breaches;

@@ -167,6 +167,15 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
     bpf_map__set_max_entries(s->maps.throttle_start, 1);
   }
   if (!s->rodata->cfg_fentry_clock) bpf_map__set_max_entries(s->maps.throttle_clock, 1);
+  // Waits still going on: a task iterator run each tick. It needs
+  // bpf_map_lookup_percpu_elem (5.19+), and only the fast path uses it.
+  self->scan_ = o.event_min_ns != UINT64_MAX &&
+                libbpf_probe_bpf_helper(BPF_PROG_TYPE_SOCKET_FILTER, BPF_FUNC_map_lookup_percpu_elem, nullptr) == 1;
+  if (!self->scan_) bpf_program__set_autoload(s->progs.scan_waits, false);
+  if (o.event_min_ns != UINT64_MAX)
+    spdlog::info("fast path: waits over their threshold reported when they end{}",
+                 self->scan_ ? ", and once a tick while they last (task iterator)"
+                             : "; not while they last (no bpf_map_lookup_percpu_elem before 5.19)");
   self->throttle_source_ = fentry ? ThrottleSource::Fentry : ThrottleSource::CpuStat;
   spdlog::info("throttled waits: {}",
                kernel_clock ? "split by the kernel's throttled clock (cfs_rq, 6.6+)"
@@ -219,6 +228,14 @@ Result<void> RunqBpf::attach() {
     spdlog::warn("attaching {} failed ({}); throttling falls back to cpu.stat",
                  bpf_program__name(p.prog), std::strerror(err));
     fentry_ok = false;
+  }
+  if (scan_) {
+    s->links.scan_waits = bpf_program__attach_iter(s->progs.scan_waits, nullptr);
+    if (!s->links.scan_waits) {
+      spdlog::warn("attaching the scan_waits task iterator failed ({}); long waits are reported only "
+                   "when they end", std::strerror(errno));
+      scan_ = false;
+    }
   }
   if (throttle_source_ == ThrottleSource::Fentry && !fentry_ok) {
     // Half-attached throttle hooks would count events without their ends.
@@ -320,6 +337,20 @@ std::vector<ProgStats> RunqBpf::prog_stats() const {
     out.push_back(ProgStats{bpf_program__name(p), info.run_time_ns, info.run_cnt});
   }
   return out;
+}
+
+Result<void> RunqBpf::scan_waits() {
+  if (!scan_) return {};
+  int fd = bpf_iter_create(bpf_link__fd(skel_->links.scan_waits));
+  if (fd < 0) return make_error(errno, "creating a scan_waits iterator");
+  char buf[64];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) {
+  }
+  int err = n < 0 ? errno : 0;
+  ::close(fd);
+  if (err) return make_error(err, "running the scan_waits iterator");
+  return {};
 }
 
 Result<void> RunqBpf::sync_protected(const std::unordered_map<uint64_t, uint64_t>& want) {

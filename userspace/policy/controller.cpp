@@ -88,11 +88,16 @@ Decision controller_step(const ControllerInput& in, const Config& cfg, Controlle
     if (v.kind != PodVerdictKind::FewSamples) d.verdicts.push_back(std::move(v));
   }
   for (const auto& e : in.fast_events) {
-    if (e.throttled || !e.aggressor_offline) continue;
+    // A breach when offline held the CPU for at least the share of the wait
+    // a tick's verdict asks for: not when it held a sliver of it.
+    if (e.throttled || !e.aggressor_offline ||
+        static_cast<double>(e.aggressor_ns) < cfg.online.interference_share_limit * static_cast<double>(e.wait_ns))
+      continue;
     d.fast_breaches++;
     if (breach_why.empty())
-      breach_why = fmt::format("cgroup {} waited {:.1f}ms behind offline (fast path)", e.cgroup_id,
-                               static_cast<double>(e.wait_ns) / 1e6);
+      breach_why = fmt::format("cgroup {} {} {:.1f}ms, {:.1f}ms of it behind offline (fast path)", e.cgroup_id,
+                               e.ongoing ? "has been waiting for" : "waited", static_cast<double>(e.wait_ns) / 1e6,
+                               static_cast<double>(e.aggressor_ns) / 1e6);
   }
   bool breach = !breach_why.empty();
 

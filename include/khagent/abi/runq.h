@@ -128,14 +128,25 @@ KH_STATIC_ASSERT(sizeof(struct kh_protect) == 16, "kh_protect layout");
 
 /* Ring buffer record: one over-threshold wait of a protected cgroup. */
 struct kh_wait_event {
-	__u64 ts_ns;         /* when the wait ended (bpf_ktime_get_ns, CLOCK_MONOTONIC) */
+	__u64 ts_ns;         /* when the wait ended, or was seen going on (bpf_ktime_get_ns,
+	                      * CLOCK_MONOTONIC) */
 	__u64 cgroup_id;     /* the cgroup that waited */
 	__u64 wait_ns;
 	__u64 aggressor_id;  /* the cgroup that held the CPU longest meanwhile; 0 = none */
 	__u64 aggressor_ns;
 	__u32 cause;         /* enum kh_wait_cause with the largest share of the wait */
-	__u32 cpu;
+	__u16 cpu;
+	__u16 flags;         /* KH_EVENT_* */
 };
+
+/*
+ * kh_wait_event::flags. ONGOING: the wait had not ended when it was seen (by
+ * the task iterator userspace runs each tick); ts_ns is when it was seen,
+ * wait_ns the wait so far, the aggressor whoever held the task's CPU then
+ * (aggressor_ns: since it was switched in, or since the wait began if
+ * later). The same wait is reported again when it ends.
+ */
+enum { KH_EVENT_ONGOING = 1 };
 KH_STATIC_ASSERT(sizeof(struct kh_wait_event) == 48, "kh_wait_event layout");
 
 /* Global counters of the BPF side itself, indexed by enum kh_counter. */

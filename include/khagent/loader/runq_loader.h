@@ -90,6 +90,12 @@ class RunqBpf {
   using EventFn = std::function<void(const kh_wait_event&)>;
   Result<void> open_events(EventFn on_event);
   Result<int> poll_events(int timeout_ms);
+  // Reports the waits of protected cgroups still going on past their
+  // threshold, once per wait, through the same events (KH_EVENT_ONGOING).
+  // Runs the scan_waits task iterator over every task; does nothing where
+  // it could not be loaded (can_scan_waits()).
+  Result<void> scan_waits();
+  bool can_scan_waits() const { return scan_; }
 
  private:
   RunqBpf() = default;
@@ -105,6 +111,7 @@ class RunqBpf {
   ThrottleSource throttle_source_ = ThrottleSource::CpuStat;
   std::vector<std::string> pinned_;
   bool replace_ = true;
+  bool scan_ = false;
 };
 
 // Routes libbpf's messages to the agent's log (warnings and above by default,

@@ -26,8 +26,10 @@ struct OnlinePodLoad {
 struct FastEvent {
   uint64_t cgroup_id = 0;
   uint64_t wait_ns = 0;
+  uint64_t aggressor_ns = 0;       // how much of the wait that cgroup held the CPU
   bool aggressor_offline = false;  // the cgroup that held the CPU longest is offline
   bool throttled = false;          // the wait was the victim's own throttling
+  bool ongoing = false;            // seen while it still went on (wait_ns: so far)
 };
 
 struct ControllerInput {
