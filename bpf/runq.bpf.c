@@ -123,6 +123,16 @@ struct task_state {
 	__u32 throttled;  /* the wait began on a throttled cfs_rq */
 	__u32 sleeping;   /* preempted on its way to sleep, not woken since */
 	__u64 reported;   /* wait_start of the wait scan_waits reported going on */
+	/*
+	 * A wait that moved to another CPU while queued: the part before the
+	 * last move, charged on the CPUs it was queued on. Valid while
+	 * seg_start > wait_start (else left from an earlier wait).
+	 */
+	__u64 seg_start;  /* when it last moved: the ring of its CPU covers the rest */
+	__u64 acc_same;   /* ns of the earlier part behind its own cgroup */
+	__u64 acc_other;  /* ns behind other cgroups (already in the interference pairs) */
+	__u64 acc_top;    /* the cgroup with the longest run in the earlier part */
+	__u64 acc_top_ns;
 };
 
 
@@ -545,10 +555,11 @@ static __always_inline void report_wait(__u64 cgid, __u64 wait, __u64 now, __u64
  * split by who ran on this CPU.
  */
 static __always_inline void end_wait(struct cpu_state *cs, struct pending *pd, __u64 cgid, __u64 t0,
-				     __u64 now, __u64 thr, __u32 began_throttled)
+				     __u64 now, __u64 thr, struct task_state *ts)
 {
 	__u64 wait = now - t0, same = 0, other = 0, rest, agg = 0, agg_ns = 0, top = 0, top_ns = 0;
-	__u64 w0 = t0, w1 = now, span;
+	__u64 w0 = t0, w1 = now, span, seg = ts->seg_start;
+	__u32 began_throttled = ts->throttled;
 	__u32 b, cause;
 	int i;
 
@@ -570,6 +581,17 @@ static __always_inline void end_wait(struct cpu_state *cs, struct pending *pd, _
 	else
 		w1 -= thr;
 	span = w1 - w0;
+	/*
+	 * It moved CPUs while queued: what came before the last move was
+	 * charged where it was queued then; this CPU's ring covers the rest.
+	 */
+	if (seg > t0) {
+		same = ts->acc_same;
+		other = ts->acc_other;
+		top = ts->acc_top;
+		top_ns = ts->acc_top_ns;
+		w0 = seg < w1 ? (seg > w0 ? seg : w0) : w1;
+	}
 
 	/* Walk the slices that ended during the window, newest first. */
 	for (i = 0; i < SLICE_RING; i++) {
@@ -730,7 +752,7 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 		ts->wait_start = 0;
 		if (now > t0) {
 			thr = throttled_part(ts, next, now, now - t0);
-			end_wait(cs, pending_of(cs, cgid, now), cgid, t0, now, thr, ts->throttled);
+			end_wait(cs, pending_of(cs, cgid, now), cgid, t0, now, thr, ts);
 		}
 	}
 	/* Bound how late cgroup_stats shows what this CPU gathered. */
@@ -755,6 +777,101 @@ static __always_inline __u32 kh_task_cpu(struct task_struct *p)
 	if (bpf_core_field_exists(p->thread_info.cpu))
 		return BPF_CORE_READ(p, thread_info.cpu);
 	return BPF_CORE_READ(old, cpu);
+}
+
+/*
+ * A queued task moves to another CPU (load balancing, an affinity change):
+ * charge the part of its wait since it was queued on the source CPU to who
+ * ran there (that CPU's ring and the task on it now), and keep the sums in
+ * its task_state for end_wait, which walks only the ring of the CPU where
+ * the wait ends. The source's rq lock is held, so its ring does not change
+ * meanwhile. Waits that began throttled are left to the end-of-wait rule.
+ */
+SEC("tp_btf/sched_migrate_task")
+int BPF_PROG(handle_sched_migrate_task, struct task_struct *p, int dest_cpu)
+{
+	__u64 now, w0, cgid, same = 0, other = 0, agg = 0, agg_ns = 0, top = 0, top_ns = 0, head;
+	struct task_state *ts;
+	struct cpu_state *cs;
+	__u32 zero = 0, src;
+	int i;
+
+	ts = bpf_task_storage_get(&task_state, p, 0, 0);
+	if (!ts || !ts->wait_start || ts->throttled)
+		return 0;
+	src = kh_task_cpu(p);
+	if (src == (__u32)dest_cpu)
+		return 0;
+	cs = bpf_map_lookup_percpu_elem(&cpu_state, &zero, src);
+	if (!cs)
+		return 0;
+	now = bpf_ktime_get_ns();
+	w0 = ts->wait_start;
+	if (ts->seg_start > w0) {
+		w0 = ts->seg_start;
+		same = ts->acc_same;
+		other = ts->acc_other;
+		top = ts->acc_top;
+		top_ns = ts->acc_top_ns;
+	}
+	if (now <= w0)
+		return 0;
+	cgid = task_cgid(p);
+	/* The task on the source CPU now: its slice is not in the ring yet. */
+	if (cs->cur_cgid && cs->cur_start < now) {
+		__u64 ov = now - (cs->cur_start > w0 ? cs->cur_start : w0);
+
+		if (cs->cur_cgid == cgid) {
+			same += ov;
+		} else {
+			other += ov;
+			agg = cs->cur_cgid;
+			agg_ns = ov;
+		}
+	}
+	head = cs->head;
+	for (i = 0; i < SLICE_RING; i++) {
+		struct slice *sl = &cs->ring[(head - 1 - i) & (SLICE_RING - 1)];
+		__u64 from, to, ov;
+
+		if (i >= head || sl->end <= w0)
+			break;
+		from = sl->start > w0 ? sl->start : w0;
+		to = sl->end < now ? sl->end : now;
+		ov = to > from ? to - from : 0;
+		if (sl->cgid == cgid) {
+			same += ov;
+			continue;
+		}
+		other += ov;
+		if (!cfg_interference)
+			continue;
+		if (sl->cgid != agg) {
+			if (agg_ns) {
+				pair_add(cgid, agg, agg_ns);
+				if (agg_ns > top_ns) {
+					top = agg;
+					top_ns = agg_ns;
+				}
+			}
+			agg = sl->cgid;
+			agg_ns = 0;
+		}
+		agg_ns += ov;
+	}
+	if (agg_ns && cfg_interference) {
+		pair_add(cgid, agg, agg_ns);
+		if (agg_ns > top_ns) {
+			top = agg;
+			top_ns = agg_ns;
+		}
+	}
+	ts->acc_same = same;
+	ts->acc_other = other;
+	ts->acc_top = top;
+	ts->acc_top_ns = top_ns;
+	ts->seg_start = now;
+	return 0;
 }
 
 /*

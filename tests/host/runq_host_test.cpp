@@ -245,6 +245,62 @@ TEST_F(RunqHost, AttributionSplitsByAggressorShare) {
   EXPECT_NEAR(share_blame, share_cpu, 0.12);
 }
 
+// (2) A wait that moves to another CPU while queued. A nice-19 busy task V
+// is moved (sched_setaffinity) between CPU 1, where nothing else of the test
+// runs, and CPU 0, where a nice-0 hog A holds the CPU: 40 ms queued behind A,
+// then moved back while still queued, and run at once on CPU 1. Its waits
+// end on CPU 1, where A never ran, so blame taken from the ring of the CPU
+// where a wait ends would give A nothing; the truth is that A held the CPU
+// for nearly all of V's wait.
+TEST_F(RunqHost, AWaitThatMovesCpusIsBlamedWhereItWasQueued) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) FAIL() << "needs 2 CPUs to move a task between them";
+  auto& a = cgroup("a");
+  auto& v = cgroup("v");
+  // The test itself stays off CPU 0.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(1, &one);
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  spawn(a, 0, [] { busy_loop(); });
+  children_.emplace_back(std::vector<std::string>{v.dir() + "/cgroup.procs"}, 1, 19, [] { busy_loop(); });
+  pid_t vp = children_.back().pid;
+  ASSERT_GT(vp, 0);
+  auto pin = [&](int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return sched_setaffinity(vp, sizeof set, &set) == 0;
+  };
+  sleep_s(0.2);
+  RawMaps r0 = read();
+  constexpr int kCycles = 40;
+  double on_0 = 0;  // ns V was on CPU 0's queue (or, briefly at nice 19, running there)
+  for (int i = 0; i < kCycles; i++) {
+    ASSERT_TRUE(pin(0));
+    uint64_t t = mono_ns_now();
+    sleep_s(0.04);
+    on_0 += static_cast<double>(mono_ns_now() - t);
+    ASSERT_TRUE(pin(1));
+    sleep_s(0.02);
+  }
+  sleep_s(0.05);  // V runs on CPU 1: its last wait has ended
+  RawMaps r1 = read();
+  sched_setaffinity(0, sizeof saved, &saved);
+  CgroupCounters c0 = of(r0, v.id()), c1 = of(r1, v.id());
+  double wait = static_cast<double>(c1.wait_ns - c0.wait_ns);
+  double behind_a = static_cast<double>(pair_ns(r1, v.id(), a.id()) - pair_ns(r0, v.id(), a.id()));
+  double unattributed = static_cast<double>(c1.cause_ns[KH_WAIT_UNATTRIBUTED] - c0.cause_ns[KH_WAIT_UNATTRIBUTED]);
+  // Outside its time on CPU 0, V waits only behind whatever else runs on
+  // CPU 1 (not A): on a quiet machine, little.
+  std::printf("V waited %.1f ms over %d moves: %.1f ms behind A, of %.1f ms on CPU 0; %.1f ms unattributed\n",
+              wait / 1e6, kCycles, behind_a / 1e6, on_0 / 1e6, unattributed / 1e6);
+  ASSERT_GT(wait, 0.5 * on_0) << "V did not wait behind A as planned";
+  EXPECT_GE(behind_a, 0.8 * on_0) << "the part queued on CPU 0 must be blamed on A";
+  EXPECT_LE(behind_a, 1.02 * on_0) << "A was blamed for more than V's time on CPU 0";
+}
+
 // (6) a hog limited by a CFS quota waits because it is throttled: that is not
 // interference. On this hybrid host the quota is set through the v1 cpu
 // controller while the task sits in a v2 cgroup of the test's choosing.

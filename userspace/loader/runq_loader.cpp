@@ -167,10 +167,17 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
     bpf_map__set_max_entries(s->maps.throttle_start, 1);
   }
   if (!s->rodata->cfg_fentry_clock) bpf_map__set_max_entries(s->maps.throttle_clock, 1);
-  // Waits still going on: a task iterator run each tick. It needs
-  // bpf_map_lookup_percpu_elem (5.19+), and only the fast path uses it.
-  self->scan_ = o.event_min_ns != UINT64_MAX &&
-                libbpf_probe_bpf_helper(BPF_PROG_TYPE_SOCKET_FILTER, BPF_FUNC_map_lookup_percpu_elem, nullptr) == 1;
+  // Reading another CPU's cpu_state needs bpf_map_lookup_percpu_elem (5.19+):
+  // the migration handler (a wait that moves CPUs while queued) and the
+  // task iterator for waits still going on (run each tick; only the fast
+  // path uses it).
+  bool percpu_lookup =
+      libbpf_probe_bpf_helper(BPF_PROG_TYPE_SOCKET_FILTER, BPF_FUNC_map_lookup_percpu_elem, nullptr) == 1;
+  if (!percpu_lookup) bpf_program__set_autoload(s->progs.handle_sched_migrate_task, false);
+  spdlog::info("waits that move to another CPU while queued: {}",
+               percpu_lookup ? "each part blamed on who ran where it was queued (sched_migrate_task)"
+                             : "blamed by the CPU where they end (no bpf_map_lookup_percpu_elem before 5.19)");
+  self->scan_ = o.event_min_ns != UINT64_MAX && percpu_lookup;
   if (!self->scan_) bpf_program__set_autoload(s->progs.scan_waits, false);
   if (o.event_min_ns != UINT64_MAX)
     spdlog::info("fast path: waits over their threshold reported when they end{}",
@@ -214,6 +221,7 @@ Result<void> RunqBpf::attach() {
       {s->progs.handle_sched_wakeup, &s->links.handle_sched_wakeup, true},
       {s->progs.handle_sched_wakeup_new, &s->links.handle_sched_wakeup_new, true},
       {s->progs.handle_sched_switch, &s->links.handle_sched_switch, true},
+      {s->progs.handle_sched_migrate_task, &s->links.handle_sched_migrate_task, true},
       {s->progs.handle_throttle_cfs_rq, &s->links.handle_throttle_cfs_rq, false},
       {s->progs.handle_unthrottle_cfs_rq, &s->links.handle_unthrottle_cfs_rq, false},
   };
