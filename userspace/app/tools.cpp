@@ -52,66 +52,6 @@ uint64_t mono_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-std::string human_ns(double ns) {
-  if (ns < 1e3) return fmt::format("{:.0f}ns", ns);
-  if (ns < 1e6) return fmt::format("{:.1f}us", ns / 1e3);
-  if (ns < 1e9) return fmt::format("{:.1f}ms", ns / 1e6);
-  return fmt::format("{:.2f}s", ns / 1e9);
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string trim(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  size_t i = 0;
-  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) i++;
-  return s.substr(i);
-}
-
-// Display width of UTF-8 text, counting code points (cgroup paths are ASCII
-// in practice; this keeps a stray multi-byte name from overflowing a line).
-size_t width_of(const std::string& s) {
-  size_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
-}
-
-// The first `cols` code points of `s`.
-std::string cut(const std::string& s, size_t cols) {
-  size_t n = 0;
-  for (size_t i = 0; i < s.size(); i++) {
-    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
-      if (n == cols) return s.substr(0, i);
-      n++;
-    }
-  }
-  return s;
-}
-
-// `s` in `width` columns, the start replaced by "..." if it is too long (the
-// end of a cgroup path is the part that tells them apart).
-std::string shorten_left(const std::string& s, size_t width) {
-  size_t w = width_of(s);
-  if (w <= width) return s;
-  if (width <= 3) return cut("...", width);
-  size_t drop = w - (width - 3);
-  size_t n = 0, i = 0;
-  for (; i < s.size() && n < drop; i++)
-    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) n++;
-  while (i < s.size() && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) i++;
-  return "..." + s.substr(i);
-}
-
-std::string pad_right(const std::string& s, size_t width) {
-  size_t w = width_of(s);
-  return w >= width ? s : s + std::string(width - w, ' ');
-}
-
 }  // namespace
 
 // =================================================================== top
@@ -280,7 +220,7 @@ std::string render_top(const TopModel& m, int rows_i, int cols_i) {
 
   std::string out;
   for (size_t i = 0; i < lines.size() && i < rows; i++) {
-    std::string l = cut(lines[i], cols);
+    std::string l = cut_to_width(lines[i], cols);
     while (!l.empty() && l.back() == ' ') l.pop_back();
     out += l + '\n';
   }
@@ -408,7 +348,7 @@ class ScreenLog {
   }
   std::string last() const {
     auto v = ring_->last_formatted(1);
-    return v.empty() ? "" : trim(v.back());
+    return v.empty() ? "" : trim_space(v.back());
   }
 
  private:
@@ -820,14 +760,14 @@ std::vector<StatusProcess> processes_using(const std::set<uint32_t>& map_ids) {
     for (const auto& f : fs::directory_iterator(p.path() / "fd", ec2)) {
       std::error_code ec3;
       if (fs::read_symlink(f.path(), ec3).string() != "anon_inode:bpf-map") continue;
-      std::istringstream info(slurp(p.path().string() + "/fdinfo/" + f.path().filename().string()));
+      std::istringstream info(read_text_file(p.path().string() + "/fdinfo/" + f.path().filename().string()));
       std::string line;
       bool ours = false;
       unsigned id = 0;
       while (std::getline(info, line))
         if (sscanf(line.c_str(), "map_id: %u", &id) == 1) ours = map_ids.count(id) > 0;
       if (ours) {
-        out.push_back({std::stoi(pid), trim(slurp(p.path().string() + "/comm"))});
+        out.push_back({std::stoi(pid), trim_space(read_text_file(p.path().string() + "/comm"))});
         break;
       }
     }
@@ -1144,7 +1084,7 @@ std::vector<DoctorCheck> doctor_checks(const DoctorEnv& env, const BpfProbe& bpf
       add(L::Fail, "bpf maps", fmt::format("not supported by this kernel: {}", fmt::join(missing, ", ")));
   }
 
-  std::string mountinfo = slurp(at("/proc/self/mountinfo"));
+  std::string mountinfo = read_text_file(at("/proc/self/mountinfo"));
   auto bpffs = mounts_of_type(mountinfo, "bpf");
   if (std::find(bpffs.begin(), bpffs.end(), env.bpffs_dir) != bpffs.end())
     add(L::Ok, "bpffs", "mounted at " + env.bpffs_dir);
@@ -1160,8 +1100,8 @@ std::vector<DoctorCheck> doctor_checks(const DoctorEnv& env, const BpfProbe& bpf
         "not mounted: khagent needs cgroup v2 (boot with systemd.unified_cgroup_hierarchy=1, or mount -t cgroup2 "
         "none /sys/fs/cgroup/unified)");
   } else {
-    std::string controllers = trim(slurp(at(m.cgroup2 + "/cgroup.controllers")));
-    std::string subtree = trim(slurp(at(m.cgroup2 + "/cgroup.subtree_control")));
+    std::string controllers = trim_space(read_text_file(at(m.cgroup2 + "/cgroup.controllers")));
+    std::string subtree = trim_space(read_text_file(at(m.cgroup2 + "/cgroup.subtree_control")));
     add(L::Ok, "cgroup v2",
         fmt::format("{}{}; controllers at the root: {}; enabled for children: {}", m.cgroup2,
                     m.cpu_v1.empty() ? "" : " (hybrid: cpu controller on cgroup v1 at " + m.cpu_v1 + ")",
