@@ -7,7 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "khagent/app/tools.h"
+#include "khagent/app/doctor.h"
+#include "khagent/export/status_report.h"
+#include "khagent/export/top_view.h"
 #include "khagent/signals/histogram.h"
 #include "test_util.h"
 

@@ -12,7 +12,9 @@
 
 #include "khagent/app/agent.h"
 #include "khagent/app/cli.h"
-#include "khagent/app/tools.h"
+#include "khagent/app/doctor.h"
+#include "khagent/app/status.h"
+#include "khagent/app/top.h"
 #include "khagent/collect/bpf_maps.h"
 #include "khagent/collect/cgroupfs.h"
 #include "khagent/collect/collector.h"

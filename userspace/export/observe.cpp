@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "khagent/util/strings.h"
+
 namespace khagent {
 
 namespace {
@@ -15,13 +17,6 @@ std::string normalize(std::string p) {
   if (p.empty() || p.front() != '/') p.insert(p.begin(), '/');
   while (p.size() > 1 && p.back() == '/') p.pop_back();
   return p;
-}
-
-std::string human_ns(double ns) {
-  if (ns < 1e3) return fmt::format("{:.0f}ns", ns);
-  if (ns < 1e6) return fmt::format("{:.1f}us", ns / 1e3);
-  if (ns < 1e9) return fmt::format("{:.1f}ms", ns / 1e6);
-  return fmt::format("{:.2f}s", ns / 1e9);
 }
 
 std::string pct(uint64_t part, uint64_t whole) {

@@ -1,6 +1,7 @@
 // Small string helpers shared by the stages.
 #pragma once
 
+#include <cstddef>
 #include <sstream>
 #include <string>
 
@@ -15,5 +16,28 @@ inline bool has_word(const std::string& text, const std::string& word) {
     if (w == word) return true;
   return false;
 }
+
+// The whole of a (small) file as text; "" if it cannot be read.
+std::string read_text_file(const std::string& path);
+
+// `s` without leading and trailing white space (std::isspace).
+std::string trim_space(std::string s);
+
+// A duration for people: "950ns", "12.3us", "4.5ms", "1.20s".
+std::string human_ns(double ns);
+
+// Display width of UTF-8 text, counting code points (cgroup paths are ASCII
+// in practice; this keeps a stray multi-byte name from overflowing a line).
+size_t width_of(const std::string& s);
+
+// The first `cols` code points of `s`.
+std::string cut_to_width(const std::string& s, size_t cols);
+
+// `s` in `width` columns, the start replaced by "..." if it is too long (the
+// end of a cgroup path is the part that tells them apart).
+std::string shorten_left(const std::string& s, size_t width);
+
+// `s` padded with spaces to `width` columns (unchanged if already as wide).
+std::string pad_right(const std::string& s, size_t width);
 
 }  // namespace khagent

@@ -1,0 +1,76 @@
+// `khagent status`: what a running agent sees and what it changed, as plain
+// data, and its rendering as text or JSON. Pure: app/status.cpp gathers the
+// report from the pinned maps, the state file and the cgroups.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace khagent {
+
+// A state file entry with the value now in the cgroup.
+struct StatusEntry {
+  std::string cgroup;
+  std::string file;
+  std::string original;
+  std::optional<std::string> current;  // nullopt: unreadable
+  std::string current_error;           // why, when unreadable
+};
+
+// cpu.max of one offline target.
+struct StatusTarget {
+  std::string cgroup;
+  std::optional<std::string> cpu_max;  // nullopt: unreadable
+  std::string error;
+  std::optional<double> cores;         // quota / period; nullopt for "max" or unreadable
+};
+
+// A process holding the agent's maps open.
+struct StatusProcess {
+  int pid = 0;
+  std::string comm;
+};
+
+struct StatusReport {
+  std::string pin_dir;
+  bool agent_found = false;            // maps pinned and used by loaded programs
+  std::string agent_problem;           // why not, when !agent_found
+  std::vector<std::string> pinned;     // map names found under pin_dir
+  std::vector<std::string> programs;   // loaded BPF programs using the maps
+  std::vector<StatusProcess> processes;  // holding the maps open (the agent)
+  std::string throttle_source;         // fentry | cpu.stat ("" unknown)
+  // The running agent's map layout (kh_abi_version in its BPF object's
+  // rodata); 0 if it has none (older than version 2). The maps are read
+  // only if it is the version this binary reads.
+  uint32_t abi_version = 0;
+  uint64_t cgroups_tracked = 0;
+  uint64_t max_cgroups = 0;
+  uint64_t protected_cgroups = 0;
+  uint64_t interference_pairs = 0;
+  std::map<std::string, uint64_t> counters;  // BPF-side counters, summed over CPUs
+  // The state file
+  std::string state_file;
+  std::string state_note;               // StateStore::note()
+  std::string state_error;              // load error ("" none)
+  std::vector<StatusEntry> entries;
+  // The offline budget
+  std::vector<StatusTarget> targets;
+};
+
+// Names of the BPF-side counters, indexed by enum kh_counter.
+const std::vector<std::string>& bpf_counter_names();
+
+// The offline budget in cores as the targets' cpu.max say (sum of quota /
+// period); nullopt when no target has a quota.
+std::optional<double> status_budget_cores(const StatusReport& r);
+// cpu.max text to cores: "20000 100000" -> 0.2; nullopt for "max" or junk.
+std::optional<double> cpu_max_cores(const std::string& cpu_max);
+
+std::string format_status(const StatusReport& r);
+std::string status_json(const StatusReport& r);  // one JSON object, with a newline
+int status_exit_code(const StatusReport& r);     // 0 agent found, 1 not
+
+}  // namespace khagent

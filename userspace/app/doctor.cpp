@@ -1,0 +1,356 @@
+#include "khagent/app/doctor.h"
+
+#include <bpf/libbpf.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "khagent/actuate/cgroup_writer.h"
+#include "khagent/app/agent.h"
+#include "khagent/collect/cgroupfs.h"
+#include "khagent/collect/topology.h"
+#include "khagent/loader/runq_loader.h"
+#include "khagent/signals/workload.h"
+#include "khagent/util/cpuset.h"
+#include "khagent/util/strings.h"
+
+namespace khagent {
+
+namespace fs = std::filesystem;
+
+BpfProbe probe_bpf(const LoaderOptions& lo) {
+  BpfProbe p;
+  if (geteuid() != 0) {
+    p.skip_reason = "not checked: loading BPF programs needs root";
+    return p;
+  }
+  p.attempted = true;
+  LoaderOptions l = lo;
+  l.pin = false;
+  l.allow_fentry = false;  // probed on its own below
+  auto bpf = RunqBpf::open_and_load(l);
+  if (!bpf) p.load_error = bpf.error().str();
+  p.fentry = probe_fentry("throttle_cfs_rq") && probe_fentry("unthrottle_cfs_rq");
+  p.ringbuf = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, nullptr) == 1;
+  p.task_storage = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_TASK_STORAGE, nullptr) == 1;
+  return p;
+}
+
+namespace {
+
+// Mount points of file systems of `fstype` in mountinfo text.
+std::vector<std::string> mounts_of_type(const std::string& mountinfo, const std::string& fstype) {
+  std::vector<std::string> out;
+  std::istringstream in(mountinfo);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream left(line.substr(0, dash)), right(line.substr(dash + 3));
+    std::string f[5], type;
+    for (auto& x : f) left >> x;
+    right >> type;
+    if (type == fstype) out.push_back(f[4]);
+  }
+  return out;
+}
+
+// Mount point of the cgroup v1 hierarchy holding `controller` ("" if none).
+std::string v1_mount_of(const std::string& mountinfo, const std::string& controller) {
+  std::istringstream in(mountinfo);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream left(line.substr(0, dash)), right(line.substr(dash + 3));
+    std::string f[5], type, source, opts;
+    for (auto& x : f) left >> x;
+    right >> type >> source >> opts;
+    if (type != "cgroup") continue;
+    std::istringstream o(opts);
+    std::string opt;
+    while (std::getline(o, opt, ','))
+      if (opt == controller) return f[4];
+  }
+  return "";
+}
+
+// Pods under the kubepods root (a shallow walk: QoS level, then pods).
+size_t count_pods(const std::string& cgroup2, const std::string& kubepods_rel) {
+  std::set<std::string> pods;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(cgroup2 + kubepods_rel, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    if (it.depth() > 2) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_directory(ec)) continue;
+    std::string rel = it->path().string().substr(cgroup2.size());
+    auto id = identify_cgroup(rel, "");
+    if (!id.pod_uid.empty()) {
+      pods.insert(id.pod_uid);
+      it.disable_recursion_pending();
+    }
+  }
+  return pods.size();
+}
+
+// Where the YARN hierarchy is: at the root, else the first directory of that
+// name within a few levels (inside the NodeManager pod's cgroup). "" if none.
+std::string find_yarn(const std::string& cgroup2, const std::string& name) {
+  if (fs::is_directory(cgroup2 + "/" + name)) return "/" + name;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(cgroup2, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    if (it.depth() > 5) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (it->path().filename() == name && it->is_directory(ec))
+      return it->path().string().substr(cgroup2.size());
+  }
+  return "";
+}
+
+// Whether a file can be created in `dir` (creates and removes one).
+std::string try_write_in(const std::string& dir) {
+  std::string tmpl = dir + "/.khagent-doctor-XXXXXX";
+  int fd = mkstemp(tmpl.data());
+  if (fd < 0) return std::strerror(errno);
+  ::close(fd);
+  ::unlink(tmpl.c_str());
+  return "";
+}
+
+}  // namespace
+
+std::vector<DoctorCheck> doctor_checks(const DoctorEnv& env, const BpfProbe& bpf) {
+  using L = CheckLevel;
+  std::vector<DoctorCheck> out;
+  auto add = [&](L l, std::string name, std::string detail) { out.push_back({l, std::move(name), std::move(detail)}); };
+  auto at = [&](const std::string& abs) { return env.root + abs; };
+  const Config& cfg = env.config;
+
+  add(env.is_root ? L::Ok : L::Fail, "root",
+      env.is_root ? "running as root" : "not root: khagent loads BPF programs and writes cgroups; run it as root");
+
+  // Kernel and BTF.
+  std::string release = env.kernel_release;
+  if (release.empty()) {
+    utsname u{};
+    if (uname(&u) == 0) release = u.release;
+  }
+  int major = 0, minor = 0;
+  if (sscanf(release.c_str(), "%d.%d", &major, &minor) != 2)
+    add(L::Warn, "kernel", "cannot parse the kernel release '" + release + "' (khagent needs 5.13 or newer)");
+  else if (major < 5 || (major == 5 && minor < 13))
+    add(L::Fail, "kernel",
+        release + " is too old: khagent needs 5.13 or newer (BPF task storage in tracing programs)");
+  else
+    add(L::Ok, "kernel", release + " (>= 5.13)");
+  std::string btf = "/sys/kernel/btf/vmlinux";
+  if (::access(at(btf).c_str(), R_OK) == 0)
+    add(L::Ok, "btf", btf + " present");
+  else
+    add(L::Fail, "btf", btf + " missing: use a kernel built with CONFIG_DEBUG_INFO_BTF=y");
+
+  // BPF program types, hooks and maps.
+  if (!bpf.attempted) {
+    add(L::Warn, "bpf programs", bpf.skip_reason.empty() ? "not checked" : bpf.skip_reason);
+  } else {
+    if (bpf.load_error.empty())
+      add(L::Ok, "bpf programs", "tp_btf sched_wakeup, sched_wakeup_new and sched_switch load and attach");
+    else
+      add(L::Fail, "bpf programs",
+          "tp_btf sched_* programs refused: " + bpf.load_error + " (run with --log-level debug for the verifier log)");
+    if (bpf.fentry)
+      add(L::Ok, "throttle hooks", "fentry on throttle_cfs_rq/unthrottle_cfs_rq: throttling measured in the kernel");
+    else
+      add(L::Warn, "throttle hooks", "fentry refused: throttling read from cpu.stat");
+    std::vector<std::string> missing;
+    if (!bpf.ringbuf) missing.push_back("ring buffer (5.8+)");
+    if (!bpf.task_storage) missing.push_back("task storage (5.13+)");
+    if (missing.empty())
+      add(L::Ok, "bpf maps", "ring buffer and task storage supported");
+    else
+      add(L::Fail, "bpf maps", fmt::format("not supported by this kernel: {}", fmt::join(missing, ", ")));
+  }
+
+  std::string mountinfo = read_text_file(at("/proc/self/mountinfo"));
+  auto bpffs = mounts_of_type(mountinfo, "bpf");
+  if (std::find(bpffs.begin(), bpffs.end(), env.bpffs_dir) != bpffs.end())
+    add(L::Ok, "bpffs", "mounted at " + env.bpffs_dir);
+  else
+    add(L::Warn, "bpffs",
+        "not mounted at " + env.bpffs_dir + ": khagent mounts it to pin its maps (or: mount -t bpf bpf " +
+            env.bpffs_dir + ")");
+
+  // cgroup v2 and its controllers.
+  Mounts m = parse_mountinfo(mountinfo);
+  if (m.cgroup2.empty()) {
+    add(L::Fail, "cgroup v2",
+        "not mounted: khagent needs cgroup v2 (boot with systemd.unified_cgroup_hierarchy=1, or mount -t cgroup2 "
+        "none /sys/fs/cgroup/unified)");
+  } else {
+    std::string controllers = trim_space(read_text_file(at(m.cgroup2 + "/cgroup.controllers")));
+    std::string subtree = trim_space(read_text_file(at(m.cgroup2 + "/cgroup.subtree_control")));
+    add(L::Ok, "cgroup v2",
+        fmt::format("{}{}; controllers at the root: {}; enabled for children: {}", m.cgroup2,
+                    m.cpu_v1.empty() ? "" : " (hybrid: cpu controller on cgroup v1 at " + m.cpu_v1 + ")",
+                    controllers.empty() ? "none" : controllers, subtree.empty() ? "none" : subtree));
+    // `why`: what it means when khagent cannot use the controller; `missing`:
+    // the level then.
+    auto controller = [&](const std::string& c, const std::string& file, L missing, const std::string& why) {
+      std::string name = c + " controller";
+      std::string v1 = v1_mount_of(mountinfo, c);
+      if (has_word(subtree, c))
+        add(L::Ok, name, "enabled for child cgroups (" + file + " writable)");
+      else if (has_word(controllers, c))
+        add(missing, name,
+            "available but not enabled for child cgroups (" + why + "): echo +" + c + " > " + m.cgroup2 +
+                "/cgroup.subtree_control");
+      else if (!v1.empty())
+        add(L::Ok, name,
+            "hybrid host: on cgroup v1 at " + v1 + "; khagent measures by cgroup2 ids and writes the v1 " + c +
+                " files at the same relative path (" + (c == "cpu" ? "cpu.cfs_quota_us/cfs_period_us, cpu.shares, cpu.idle" : "cpuset.cpus") + ")");
+      else
+        add(missing, name, "not in " + m.cgroup2 + "/cgroup.controllers (" + why + ")");
+    };
+    {
+      CgroupRoots roots{m.cgroup2, m.cpu_v1, m.cpuset_v1};
+      auto b = choose_backend(roots, controllers);
+      if (b)
+        add(L::Ok, "cgroup backend", std::string(backend_name(*b)));
+      else
+        add(L::Fail, "cgroup backend", b.error().message);
+    }
+    controller("cpu", "cpu.max", L::Fail, "it measures but cannot limit offline CPU");
+    controller("cpuset", "cpuset.cpus", cfg.cpuset.enabled ? L::Fail : L::Warn,
+               cfg.cpuset.enabled ? "cpuset.enabled is on" : "only needed with cpuset.enabled");
+
+    // Kubernetes: the kubelet's cgroup driver, from its layout.
+    std::string kube;
+    if (fs::is_directory(at(m.cgroup2 + "/kubepods.slice")))
+      kube = "/kubepods.slice";
+    else if (fs::is_directory(at(m.cgroup2 + "/kubepods")))
+      kube = "/kubepods";
+    if (!kube.empty()) {
+      size_t pods = count_pods(at(m.cgroup2), kube);
+      add(L::Ok, "kubelet",
+          fmt::format("{} cgroup driver ({}, {} pod{})", kube == "/kubepods.slice" ? "systemd" : "cgroupfs", kube,
+                      pods, pods == 1 ? "" : "s"));
+    } else if (!m.cpu_v1.empty() && (fs::is_directory(at(m.cpu_v1 + "/kubepods.slice")) ||
+                                     fs::is_directory(at(m.cpu_v1 + "/kubepods")))) {
+      add(L::Warn, "kubelet",
+          "kubelet pods only in cgroup v1 (" + m.cpu_v1 +
+              "): khagent classifies cgroup v2 paths and will not see them; use the systemd cgroup driver or "
+              "cgroup v2");
+    } else {
+      add(L::Warn, "kubelet",
+          "no kubelet pods found (neither /kubepods.slice nor /kubepods under " + m.cgroup2 +
+              "): online pods cannot be recognized until the kubelet runs here");
+    }
+
+    // YARN.
+    if (!cfg.offline.yarn) {
+      add(L::Ok, "yarn", "not used (offline.yarn: false)");
+    } else {
+      std::string y = find_yarn(at(m.cgroup2), cfg.offline.yarn_hierarchy);
+      if (y.empty()) {
+        add(L::Warn, "yarn",
+            "no YARN hierarchy '" + cfg.offline.yarn_hierarchy + "' under " + m.cgroup2 +
+                ": set offline.yarn_hierarchy to the NodeManager's cgroup hierarchy, or offline.yarn: false if "
+                "this node runs no YARN");
+      } else {
+        size_t containers = 0;
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(at(m.cgroup2 + y), ec))
+          if (e.is_directory() && e.path().filename().string().rfind("container_", 0) == 0) containers++;
+        bool cpu_max = ::access(at(m.cgroup2 + y + "/cpu.max").c_str(), F_OK) == 0;
+        add(cpu_max ? L::Ok : L::Warn, "yarn",
+            fmt::format("hierarchy {} ({} container{}){}", y, containers, containers == 1 ? "" : "s",
+                        cpu_max ? "" : "; it has no cpu.max: enable the cpu controller in its parent's "
+                                       "cgroup.subtree_control"));
+      }
+    }
+  }
+
+  // The kubelet's CPU manager (read only; cpuset partitions avoid its CPUs).
+  std::string cms = env.kubelet_dir + "/cpu_manager_state";
+  L cms_bad = cfg.cpuset.enabled ? L::Fail : L::Warn;
+  if (::access(at(cms).c_str(), F_OK) != 0) {
+    add(L::Warn, "cpu manager", "no " + cms + " (no kubelet on this node, or it uses another --root-dir)");
+  } else if (auto st = read_cpu_manager_state(at(cms)); !st) {
+    add(cms_bad, "cpu manager", "cannot read " + cms + ": " + st.error().str());
+  } else if (st->policy == "static") {
+    add(L::Ok, "cpu manager",
+        "policy static; " + (st->exclusive.empty() ? std::string("no CPUs exclusive to containers yet")
+                                                   : "CPUs " + format_cpu_list(st->exclusive) +
+                                                         " exclusive to containers (never given to offline)"));
+  } else {
+    add(L::Ok, "cpu manager", "policy " + st->policy);
+  }
+
+  // The state file: originals are saved there before any write.
+  fs::path dir = fs::path(cfg.state_file).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (fs::exists(at(dir.string()), ec)) {
+    if (!fs::is_directory(at(dir.string()), ec)) {
+      add(L::Fail, "state file", dir.string() + " exists and is not a directory: set state_file (or --state-file)");
+    } else if (auto err = try_write_in(at(dir.string())); !err.empty()) {
+      add(L::Fail, "state file",
+          dir.string() + " is not writable (" + err +
+              "): khagent saves original values there before any write; fix it or set state_file");
+    } else {
+      add(L::Ok, "state file", dir.string() + " writable (" + cfg.state_file + ")");
+    }
+  } else {
+    fs::path anc = dir;
+    while (!anc.empty() && anc != anc.root_path() && !fs::exists(at(anc.string()), ec)) anc = anc.parent_path();
+    if (anc.empty()) anc = "/";
+    if (auto err = try_write_in(at(anc.string())); err.empty())
+      add(L::Ok, "state file", dir.string() + " will be created (" + anc.string() + " writable)");
+    else
+      add(L::Fail, "state file",
+          dir.string() + " does not exist and " + anc.string() + " is not writable (" + err +
+              "): create it or set state_file");
+  }
+  return out;
+}
+
+int run_doctor(const CliOptions& o) {
+  auto cfg = effective_config(o);
+  if (!cfg) {
+    std::cerr << "khagent: " << cfg.error().message << "\n";
+    return 2;
+  }
+  DoctorEnv env;
+  env.is_root = geteuid() == 0;
+  env.bpffs_dir = fs::path(o.loader.pin_dir).parent_path().string();
+  env.config = *cfg;
+  // The probes' own info lines would interleave with the report.
+  auto level = spdlog::get_level();
+  if (level == spdlog::level::info) spdlog::set_level(spdlog::level::warn);
+  BpfProbe bpf = probe_bpf(o.loader);
+  spdlog::set_level(level);
+  auto checks = doctor_checks(env, bpf);
+  std::cout << format_doctor(checks) << std::flush;
+  return doctor_exit_code(checks);
+}
+
+}  // namespace khagent

@@ -1,0 +1,330 @@
+#include "khagent/app/status.h"
+
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "khagent/abi/runq.h"
+#include "khagent/actuate/cgroup_writer.h"
+#include "khagent/actuate/state_store.h"
+#include "khagent/app/agent.h"
+#include "khagent/collect/cgroupfs.h"
+#include "khagent/model/cgroup_file.h"
+#include "khagent/util/strings.h"
+
+namespace khagent {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// An fd closed on scope exit.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f = -1) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  Fd(Fd&& o) noexcept : fd(o.fd) { o.fd = -1; }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+};
+
+uint64_t count_keys(int fd, size_t key_size) {
+  std::vector<char> key(key_size), next(key_size);
+  uint64_t n = 0;
+  const void* cur = nullptr;
+  while (bpf_map_get_next_key(fd, cur, next.data()) == 0) {
+    n++;
+    key.swap(next);
+    cur = key.data();
+  }
+  return n;
+}
+
+// Full name of a program from its BTF (the kernel keeps only 15 characters).
+std::string prog_name(int fd, const bpf_prog_info& base) {
+  std::string name = base.name;
+  if (!base.btf_id || !base.nr_func_info) return name;
+  bpf_func_info fi{};
+  bpf_prog_info info{};
+  info.nr_func_info = 1;
+  info.func_info_rec_size = sizeof(fi);
+  info.func_info = reinterpret_cast<uintptr_t>(&fi);
+  __u32 len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) return name;
+  btf* b = btf__load_from_kernel_by_id(base.btf_id);
+  if (!b) return name;
+  if (const btf_type* t = btf__type_by_id(b, fi.type_id)) {
+    const char* full = btf__name_by_offset(b, t->name_off);
+    if (full && *full) name = full;
+  }
+  btf__free(b);
+  return name;
+}
+
+// Calls fn(program fd, its info, the ids of the maps it uses) for each
+// loaded program that uses any of the maps in `map_ids`, until fn says stop.
+void for_each_prog_using(const std::set<uint32_t>& map_ids,
+                         const std::function<bool(int, const bpf_prog_info&, const std::vector<__u32>&)>& fn) {
+  __u32 id = 0;
+  while (bpf_prog_get_next_id(id, &id) == 0) {
+    Fd fd(bpf_prog_get_fd_by_id(id));
+    if (fd.fd < 0) continue;
+    bpf_prog_info info{};
+    __u32 len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd.fd, &info, &len) != 0 || info.nr_map_ids == 0) continue;
+    std::vector<__u32> ids(info.nr_map_ids);
+    bpf_prog_info with_maps{};
+    with_maps.nr_map_ids = info.nr_map_ids;
+    with_maps.map_ids = reinterpret_cast<uintptr_t>(ids.data());
+    len = sizeof(with_maps);
+    if (bpf_obj_get_info_by_fd(fd.fd, &with_maps, &len) != 0) continue;
+    ids.resize(std::min<size_t>(ids.size(), with_maps.nr_map_ids));
+    if (std::none_of(ids.begin(), ids.end(), [&](__u32 m) { return map_ids.count(m) > 0; })) continue;
+    if (!fn(fd.fd, info, ids)) return;
+  }
+}
+
+// Loaded programs that use any of the maps in `map_ids`.
+std::vector<std::string> programs_using(const std::set<uint32_t>& map_ids) {
+  std::vector<std::string> out;
+  for_each_prog_using(map_ids, [&](int fd, const bpf_prog_info& info, const std::vector<__u32>&) {
+    out.push_back(prog_name(fd, info));
+    return true;
+  });
+  return out;
+}
+
+// kh_abi_version from map `map_id` if it is a BPF object's rodata holding
+// it (found by the variable's name in the map's BTF); 0 otherwise.
+uint32_t rodata_abi_version(uint32_t map_id) {
+  Fd mfd(bpf_map_get_fd_by_id(map_id));
+  bpf_map_info mi{};
+  __u32 mlen = sizeof(mi);
+  if (mfd.fd < 0 || bpf_obj_get_info_by_fd(mfd.fd, &mi, &mlen) != 0 || !mi.btf_id) return 0;
+  std::string name = mi.name;
+  if (name.size() < 7 || name.compare(name.size() - 7, 7, ".rodata") != 0) return 0;
+  btf* b = btf__load_from_kernel_by_id(mi.btf_id);
+  if (!b) return 0;
+  uint32_t version = 0;
+  const btf_type* sec = btf__type_by_id(b, mi.btf_value_type_id);
+  std::vector<unsigned char> value(mi.value_size);
+  __u32 zero = 0;
+  if (sec && btf_is_datasec(sec) && bpf_map_lookup_elem(mfd.fd, &zero, value.data()) == 0) {
+    const btf_var_secinfo* v = btf_var_secinfos(sec);
+    for (int i = 0; i < btf_vlen(sec); i++, v++) {
+      const btf_type* var = btf__type_by_id(b, v->type);
+      if (var && std::strcmp(btf__name_by_offset(b, var->name_off), "kh_abi_version") == 0 &&
+          v->size == sizeof(uint32_t) && v->offset + sizeof(uint32_t) <= value.size())
+        std::memcpy(&version, value.data() + v->offset, sizeof(version));
+    }
+  }
+  btf__free(b);
+  return version;
+}
+
+// kh_abi_version of the loaded programs using the maps in `map_ids`; 0 if
+// none has it (an agent older than layout version 2).
+uint32_t running_abi_version(const std::set<uint32_t>& map_ids) {
+  uint32_t version = 0;
+  for_each_prog_using(map_ids, [&](int, const bpf_prog_info&, const std::vector<__u32>& ids) {
+    for (__u32 mid : ids)
+      if ((version = rodata_abi_version(mid)) != 0) return false;
+    return true;
+  });
+  return version;
+}
+
+// Processes (other than this one) holding one of the maps open.
+std::vector<StatusProcess> processes_using(const std::set<uint32_t>& map_ids) {
+  std::vector<StatusProcess> out;
+  std::error_code ec;
+  for (const auto& p : fs::directory_iterator("/proc", ec)) {
+    std::string pid = p.path().filename();
+    if (pid.empty() || !std::all_of(pid.begin(), pid.end(), [](unsigned char c) { return std::isdigit(c); }))
+      continue;
+    if (std::stol(pid) == getpid()) continue;
+    std::error_code ec2;
+    for (const auto& f : fs::directory_iterator(p.path() / "fd", ec2)) {
+      std::error_code ec3;
+      if (fs::read_symlink(f.path(), ec3).string() != "anon_inode:bpf-map") continue;
+      std::istringstream info(read_text_file(p.path().string() + "/fdinfo/" + f.path().filename().string()));
+      std::string line;
+      bool ours = false;
+      unsigned id = 0;
+      while (std::getline(info, line))
+        if (sscanf(line.c_str(), "map_id: %u", &id) == 1) ours = map_ids.count(id) > 0;
+      if (ours) {
+        out.push_back({std::stoi(pid), trim_space(read_text_file(p.path().string() + "/comm"))});
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+// The offline targets an agent with this configuration writes: configured
+// targets, the BestEffort QoS cgroup and the YARN hierarchy where they exist,
+// and every cgroup whose cpu.max the state file records.
+std::vector<std::string> offline_targets(const Config& cfg, const std::string& cgroup2,
+                                         const std::vector<StatusEntry>& entries) {
+  std::set<std::string> out;
+  auto add_if_exists = [&](const std::string& p) {
+    if (fs::is_directory(cgroup2 + p)) out.insert(p);
+  };
+  for (const auto& t : cfg.offline.targets)
+    if (auto c = confine_cgroup_path(cgroup2, t)) add_if_exists(*c);
+  if (cfg.offline.besteffort) {
+    add_if_exists("/kubepods.slice/kubepods-besteffort.slice");
+    add_if_exists("/kubepods/besteffort");
+  }
+  if (cfg.offline.yarn) add_if_exists("/" + cfg.offline.yarn_hierarchy);
+  for (const auto& e : entries)
+    if (e.file == cgroup_file_name(CgroupFile::CpuMax) || e.file == cgroup_file_name(CgroupFile::V1CpuCfs))
+      add_if_exists(e.cgroup);
+  return {out.begin(), out.end()};
+}
+
+StatusReport collect_status(const CliOptions& o, const Config& cfg) {
+  StatusReport r;
+  r.pin_dir = o.loader.pin_dir;
+  static const char* kMaps[] = {"cgroup_stats", "interference", "throttle_stats",
+                                "cpu_state",    "counters",     "protected_cgroups"};
+  std::map<std::string, Fd> fds;
+  std::set<uint32_t> ids;
+  std::string open_error;
+  for (const char* name : kMaps) {
+    std::string path = r.pin_dir + "/" + name;
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0) {
+      if (errno != ENOENT && open_error.empty()) open_error = "cannot open " + path + ": " + std::strerror(errno);
+      continue;
+    }
+    bpf_map_info info{};
+    __u32 len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) {
+      ids.insert(info.id);
+      if (std::string(name) == "cgroup_stats") r.max_cgroups = info.max_entries;
+    }
+    r.pinned.push_back(name);
+    fds.emplace(name, Fd(fd));
+  }
+  if (fds.empty()) {
+    r.agent_problem = open_error.empty() ? "no pinned maps (is khagent running, with pinning on, and this --pin-dir?)"
+                                         : open_error;
+  } else {
+    r.programs = programs_using(ids);
+    r.processes = processes_using(ids);
+    if (r.programs.empty()) {
+      r.agent_problem = "maps are pinned but no loaded BPF program uses them: stale pins of an agent that did "
+                        "not exit cleanly (remove them: rm -r " + r.pin_dir + ")";
+    } else if ((r.abi_version = running_abi_version(ids)) != KH_RUNQ_ABI_VERSION) {
+      r.agent_problem = fmt::format(
+          "the running agent's maps have layout version {}, this khagent reads version {}: run the status "
+          "command of the agent's own version (its image)",
+          r.abi_version ? std::to_string(r.abi_version) : "1 or unknown", static_cast<int>(KH_RUNQ_ABI_VERSION));
+      fds.clear();  // their layout is not this binary's: read none of them
+    } else {
+      r.agent_found = true;
+      bool fentry = std::any_of(r.programs.begin(), r.programs.end(),
+                                [](const std::string& p) { return p.find("throttle") != std::string::npos; });
+      r.throttle_source = fentry ? "fentry" : "cpu.stat";
+    }
+    if (auto it = fds.find("cgroup_stats"); it != fds.end()) r.cgroups_tracked = count_keys(it->second.fd, 8);
+    if (auto it = fds.find("protected_cgroups"); it != fds.end()) r.protected_cgroups = count_keys(it->second.fd, 8);
+    if (auto it = fds.find("interference"); it != fds.end())
+      r.interference_pairs = count_keys(it->second.fd, sizeof(kh_pair));
+    if (auto it = fds.find("counters"); it != fds.end()) {
+      int ncpus = std::max(1, libbpf_num_possible_cpus());
+      std::vector<uint64_t> vals(static_cast<size_t>(ncpus));
+      for (uint32_t k = 0; k < KH_NR_COUNTERS; k++) {
+        if (bpf_map_lookup_elem(it->second.fd, &k, vals.data()) != 0) continue;
+        uint64_t sum = 0;
+        for (auto v : vals) sum += v;
+        r.counters[bpf_counter_names()[k]] = sum;
+      }
+    }
+  }
+
+  std::string cgroup2;
+  CgroupRoots roots;
+  CgroupBackend backend = CgroupBackend::V2;
+  if (auto m = find_mounts()) {
+    cgroup2 = m->cgroup2;
+    roots = {m->cgroup2, m->cpu_v1, m->cpuset_v1};
+    if (auto b = detect_backend(roots)) backend = *b;
+  }
+  r.state_file = cfg.state_file;
+  StateStore store(cfg.state_file);
+  if (auto l = store.load(); !l) {
+    r.state_error = l.error().str();
+  } else {
+    r.state_note = store.note();
+    RealCgroupFs cgfs(roots);
+    for (const auto& e : store.entries()) {
+      StatusEntry s{e.cgroup, cgroup_file_name(e.file), e.value, std::nullopt, ""};
+      if (auto v = cgfs.read(e.cgroup, e.file))
+        s.current = *v;
+      else if (v.error().err != ENOENT)
+        s.current_error = v.error().str();
+      else
+        s.current_error = cgfs.exists(e.cgroup) ? "no " + s.file + " (its controller is not enabled there)"
+                                                : "cgroup gone";
+      r.entries.push_back(std::move(s));
+    }
+  }
+  if (!cgroup2.empty()) {
+    RealCgroupFs cgfs(roots);
+    const CgroupFile quota_file = to_backend(backend, CgroupFile::CpuMax, "max").file;
+    for (const auto& t : offline_targets(cfg, cgroup2, r.entries)) {
+      StatusTarget st{t, std::nullopt, "", std::nullopt};
+      if (auto v = cgfs.read(t, quota_file)) {
+        // The v1 pair "QUOTA PERIOD" reads like cpu.max, with -1 for max.
+        std::string as_max = *v;
+        if (as_max.rfind("-1 ", 0) == 0) as_max = "max" + as_max.substr(2);
+        st.cpu_max = as_max;
+        st.cores = cpu_max_cores(as_max);
+      } else {
+        st.error = v.error().err == ENOENT ? "no cpu.max: the cpu controller is not enabled for this cgroup"
+                                           : v.error().str();
+      }
+      r.targets.push_back(std::move(st));
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+int run_status(const CliOptions& o) {
+  auto cfg = effective_config(o);
+  if (!cfg) {
+    std::cerr << "khagent: " << cfg.error().message << "\n";
+    return 2;
+  }
+  if (geteuid() != 0) {
+    std::cerr << "khagent status must run as root (it reads the agent's pinned BPF maps)\n";
+    return 2;
+  }
+  StatusReport r = collect_status(o, *cfg);
+  std::cout << (o.json ? status_json(r) : format_status(r)) << std::flush;
+  return status_exit_code(r);
+}
+
+}  // namespace khagent

@@ -1,0 +1,168 @@
+#include "khagent/export/status_report.h"
+
+#include <algorithm>
+#include <exception>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "khagent/abi/runq.h"
+#include "khagent/util/strings.h"
+
+namespace khagent {
+
+const std::vector<std::string>& bpf_counter_names() {
+  static const std::vector<std::string> names = {"switches",   "wakeups",    "storage_miss", "ring_overflow",
+                                                 "stats_full", "pairs_full", "events",       "events_dropped"};
+  static_assert(KH_NR_COUNTERS == 8, "name every counter of enum kh_counter");
+  return names;
+}
+
+std::optional<double> cpu_max_cores(const std::string& cpu_max) {
+  std::istringstream in(cpu_max);
+  std::string quota;
+  uint64_t period = 100000;
+  if (!(in >> quota) || quota == "max") return std::nullopt;
+  std::string p;
+  if (in >> p) {
+    try {
+      period = std::stoull(p);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+  try {
+    size_t pos = 0;
+    uint64_t q = std::stoull(quota, &pos);
+    if (pos != quota.size() || period == 0) return std::nullopt;
+    return static_cast<double>(q) / static_cast<double>(period);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<double> status_budget_cores(const StatusReport& r) {
+  std::optional<double> sum;
+  for (const auto& t : r.targets)
+    if (t.cores) sum = sum.value_or(0) + *t.cores;
+  return sum;
+}
+
+std::string format_status(const StatusReport& r) {
+  std::string out;
+  if (r.agent_found) {
+    std::vector<std::string> procs;
+    for (const auto& p : r.processes) procs.push_back(fmt::format("{} {}", p.pid, p.comm));
+    out += fmt::format("agent: running (maps pinned under {}, used by {} BPF programs{})\n", r.pin_dir,
+                       r.programs.size(), procs.empty() ? "" : fmt::format("; process {}", fmt::join(procs, ", ")));
+  } else {
+    out += fmt::format("no running agent found under {}{}\n", r.pin_dir,
+                       r.agent_problem.empty() ? "" : ": " + r.agent_problem);
+  }
+  if (!r.pinned.empty()) out += fmt::format("pinned maps: {}\n", fmt::join(r.pinned, ", "));
+  if (r.agent_found) {
+    out += fmt::format("programs: {}\n", fmt::join(r.programs, ", "));
+    out += fmt::format("map layout version: {}\n", r.abi_version);
+    if (!r.throttle_source.empty()) out += fmt::format("throttling source: {}\n", r.throttle_source);
+    out += fmt::format("cgroups tracked: {} (of {})\n", r.cgroups_tracked, r.max_cgroups);
+    out += fmt::format("protected (online) cgroups: {}\n", r.protected_cgroups);
+    out += fmt::format("interference pairs: {}\n", r.interference_pairs);
+    std::vector<std::string> cs;
+    for (const auto& n : bpf_counter_names()) {
+      auto it = r.counters.find(n);
+      if (it != r.counters.end()) cs.push_back(fmt::format("{} {}", n, it->second));
+    }
+    if (!cs.empty()) out += fmt::format("BPF counters: {}\n", fmt::join(cs, ", "));
+  }
+
+  if (!r.state_error.empty()) {
+    out += fmt::format("state file {}: {}\n", r.state_file, r.state_error);
+  } else if (r.entries.empty()) {
+    out += fmt::format("state file {}: no original values recorded (khagent has changed nothing)\n", r.state_file);
+  } else {
+    out += fmt::format("state file {}: {} original value{} (what khagent changed)\n", r.state_file, r.entries.size(),
+                       r.entries.size() == 1 ? "" : "s");
+    size_t w = 6;
+    for (const auto& e : r.entries) w = std::max(w, width_of(e.cgroup));
+    w = std::min<size_t>(w, 64);
+    out += fmt::format("  {:<{}}  {:<12} {:<18} {}\n", "CGROUP", w, "FILE", "ORIGINAL", "CURRENT");
+    for (const auto& e : r.entries) {
+      std::string cur = !e.current                ? "unreadable: " + e.current_error
+                        : *e.current == e.original ? "'" + *e.current + "' (the original)"
+                                                   : "'" + *e.current + "'";
+      out += fmt::format("  {:<{}}  {:<12} {:<18} {}\n", shorten_left(e.cgroup, w), w, e.file,
+                         "'" + e.original + "'", cur);
+    }
+  }
+
+  if (r.targets.empty()) {
+    out += "offline budget: no offline target found\n";
+  } else {
+    auto sum = status_budget_cores(r);
+    bool readable = std::any_of(r.targets.begin(), r.targets.end(), [](const StatusTarget& t) { return t.cpu_max; });
+    const char* plural = r.targets.size() == 1 ? "" : "s";
+    if (sum)
+      out += fmt::format("offline budget: {:.2f} cores (cpu.max of {} offline target{})\n", *sum, r.targets.size(), plural);
+    else if (readable)
+      out += fmt::format("offline budget: unlimited (no quota in the cpu.max of {} offline target{})\n",
+                         r.targets.size(), plural);
+    else
+      out += fmt::format("offline budget: unknown (the cpu.max of {} offline target{} cannot be read)\n",
+                         r.targets.size(), plural);
+    for (const auto& t : r.targets) {
+      if (!t.cpu_max)
+        out += fmt::format("  {}  cpu.max unreadable: {}\n", t.cgroup, t.error);
+      else
+        out += fmt::format("  {}  cpu.max '{}'{}\n", t.cgroup, *t.cpu_max,
+                           t.cores ? fmt::format(" = {:.2f} cores", *t.cores) : " (no limit)");
+    }
+  }
+  return out;
+}
+
+std::string status_json(const StatusReport& r) {
+  using nlohmann::json;
+  json entries = json::array();
+  for (const auto& e : r.entries) {
+    json j = {{"cgroup", e.cgroup}, {"file", e.file}, {"original", e.original}};
+    j["current"] = e.current ? json(*e.current) : json(nullptr);
+    if (!e.current) j["current_error"] = e.current_error;
+    entries.push_back(j);
+  }
+  json targets = json::array();
+  for (const auto& t : r.targets) {
+    json j = {{"cgroup", t.cgroup}};
+    j["cpu_max"] = t.cpu_max ? json(*t.cpu_max) : json(nullptr);
+    j["cores"] = t.cores ? json(*t.cores) : json(nullptr);
+    if (!t.cpu_max) j["error"] = t.error;
+    targets.push_back(j);
+  }
+  json procs = json::array();
+  for (const auto& p : r.processes) procs.push_back({{"pid", p.pid}, {"comm", p.comm}});
+  auto budget = status_budget_cores(r);
+  json j = {
+      {"agent_found", r.agent_found},
+      {"pin_dir", r.pin_dir},
+      {"pinned_maps", r.pinned},
+      {"programs", r.programs},
+      {"processes", procs},
+      {"throttle_source", r.throttle_source},
+      {"abi_version", r.abi_version},
+      {"cgroups_tracked", r.cgroups_tracked},
+      {"max_cgroups", r.max_cgroups},
+      {"protected_cgroups", r.protected_cgroups},
+      {"interference_pairs", r.interference_pairs},
+      {"counters", r.counters},
+      {"state_file", {{"path", r.state_file}, {"note", r.state_note}, {"error", r.state_error}, {"entries", entries}}},
+      {"offline_targets", targets},
+      {"offline_budget_cores", budget ? json(*budget) : json(nullptr)},
+  };
+  if (!r.agent_found) j["problem"] = r.agent_problem;
+  return j.dump() + "\n";
+}
+
+int status_exit_code(const StatusReport& r) { return r.agent_found ? 0 : 1; }
+
+}  // namespace khagent
