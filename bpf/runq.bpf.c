@@ -878,7 +878,7 @@ int BPF_PROG(handle_sched_migrate_task, struct task_struct *p, int dest_cpu)
  * The fast path for waits still going on. sched_switch reports a wait when
  * it ends, so a task starved for long (behind a SCHED_FIFO hog, a long
  * throttle, a CPU stuck in the kernel) would be reported late, or never
- * while it lasts. Userspace runs this iterator over every task once a tick:
+ * while it lasts. Userspace runs this iterator over every task now and then:
  * a task of a protected cgroup that has waited past its threshold, and was
  * not reported in this wait yet, gets an event now. The aggressor is
  * whoever holds the task's CPU now (this CPU's cpu_state as the switches

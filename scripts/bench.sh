@@ -12,8 +12,8 @@
 # 2. Whole-system overhead: usecs/op of the same load with nothing attached,
 #    with khagent, with runqlat, rounds alternating none, khagent, runqlat, ...
 # 3. Userspace cost at scale: khagent's CPU (utime+stime) and peak RSS (VmHWM)
-#    with 100, 1000 and 5000 busy cgroups at a 100 ms and a 1 s tick, as the
-#    agent (run --dry-run) and as observe --json.
+#    with 100, 1000 and 5000 busy cgroups at a 100 ms, 200 ms (the default)
+#    and 1 s tick, as the agent (run --dry-run) and as observe --json.
 # 4. Reaction time, in a QEMU VM on Debian's 6.1 kernel (vmtest/run.sh): CPU
 #    hogs start in the YARN hierarchy next to an online probe, again and
 #    again; the distribution of khagent's own reaction (first over-threshold
@@ -31,6 +31,9 @@
 #   PIN=0           do not pin the load to one CPU [1: taskset -c LOAD_CPU]
 #   LOAD_CPU=N      CPU the pinned load runs on [the last one]
 #   WAKE_MS=N       period of the process in each part 3 cgroup [1000]
+#   CGROUPS="..."   part 3: numbers of cgroups [100 1000 5000]
+#   TICKS="..."     part 3: ticks [100ms 200ms 1s]
+#   MODES="..."     part 3: agent and/or observe [agent observe]
 #   BUILD_DIR=DIR   where khagent is built [build-bench/]
 #   BUILD=0         do not rebuild, use BUILD_DIR/khagent as it is [1]
 #   OUT=FILE        the Markdown report [docs/benchmarks.md]; the text after the
@@ -59,16 +62,16 @@ else
   windows=3 window_s=10
   reaction_cycles=20
 fi
-cgroup_counts=(100 1000 5000)
-ticks=(100ms 1s)
+read -ra cgroup_counts <<<"${CGROUPS:-100 1000 5000}"
+read -ra ticks <<<"${TICKS:-100ms 200ms 1s}"
 default_max_cgroups=4096  # cgroup_stats entries unless --max-cgroups is given
 has_part() { [[ "$parts" == *"$1"* ]]; }
 
 # The command that reproduces this run, for the report.
 repro="scripts/bench.sh"
-for v in QUICK:0 PARTS:1234 PIN:1 LOAD_CPU: WAKE_MS:1000; do
+for v in QUICK:0 PARTS:1234 PIN:1 LOAD_CPU: WAKE_MS:1000 CGROUPS: TICKS: MODES:; do
   name=${v%%:*} default=${v#*:}
-  if [[ -n "${!name:-}" && "${!name}" != "$default" ]]; then repro="$name=${!name} $repro"; fi
+  if [[ -n "${!name:-}" && "${!name}" != "$default" ]]; then repro="$name=$(printf %q "${!name}") $repro"; fi
 done
 
 echo "bench: setup and build" >&2
@@ -508,7 +511,7 @@ base_cgroups=$(find "$cg2" -type d | wc -l)
 # What part 3 runs: the agent itself (dry run: it reads, classifies, decides
 # and logs, but writes nothing; /metrics served on loopback), and `observe
 # --json`, which prints every active cgroup every tick.
-modes=(agent observe)
+read -ra modes <<<"${MODES:-agent observe}"
 mode_command() {  # MODE TICK -> the khagent subcommand and its arguments
   if [[ "$1" == agent ]]; then
     printf 'tick: %s\ndry_run: true\nstate_file: %s\n' "$2" "$work/state.json" >"$work/agent.yaml"

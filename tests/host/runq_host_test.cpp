@@ -297,7 +297,9 @@ TEST_F(RunqHost, AWaitThatMovesCpusIsBlamedWhereItWasQueued) {
   std::printf("V waited %.1f ms over %d moves: %.1f ms behind A, of %.1f ms on CPU 0; %.1f ms unattributed\n",
               wait / 1e6, kCycles, behind_a / 1e6, on_0 / 1e6, unattributed / 1e6);
   ASSERT_GT(wait, 0.5 * on_0) << "V did not wait behind A as planned";
-  EXPECT_GE(behind_a, 0.8 * on_0) << "the part queued on CPU 0 must be blamed on A";
+  // 14% before waits were split at moves; 98-99% on a quiet machine. Other
+  // work on CPU 0 (at V's nice 19 or above) takes a share of the blame.
+  EXPECT_GE(behind_a, 0.7 * on_0) << "the part queued on CPU 0 must be blamed on A (is the machine busy?)";
   EXPECT_LE(behind_a, 1.02 * on_0) << "A was blamed for more than V's time on CPU 0";
 }
 

@@ -99,6 +99,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.fast_path.enabled, b.fast_path.enabled);
   EXPECT_EQ(a.fast_path.wait_threshold_ns, b.fast_path.wait_threshold_ns);
   EXPECT_EQ(a.fast_path.min_interval_ns, b.fast_path.min_interval_ns);
+  EXPECT_EQ(a.fast_path.scan_interval_ns, b.fast_path.scan_interval_ns);
 
   const auto &ya = a.yarn, &yb = b.yarn;
   EXPECT_EQ(ya.enabled, yb.enabled);
@@ -206,6 +207,7 @@ fast_path:
   enabled: false
   wait_threshold: 10ms
   min_interval: 100ms
+  scan_interval: 0s
 )";
   auto r = load(text);
   ASSERT_TRUE(r.ok()) << r.error().message;
@@ -266,6 +268,7 @@ fast_path:
   EXPECT_FALSE(c.fast_path.enabled);
   EXPECT_EQ(c.fast_path.wait_threshold_ns, 10'000'000u);
   EXPECT_EQ(c.fast_path.min_interval_ns, 100'000'000u);
+  EXPECT_EQ(c.fast_path.scan_interval_ns, 0u);
 }
 
 TEST(ConfigLoad, UnsetKeysKeepDefaults) {
@@ -765,7 +768,7 @@ TEST(ConfigYaml, DefaultsRoundTripWithReadableDurations) {
   std::string text = config_to_yaml(default_config());
   for (const char* s : {"tick: 200ms", "wait_p99_target: 2ms", "min_decrease_interval: 100ms",
                         "increase_interval: 5s", "calm_period: 10s", "cpu_max_period: 100ms",
-                        "wait_threshold: 5ms", "min_interval: 50ms", "kubelet_pods_url: \"\""}) {
+                        "wait_threshold: 5ms", "min_interval: 50ms", "scan_interval: 1s", "kubelet_pods_url: \"\""}) {
     EXPECT_TRUE(contains(text, s)) << "want \"" << s << "\" in:\n" << text;
   }
   auto r = load(text);
@@ -782,7 +785,7 @@ TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   EXPECT_EQ(doc["budget"].size(), 11u);
   EXPECT_EQ(doc["cpuset"].size(), 4u);
   EXPECT_EQ(doc["offline"].size(), 6u);
-  EXPECT_EQ(doc["fast_path"].size(), 3u);
+  EXPECT_EQ(doc["fast_path"].size(), 4u);
   EXPECT_EQ(doc["yarn"].size(), 30u);
   EXPECT_FALSE(doc["nodes"]);
 

@@ -193,6 +193,7 @@ class Agent {
   uint64_t fast_breaches_ = 0;  // since the last tick
   std::unordered_map<uint64_t, CgroupClass> class_of_;
   std::vector<kh_wait_event> pending_;
+  uint64_t last_scan_ns_ = 0;  // mono_ns of the last scan for waits still going on
   std::map<std::string, uint64_t> quota_warned_;  // pod -> last log
   std::map<std::string, uint64_t> warned_;        // problem -> last log (one a minute)
   std::optional<CpuSet> exclusive_cpus_;          // from the tick's cpu_manager_state read
@@ -277,6 +278,7 @@ int Agent::run() {
   if (cfg_.fast_path.enabled) {
     lo.event_min_ns = cfg_.fast_path.wait_threshold_ns;
     lo.event_interval_ns = cfg_.fast_path.min_interval_ns;
+    lo.scan_waits = cfg_.fast_path.scan_interval_ns > 0;
   }
   auto bpf = RunqBpf::open_and_load(lo);
   if (!bpf) {
@@ -335,7 +337,10 @@ int Agent::run() {
     now = mono_ns();
     if (now >= next_tick) {
       // Waits still going on: their events arrive with the next poll.
-      if (auto r = bpf_->scan_waits(); !r) spdlog::warn("{}", r.error().str());
+      if (cfg_.fast_path.scan_interval_ns && now - last_scan_ns_ >= cfg_.fast_path.scan_interval_ns) {
+        last_scan_ns_ = now;
+        if (auto r = bpf_->scan_waits(); !r) spdlog::warn("{}", r.error().str());
+      }
       tick();
       next_tick += cfg_.tick_ns;
       if (next_tick < now) next_tick = now + cfg_.tick_ns;  // fell behind: skip, do not burst

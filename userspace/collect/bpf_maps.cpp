@@ -81,6 +81,8 @@ BpfMapSource::BpfMapSource(RunqMapFds fds) : fds_(fds), ncpus_(libbpf_num_possib
 
 Result<RawMaps> BpfMapSource::read() {
   RawMaps raw;
+  raw.cgroups.reserve(last_cgroups_ + last_cgroups_ / 8 + 16);  // no rehash while filling
+  raw.pairs.reserve(last_pairs_ + last_pairs_ / 8 + 16);
   auto r = for_each_entry<uint64_t, kh_cgroup_stats>(
       fds_.cgroup_stats, batch_ok_, cgroup_buf_, [&](const uint64_t& id, const kh_cgroup_stats& s) {
         CgroupCounters& c = raw.cgroups[id];
@@ -98,6 +100,8 @@ Result<RawMaps> BpfMapSource::read() {
         raw.pairs.push_back(RawPair{k.victim, k.aggressor, v.wait_ns, v.count});
       });
   if (!r) return make_error(r.error().err, "reading interference: " + r.error().message);
+  last_cgroups_ = raw.cgroups.size();
+  last_pairs_ = raw.pairs.size();
 
   if (fds_.throttle_stats >= 0) {
     r = for_each_entry<uint64_t, kh_throttle_stats>(

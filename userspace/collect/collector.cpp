@@ -108,9 +108,10 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
   }
 
   if (cpu_stat_) cpu_stat_->new_round();
+  const uint64_t tick = ++tick_no_;
   std::vector<uint64_t> dead;
-  std::unordered_set<uint64_t> seen;
   Sample out;
+  out.cgroups.reserve(raw->cgroups.size());
   out.ts_ns = real_ns;
   out.interval_ns = last_mono_ ? mono_ns - *last_mono_ : 0;
   out.throttle_source = source_;
@@ -134,14 +135,18 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
       // (the maps are created at start) and are kept.
       it = cgroups_.emplace(id, std::move(st)).first;
     }
-    seen.insert(id);
     CgState& st = it->second;
+    st.seen_tick = tick;
     CgroupSample cs;
     cs.id = id;
     cs.path = st.path;
-    cs.interval = counters_delta(now, st.last_raw);
-    st.last_raw = now;
-    counters_add(st.total, cs.interval);
+    // Most cgroups of a big node did nothing this tick: no histogram work.
+    if (now.waits != st.last_raw.waits || now.cpu_ns != st.last_raw.cpu_ns ||
+        now.wait_ns != st.last_raw.wait_ns || now.preemptions != st.last_raw.preemptions) {
+      cs.interval = counters_delta(now, st.last_raw);
+      st.last_raw = now;
+      counters_add(st.total, cs.interval);
+    }
     cs.total = st.total;
 
     bool active = cs.interval.cpu_ns > 0 || cs.interval.waits > 0;
@@ -169,23 +174,24 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
 
   // Entries deleted (here, or by another reader of the pins): drop our state too.
   for (auto it = cgroups_.begin(); it != cgroups_.end();) {
-    if (!seen.count(it->first)) it = cgroups_.erase(it);
+    if (it->second.seen_tick != tick) it = cgroups_.erase(it);
     else ++it;
   }
 
   std::unordered_set<uint64_t> dead_set(dead.begin(), dead.end());
   std::vector<std::pair<uint64_t, uint64_t>> dead_pairs;
-  std::set<std::pair<uint64_t, uint64_t>> live_pairs;
+  out.pairs.reserve(raw->pairs.size());
   for (const auto& p : raw->pairs) {
     auto key = std::make_pair(p.victim, p.aggressor);
-    if (dead_set.count(p.victim) || dead_set.count(p.aggressor) || !seen.count(p.victim)) {
+    auto victim = cgroups_.find(p.victim);
+    if (dead_set.count(p.victim) || dead_set.count(p.aggressor) || victim == cgroups_.end()) {
       // A pair whose victim is unknown is kept in the map until the victim
       // resolves or is found dead; only dead ones are deleted.
       if (dead_set.count(p.victim) || dead_set.count(p.aggressor)) dead_pairs.push_back(key);
       continue;
     }
-    live_pairs.insert(key);
     PairState& ps = pairs_[key];
+    ps.seen_tick = tick;
     uint64_t dw = p.wait_ns >= ps.last_raw.wait_ns ? p.wait_ns - ps.last_raw.wait_ns : p.wait_ns;
     uint64_t dc = p.count >= ps.last_raw.count ? p.count - ps.last_raw.count : p.count;
     ps.last_raw = p;
@@ -194,7 +200,7 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     out.pairs.push_back(PairSample{p.victim, p.aggressor, ps.wait_ns_total, ps.count_total, dw});
   }
   for (auto it = pairs_.begin(); it != pairs_.end();) {
-    if (!live_pairs.count(it->first)) it = pairs_.erase(it);
+    if (it->second.seen_tick != tick) it = pairs_.erase(it);
     else ++it;
   }
 

@@ -592,7 +592,7 @@ class Loader {
            auto& f = c.fast_path;
            section(n, at,
                    {flag("enabled", f.enabled), ns("wait_threshold", f.wait_threshold_ns),
-                    ns("min_interval", f.min_interval_ns)});
+                    ns("min_interval", f.min_interval_ns), ns("scan_interval", f.scan_interval_ns)});
          }},
         {"ladder",
          [this, &c](const YAML::Node& n, const Where& at) {
@@ -1253,6 +1253,7 @@ std::string config_to_yaml(const Config& c) {
   key("enabled") << c.fast_path.enabled;
   key("wait_threshold") << format_duration_ns(c.fast_path.wait_threshold_ns);
   key("min_interval") << format_duration_ns(c.fast_path.min_interval_ns);
+  key("scan_interval") << format_duration_ns(c.fast_path.scan_interval_ns);
   out << YAML::EndMap;
 
   const auto& y = c.yarn;

@@ -177,11 +177,11 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   spdlog::info("waits that move to another CPU while queued: {}",
                percpu_lookup ? "each part blamed on who ran where it was queued (sched_migrate_task)"
                              : "blamed by the CPU where they end (no bpf_map_lookup_percpu_elem before 5.19)");
-  self->scan_ = o.event_min_ns != UINT64_MAX && percpu_lookup;
+  self->scan_ = o.event_min_ns != UINT64_MAX && o.scan_waits && percpu_lookup;
   if (!self->scan_) bpf_program__set_autoload(s->progs.scan_waits, false);
   if (o.event_min_ns != UINT64_MAX)
     spdlog::info("fast path: waits over their threshold reported when they end{}",
-                 self->scan_ ? ", and once a tick while they last (task iterator)"
+                 self->scan_ ? ", and while they last (a task iterator, every fast_path.scan_interval)"
                              : "; not while they last (no bpf_map_lookup_percpu_elem before 5.19)");
   self->throttle_source_ = fentry ? ThrottleSource::Fentry : ThrottleSource::CpuStat;
   spdlog::info("throttled waits: {}",

@@ -44,6 +44,8 @@ class BpfMapSource : public MapSource {
   BatchBuffers<kh_pair, kh_pair_stats> pair_buf_;
   BatchBuffers<uint64_t, kh_throttle_stats> throttle_buf_;
   std::vector<uint64_t> counter_vals_;
+  size_t last_cgroups_ = 0;  // entries at the last read: the next one reserves as much
+  size_t last_pairs_ = 0;
 };
 
 }  // namespace khagent

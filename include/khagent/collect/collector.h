@@ -65,11 +65,18 @@ class Collector {
     bool thr_seen = false;
     ThrottleCounters thr_total;
     bool active_prev = false;
+    uint64_t seen_tick = 0;  // the last tick its entry was in the map
   };
   struct PairState {
     RawPair last_raw;
     uint64_t wait_ns_total = 0;
     uint64_t count_total = 0;
+    uint64_t seen_tick = 0;
+  };
+  struct PairHash {
+    size_t operator()(const std::pair<uint64_t, uint64_t>& p) const noexcept {
+      return std::hash<uint64_t>()(p.first * 0x9e3779b97f4a7c15ull ^ p.second);
+    }
   };
 
   MapSource& maps_;
@@ -77,7 +84,8 @@ class Collector {
   ThrottleStatReader* cpu_stat_;
   ThrottleSource source_;
   std::unordered_map<uint64_t, CgState> cgroups_;
-  std::map<std::pair<uint64_t, uint64_t>, PairState> pairs_;
+  std::unordered_map<std::pair<uint64_t, uint64_t>, PairState, PairHash> pairs_;
+  uint64_t tick_no_ = 0;
   std::optional<uint64_t> last_mono_;
   std::optional<uint64_t> last_rescan_;
   std::optional<uint64_t> last_liveness_;  // last check of idle cgroups by handle

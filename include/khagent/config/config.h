@@ -98,6 +98,9 @@ struct FastPathConfig {
   bool enabled = true;
   uint64_t wait_threshold_ns = 5'000'000;  // one wait of a protected cgroup over this: event
   uint64_t min_interval_ns = 50'000'000;   // per cgroup, enforced in the kernel
+  // How often the task iterator looks for waits still going on (it visits
+  // every task of the node: about 0.6 us each); 0: never.
+  uint64_t scan_interval_ns = 1'000'000'000;
 };
 
 // The YARN capacity downscaler (docs/yarn.md): keeps the NodeManager's

@@ -34,6 +34,8 @@ struct LoaderOptions {
   // through the ring buffer (UINT64_MAX: never), at most once per interval.
   uint64_t event_min_ns = UINT64_MAX;
   uint64_t event_interval_ns = 50'000'000;
+  // Load the task iterator that reports waits still going on (fast path on).
+  bool scan_waits = true;
 };
 
 struct ProgStats {
