@@ -59,10 +59,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 me="bench-service"
-
-die() { echo "$me: error: $*" >&2; exit 1; }
-warn() { echo "$me: warning: $*" >&2; }
-log() { echo "$me: $*" >&2; }
+# shellcheck source=scripts/lib/common.sh
+. "$root/scripts/lib/common.sh"
 
 write_docs=0
 for arg in "$@"; do
@@ -819,18 +817,7 @@ echo "(per-run JSON, agent logs and results.tsv in $results)"
 
 if ((write_docs)); then
   doc="$root/docs/benchmarks.md"
-  begin="<!-- bench-service:begin -->" end="<!-- bench-service:end -->"
-  section="$tmp/section.md"
-  { echo "$begin"; cat "$report"; echo "$end"; } >"$section"
-  if [[ -f "$doc" ]] && grep -qF "$begin" "$doc" && grep -qF "$end" "$doc"; then
-    awk -v b="$begin" -v e="$end" -v s="$section" '
-      $0 == b {while ((getline l < s) > 0) print l; skip = 1; next}
-      $0 == e {skip = 0; next}
-      !skip {print}' "$doc" >"$tmp/doc.new"
-  else
-    { [[ ! -f "$doc" ]] || { cat "$doc"; echo; }; cat "$section"; } >"$tmp/doc.new"
-  fi
-  cat "$tmp/doc.new" >"$doc"
+  doc_section_write "$doc" bench-service "$report"
   log "wrote the section to $doc"
 fi
 ((failures == 0)) || die "$failures run(s) failed, see the notes above"

@@ -274,13 +274,7 @@ int Agent::run() {
     yarn_ = std::make_unique<YarnDownscaler>(cfg_.yarn, cfg_.dry_run, mounts_.cgroup2, hosts,
                                              cfg_.dry_run ? "" : cfg_.state_file + ".yarn");
   }
-  LoaderOptions lo = opts_.loader;
-  if (cfg_.fast_path.enabled) {
-    lo.event_min_ns = cfg_.fast_path.wait_threshold_ns;
-    lo.event_interval_ns = cfg_.fast_path.min_interval_ns;
-    lo.scan_waits = cfg_.fast_path.scan_interval_ns > 0;
-  }
-  auto bpf = RunqBpf::open_and_load(lo);
+  auto bpf = RunqBpf::open_and_load(with_fast_path(opts_.loader, cfg_.fast_path));
   if (!bpf) {
     spdlog::error("{}", bpf.error().str());
     return 1;

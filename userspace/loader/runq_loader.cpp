@@ -18,6 +18,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "khagent/config/config.h"
 #include "runq.skel.h"
 
 namespace khagent {
@@ -95,13 +96,12 @@ bool has_throttled_clock(const struct btf* vmlinux) {
   return false;
 }
 
-bool probe_fentry_in(const struct btf* vmlinux, const std::string& func) {
-  if (!vmlinux) return false;
+// Why not, or "" when this kernel loads and attaches an fentry program on
+// `func`.
+std::string fentry_refusal(const struct btf* vmlinux, const std::string& func) {
+  if (!vmlinux) return "the kernel's BTF could not be read";
   int id = btf__find_by_name_kind(vmlinux, func.c_str(), BTF_KIND_FUNC);
-  if (id < 0) {
-    spdlog::info("fentry probe: {} is not in the kernel's BTF", func);
-    return false;
-  }
+  if (id < 0) return func + " is not in the kernel's BTF";
   // r0 = 0; exit
   struct bpf_insn insns[] = {
       {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
@@ -110,23 +110,33 @@ bool probe_fentry_in(const struct btf* vmlinux, const std::string& func) {
   LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_TRACE_FENTRY,
               .attach_btf_id = static_cast<__u32>(id));
   int fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "kh_probe", "GPL", insns, 2, &opts);
-  if (fd < 0) {
-    spdlog::info("fentry probe: loading fentry/{} refused: {}", func, std::strerror(errno));
-    return false;
-  }
+  if (fd < 0) return "loading fentry/" + func + " refused: " + std::strerror(errno);
   // Loading is not enough on every kernel: try to attach as well.
   int link = bpf_link_create(fd, 0, BPF_TRACE_FENTRY, nullptr);
   int attach_errno = errno;
   close(fd);
-  if (link < 0) {
-    spdlog::info("fentry probe: attaching fentry/{} refused: {}", func, std::strerror(attach_errno));
-    return false;
-  }
+  if (link < 0) return "attaching fentry/" + func + " refused: " + std::strerror(attach_errno);
   close(link);
-  return true;
+  return "";
+}
+
+bool probe_fentry_in(const struct btf* vmlinux, const std::string& func, std::string* why = nullptr) {
+  std::string refused = fentry_refusal(vmlinux, func);
+  if (!refused.empty()) spdlog::info("fentry probe: {}", refused);
+  if (why) *why = refused;
+  return refused.empty();
 }
 
 }  // namespace
+
+LoaderOptions with_fast_path(LoaderOptions base, const FastPathConfig& fp) {
+  if (fp.enabled) {
+    base.event_min_ns = fp.wait_threshold_ns;
+    base.event_interval_ns = fp.min_interval_ns;
+    base.scan_waits = fp.scan_interval_ns > 0;
+  }
+  return base;
+}
 
 bool kernel_has_throttled_clock() {
   VmlinuxBtf v;
@@ -151,17 +161,24 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   bpf_map__set_max_entries(s->maps.throttle_stats, o.max_cgroups);
   bpf_map__set_max_entries(s->maps.interference, o.max_pairs);
 
+  std::vector<LeftOutProgram> left_out;
+  auto leave_out = [&](bpf_program* p, const std::string& why) {
+    bpf_program__set_autoload(p, false);
+    left_out.push_back({bpf_program__name(p), why});
+  };
   bool fentry = false, kernel_clock = false;
+  std::string no_fentry = "turned off (--no-fentry): throttling read from cpu.stat";
   {  // freed before the load parses the kernel's BTF again
     VmlinuxBtf vmlinux;
-    fentry = o.allow_fentry && probe_fentry_in(vmlinux.btf, "throttle_cfs_rq") &&
-             probe_fentry_in(vmlinux.btf, "unthrottle_cfs_rq");
+    fentry = o.allow_fentry && probe_fentry_in(vmlinux.btf, "throttle_cfs_rq", &no_fentry) &&
+             probe_fentry_in(vmlinux.btf, "unthrottle_cfs_rq", &no_fentry);
     kernel_clock = has_throttled_clock(vmlinux.btf);
   }
   s->rodata->cfg_fentry_clock = fentry && !kernel_clock;
   if (!fentry) {
-    bpf_program__set_autoload(s->progs.handle_throttle_cfs_rq, false);
-    bpf_program__set_autoload(s->progs.handle_unthrottle_cfs_rq, false);
+    if (o.allow_fentry) no_fentry = "fentry probe: " + no_fentry;
+    leave_out(s->progs.handle_throttle_cfs_rq, no_fentry);
+    leave_out(s->progs.handle_unthrottle_cfs_rq, no_fentry);
     // Only the fentry programs use these: keep them, empty and minimal.
     bpf_map__set_max_entries(s->maps.throttle_stats, 1);
     bpf_map__set_max_entries(s->maps.throttle_start, 1);
@@ -169,16 +186,20 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   if (!s->rodata->cfg_fentry_clock) bpf_map__set_max_entries(s->maps.throttle_clock, 1);
   // Reading another CPU's cpu_state needs bpf_map_lookup_percpu_elem (5.19+):
   // the migration handler (a wait that moves CPUs while queued) and the
-  // task iterator for waits still going on (run each tick; only the fast
+  // task iterator for waits still going on (run every fast_path.scan_interval; only the fast
   // path uses it).
   bool percpu_lookup =
       libbpf_probe_bpf_helper(BPF_PROG_TYPE_SOCKET_FILTER, BPF_FUNC_map_lookup_percpu_elem, nullptr) == 1;
-  if (!percpu_lookup) bpf_program__set_autoload(s->progs.handle_sched_migrate_task, false);
+  const char* no_percpu_lookup = "no bpf_map_lookup_percpu_elem (5.19+)";
+  if (!percpu_lookup) leave_out(s->progs.handle_sched_migrate_task, no_percpu_lookup);
   spdlog::info("waits that move to another CPU while queued: {}",
                percpu_lookup ? "each part blamed on who ran where it was queued (sched_migrate_task)"
                              : "blamed by the CPU where they end (no bpf_map_lookup_percpu_elem before 5.19)");
   self->scan_ = o.event_min_ns != UINT64_MAX && o.scan_waits && percpu_lookup;
-  if (!self->scan_) bpf_program__set_autoload(s->progs.scan_waits, false);
+  if (!self->scan_)
+    leave_out(s->progs.scan_waits, o.event_min_ns == UINT64_MAX ? "fast path off (fast_path.enabled: false)"
+                                   : !o.scan_waits             ? "fast_path.scan_interval is 0"
+                                                               : no_percpu_lookup);
   if (o.event_min_ns != UINT64_MAX)
     spdlog::info("fast path: waits over their threshold reported when they end{}",
                  self->scan_ ? ", and while they last (a task iterator, every fast_path.scan_interval)"
@@ -191,8 +212,13 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
                             : "throttled as a whole if they began throttled (no throttled clock before "
                               "6.6 without fentry: approximate)");
 
+  if (o.before_load) o.before_load(s->obj, left_out);
   if (int err = runq_bpf__load(s); err)
     return make_error(err, "loading the runq BPF programs (the verifier log above says why)");
+  if (!o.attach) {
+    self->scan_ = false;  // nothing to run without its link
+    return self;
+  }
 
   if (auto r = self->attach(); !r) return r.error();
   uint64_t mem = 0;

@@ -14,10 +14,19 @@
 #include "khagent/util/result.h"
 
 struct runq_bpf;
+struct bpf_object;
 struct ring_buffer;
 struct kh_wait_event;
 
 namespace khagent {
+
+struct FastPathConfig;
+
+// A program of the object that is not loaded on this kernel, and why.
+struct LeftOutProgram {
+  std::string name;
+  std::string reason;
+};
 
 struct LoaderOptions {
   std::string pin_dir = "/sys/fs/bpf/khagent";
@@ -36,7 +45,18 @@ struct LoaderOptions {
   uint64_t event_interval_ns = 50'000'000;
   // Load the task iterator that reports waits still going on (fast path on).
   bool scan_waits = true;
+  // false: load the programs and stop there (no attach, no pins): for
+  // looking at what the verifier did (tests/bench/khagent_verifier_stats).
+  bool attach = true;
+  // Called once this kernel's choices are made (rodata, map sizes, which
+  // programs load: those left out and why), right before the load; the
+  // object is the loader's, valid while the RunqBpf lives.
+  std::function<void(bpf_object*, const std::vector<LeftOutProgram>&)> before_load;
 };
+
+// `base` with the fast path of the agent's configuration: what `khagent run`
+// loads with.
+LoaderOptions with_fast_path(LoaderOptions base, const FastPathConfig& fp);
 
 struct ProgStats {
   std::string name;
