@@ -6,7 +6,7 @@
 // value of that file's grammar; and what is kept saves and parses back the
 // same.
 #include "khagent/actuate/state_store.h"
-#include "khagent/app/yarn_downscaler.h"
+#include "khagent/actuate/yarn_max_record.h"
 
 #include "fuzz_util.h"
 

@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "khagent/collect/cgroupfs.h"
+#include "khagent/util/clock.h"
 
 namespace hosttest {
 
@@ -224,11 +225,7 @@ inline std::string unique(const std::string& base) {
   return base + "-" + std::to_string(getpid());
 }
 
-inline uint64_t mono_ns_now() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
+inline uint64_t mono_ns_now() { return khagent::mono_ns(); }
 
 inline void sleep_s(double s) {
   timespec ts{static_cast<time_t>(s), static_cast<long>((s - static_cast<long>(s)) * 1e9)};

@@ -26,6 +26,7 @@
 #include "khagent/collect/collector.h"
 #include "khagent/collect/cpustat.h"
 #include "khagent/loader/runq_loader.h"
+#include "khagent/util/clock.h"
 
 using namespace khagent;
 using namespace hosttest;
@@ -33,12 +34,6 @@ using namespace hosttest;
 namespace {
 
 const std::string kRoot = "/sys/fs/cgroup";
-
-uint64_t mono_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 std::map<std::string, uint64_t> cpu_stat(const std::string& dir) {
   auto kv = parse_flat_keyed(read_file(dir + "/cpu.stat"));

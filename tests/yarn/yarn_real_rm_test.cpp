@@ -35,6 +35,7 @@
 #include "khagent/actuate/yarn_resize.h"
 #include "khagent/app/yarn_downscaler.h"
 #include "khagent/collect/yarn_rest.h"
+#include "khagent/util/clock.h"
 #include "khagent/util/hadoop_error.h"
 #include "mini_yarn.h"
 
@@ -72,11 +73,6 @@ class ClusterEnv : public ::testing::Environment {
  private:
   std::unique_ptr<MiniYarn> cluster_;
 };
-
-uint64_t mono_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
-}
 
 bool wait_for(const std::function<bool()>& pred, int timeout_ms) {
   auto until = Clock::now() + std::chrono::milliseconds(timeout_ms);

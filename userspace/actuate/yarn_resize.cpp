@@ -1,10 +1,12 @@
 #include "khagent/actuate/yarn_resize.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <string>
 #include <utility>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "khagent/util/curl_util.h"
 #include "khagent/util/hadoop_error.h"
@@ -86,6 +88,26 @@ Result<YarnResource> post_node_resource(HttpClient& rm, const std::string& node_
   }
   HadoopError e = hadoop_http_error(resp.status, resp.body);
   return make_error(e.err, what + ": " + e.message);
+}
+
+bool restore_node_resource(HttpClientOptions rm, const std::string& node_id, const YarnResource& configured,
+                           const std::map<std::string, int64_t>& others, int64_t over_commit_timeout_ms) {
+  rm.retries = 0;
+  rm.timeout_ms = std::min<long>(rm.timeout_ms, 5000);
+  rm.connect_timeout_ms = std::min(rm.connect_timeout_ms, rm.timeout_ms);
+  HttpClient client(rm);
+  std::atomic<bool> no_abort{false};
+  auto r = post_node_resource(client, node_id, configured, others, over_commit_timeout_ms, &no_abort);
+  if (r) {
+    spdlog::info("yarn: restored {} to its configured {}{} (the RM answered with {}, its total before or "
+                 "after the update)",
+                 node_id, yarn_resource_str(configured),
+                 others.empty() ? "" : " and " + std::to_string(others.size()) + " other resource types",
+                 yarn_resource_str(r.value()));
+    return true;
+  }
+  spdlog::error("yarn: could not restore {} to {}: {}", node_id, yarn_resource_str(configured), r.error().str());
+  return false;
 }
 
 }  // namespace khagent

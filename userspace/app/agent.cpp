@@ -31,18 +31,13 @@
 #include "khagent/policy/cpuset.h"
 #include "khagent/policy/levers.h"
 #include "khagent/signals/workload.h"
+#include "khagent/util/clock.h"
 
 namespace khagent {
 
 volatile std::sig_atomic_t g_stop = 0;
 
 namespace {
-
-uint64_t mono_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 bool under(const std::string& path, const std::string& parent) {
   if (parent == "/") return true;

@@ -24,17 +24,12 @@
 #include "khagent/collect/cpustat.h"
 #include "khagent/collect/topology.h"
 #include "khagent/loader/runq_loader.h"
+#include "khagent/util/clock.h"
 #include "khagent/util/strings.h"
 
 namespace khagent {
 
 namespace {
-
-uint64_t mono_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // The terminal state top changes, restored on every way out: the destructor
 // (normal exit, q, Ctrl-C/SIGTERM/SIGHUP through g_stop) and fatal signals

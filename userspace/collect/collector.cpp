@@ -6,6 +6,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "khagent/util/clock.h"
+
 namespace khagent {
 
 const char* throttle_source_name(ThrottleSource s) {
@@ -18,12 +20,6 @@ const char* throttle_source_name(ThrottleSource s) {
 }
 
 namespace {
-
-uint64_t clock_ns(clockid_t c) {
-  timespec ts{};
-  clock_gettime(c, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 constexpr uint64_t kRescanMinNs = 1000000000ULL;
 constexpr uint64_t kRescanPeriodNs = 5000000000ULL;

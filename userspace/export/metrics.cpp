@@ -30,6 +30,7 @@
 #include "khagent/loader/runq_loader.h"
 #include "khagent/policy/controller.h"
 #include "khagent/signals/workload.h"
+#include "khagent/util/clock.h"
 
 namespace khagent {
 
@@ -139,12 +140,6 @@ std::set<std::string> pick_series(std::vector<std::pair<std::string, uint64_t>> 
 std::string endpoint(const std::string& address, int port) {
   if (address.find(':') != std::string::npos) return fmt::format("[{}]:{}", address, port);
   return fmt::format("{}:{}", address, port);
-}
-
-uint64_t steady_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
 }
 
 }  // namespace
@@ -519,7 +514,7 @@ std::pair<bool, std::string> Metrics::Impl::health() const {
   if (!bpf_attached) return {false, "bpf programs not attached"};
   uint64_t last = last_update_ns;
   if (opt.stall_seconds > 0 && last != 0) {
-    double age = secs(steady_ns() - last);
+    double age = secs(mono_ns() - last);
     if (age > opt.stall_seconds)
       return {false, fmt::format("no tick for {:.1f}s (limit {:.1f}s)", age, opt.stall_seconds)};
   }
@@ -647,7 +642,7 @@ void Metrics::update(const NodeSignals& node, const Sample& sample) {
     m.update_throttled(node, sample);
     for (size_t i = 0; i < KH_NR_COUNTERS; i++) m.bpf_events[i].advance(sample.bpf_counters[i], 1.0);
   }
-  m.last_update_ns = steady_ns();
+  m.last_update_ns = mono_ns();
 }
 
 void Metrics::record_decision(const Decision& d) {

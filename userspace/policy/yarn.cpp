@@ -68,10 +68,6 @@ int64_t round_vcores(double raw, const std::string& rounding) {
   return static_cast<int64_t>(std::max(r, 0.0));
 }
 
-std::string res(const YarnResource& r) {
-  return fmt::format("{} vcores/{} MB", r.vcores, r.memory_mb);
-}
-
 void reset_grow(YarnCapacityState& st) {
   st.grow_pending = false;
   st.grow_since_ns = 0;
@@ -121,6 +117,61 @@ bool yarn_resource_within(const YarnResource& r, const YarnResource& limit) {
   return yarn_resource_sane(r) && r.vcores <= limit.vcores && r.memory_mb <= limit.memory_mb;
 }
 
+std::string yarn_resource_str(const YarnResource& r) {
+  return fmt::format("{} vcores/{} MB", r.vcores, r.memory_mb);
+}
+
+std::string yarn_nonzero_others(const std::map<std::string, int64_t>& others) {
+  std::string out;
+  for (const auto& [name, value] : others) {
+    if (value > 0) out += (out.empty() ? "" : ", ") + name + "=" + std::to_string(value);
+  }
+  return out;
+}
+
+bool yarn_max_observe(YarnMaxRecord& rec, const std::string& node_id, const YarnResource& seen,
+                      const std::map<std::string, int64_t>& others) {
+  if (rec.node_id != node_id) {
+    rec = YarnMaxRecord{node_id, seen, others};
+    return true;
+  }
+  bool grew = seen.vcores > rec.max.vcores || seen.memory_mb > rec.max.memory_mb;
+  rec.max = {std::max(rec.max.vcores, seen.vcores), std::max(rec.max.memory_mb, seen.memory_mb)};
+  for (const auto& [name, value] : others) {
+    auto it = rec.others.find(name);
+    if (it == rec.others.end() || value > it->second) {
+      rec.others[name] = value;
+      grew = true;
+    }
+  }
+  return grew;
+}
+
+YarnPostSeen yarn_settle_post(std::optional<YarnPendingPost>& pending, const YarnResource& rm_total,
+                              uint64_t now_ns, uint64_t refresh_interval_ns) {
+  if (!pending) return YarnPostSeen::None;
+  if (rm_total == pending->resource) {
+    pending.reset();
+    return YarnPostSeen::Applied;
+  }
+  if (now_ns - pending->at_ns < 2 * refresh_interval_ns) return YarnPostSeen::NotYet;
+  pending.reset();
+  return YarnPostSeen::Dropped;
+}
+
+void yarn_interference_window(const std::map<std::string, uint64_t>& caused_total, bool window_moved,
+                              std::map<std::string, uint64_t>& at_refresh,
+                              std::map<std::string, uint64_t>& window) {
+  for (const auto& [id, total] : caused_total) {
+    auto prev = at_refresh.find(id);
+    if (prev == at_refresh.end() || window_moved) {
+      uint64_t base = prev == at_refresh.end() ? total : prev->second;
+      window[id] = total >= base ? total - base : 0;
+      at_refresh[id] = total;
+    }
+  }
+}
+
 YarnResource yarn_target(double budget_cores, const YarnResource& configured, const YarnConfig& cfg) {
   if (!(budget_cores >= 0)) budget_cores = 0;  // negative or NaN
   int64_t v = sat_sub(round_vcores(budget_cores * cfg.vcores_per_core, cfg.rounding), cfg.reserve_vcores);
@@ -142,7 +193,7 @@ YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnC
   const int64_t band = std::max<int64_t>(cfg.deadband_vcores, 1);
   const std::string head =
       fmt::format("budget {:.2f} cores -> {}", std::isnan(in.budget_cores) ? 0.0 : in.budget_cores,
-                  res(t));
+                  yarn_resource_str(t));
 
   auto post = [&](YarnResource r, YarnCapacityAction action, const std::string& why) {
     d.post = true;
@@ -161,7 +212,8 @@ YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnC
     d.target = {};
     no_post(YarnCapacityAction::Unknown,
             fmt::format("configured {}{}: out of range (at most {} vcores/{} MB), nothing posted",
-                        res(in.configured), in.known ? ", advertised " + res(a) : std::string(),
+                        yarn_resource_str(in.configured),
+                        in.known ? ", advertised " + yarn_resource_str(a) : std::string(),
                         kYarnMaxVcores, kYarnMaxMemoryMb));
     return d;
   }
@@ -170,18 +222,18 @@ YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnC
     reset_grow(st);
     post(t, t.vcores < in.configured.vcores ? YarnCapacityAction::Shrink : YarnCapacityAction::Grow,
          fmt::format("advertised unknown, configured {}: first contact, post the target",
-                     res(in.configured)));
+                     yarn_resource_str(in.configured)));
     return d;
   }
 
-  const std::string adv = fmt::format("advertised {}", res(a));
+  const std::string adv = fmt::format("advertised {}", yarn_resource_str(a));
 
   // Shrink at once. A shrink never grows a dimension: if the other one wants
   // to grow, that waits for the grow rules.
   if (a.vcores - t.vcores >= band || t.memory_mb < a.memory_mb) {
     reset_grow(st);
     YarnResource r{std::min(t.vcores, a.vcores), std::min(t.memory_mb, a.memory_mb)};
-    post(r, YarnCapacityAction::Shrink, fmt::format("{}: shrink to {}", adv, res(r)));
+    post(r, YarnCapacityAction::Shrink, fmt::format("{}: shrink to {}", adv, yarn_resource_str(r)));
     return d;
   }
   if (t == a) {
@@ -229,13 +281,13 @@ YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnC
   if (!worth) {
     reset_grow(st);
     no_post(YarnCapacityAction::Deadband,
-            fmt::format("{}: lowest target in the window {} is not a grow", adv, res(r)));
+            fmt::format("{}: lowest target in the window {} is not a grow", adv, yarn_resource_str(r)));
     return d;
   }
   reset_grow(st);
   st.last_grow_ns = in.now_ns;
   post(r, YarnCapacityAction::Grow,
-       fmt::format("{}: grow to {} (lowest target since {:.1f}s)", adv, res(r),
+       fmt::format("{}: grow to {} (lowest target since {:.1f}s)", adv, yarn_resource_str(r),
                    static_cast<double>(above_ns) / 1e9));
   return d;
 }
@@ -340,7 +392,7 @@ ReclaimDecision reclaim_step(const ReclaimInput& in, const YarnConfig& cfg, Recl
   }
 
   d.reason = fmt::format("used {} over capacity {}: {} victim{}, {} past the {:g} s grace",
-                         res(d.used), res(in.capacity), victims.size(),
+                         yarn_resource_str(d.used), yarn_resource_str(in.capacity), victims.size(),
                          victims.size() == 1 ? "" : "s", past_grace,
                          static_cast<double>(cfg.reclaim_grace_ns) / 1e9);
   if (urgent) d.reason += fmt::format(", emergency: {} (interfering) goes at once", urgent->id);

@@ -51,6 +51,14 @@ Result<YarnResource> post_node_resource(HttpClient& rm, const std::string& node_
                                         int64_t over_commit_timeout_ms,
                                         const std::atomic<bool>* abort = nullptr);
 
+// Posts the node's `configured` resources and `others` back (the whole
+// vector: an RM that reads resourceInformations gets every type back) in
+// one bounded try, no retry rounds and at most 5 s, so that stopping fits a
+// pod's grace period. `rm` are the options of the RM client (HA, auth, TLS);
+// the outcome is logged. Returns whether the RM took it.
+bool restore_node_resource(HttpClientOptions rm, const std::string& node_id, const YarnResource& configured,
+                           const std::map<std::string, int64_t>& others, int64_t over_commit_timeout_ms);
+
 // The downscaler's state and counters: a snapshot for logs, metrics and
 // `khagent status` (filled by app/yarn_downscaler).
 struct YarnStatus {

@@ -2,7 +2,10 @@
 // equal to what khagent leaves offline work, and reclaims running containers
 // when the node shrinks. It runs on its own thread: the control loop only
 // offers the latest budget (never blocks), so an unreachable or slow
-// ResourceManager never delays cgroup actions.
+// ResourceManager never delays cgroup actions. It wires the YARN stages:
+// collect/yarn_inventory (the RM's and NM's REST reads), policy/yarn
+// (capacity, reclaim order), actuate/yarn_resize, yarn_kill and
+// yarn_max_record (the POST, the kills, the saved maximum).
 #pragma once
 
 #include <atomic>
@@ -18,12 +21,13 @@
 #include <thread>
 #include <vector>
 
-#include "khagent/actuate/cgroup_kill.h"
+#include "khagent/actuate/yarn_kill.h"
+#include "khagent/actuate/yarn_max_record.h"
 #include "khagent/actuate/yarn_resize.h"
+#include "khagent/collect/yarn_inventory.h"
 #include "khagent/collect/yarn_rest.h"
 #include "khagent/config/config.h"
 #include "khagent/policy/yarn.h"
-#include "khagent/util/http_client.h"
 
 namespace khagent {
 
@@ -38,25 +42,6 @@ struct YarnOffer {
   };
   std::map<std::string, Container> containers;  // container_<id> -> what BPF saw
 };
-
-// The largest resources the NodeManager was ever seen to have, kept across
-// restarts in <state_file>.yarn: an update through the RM reaches the
-// NodeManager on its next heartbeat and changes what /ws/v1/node/info
-// reports, so after a shrink the NodeManager's own figures are the shrunk
-// ones.
-struct YarnMaxRecord {
-  std::string node_id;
-  YarnResource max;
-  std::map<std::string, int64_t> others;  // other resource types (GPUs...), from the RM
-};
-
-// Parses the record ({"node_id":"h:8041","vcores":8,"memory_mb":16384,
-// "others":{"yarn.io/gpu":4}}), checking it as if the NodeManager had just
-// said it. Errors: the text is not a small JSON object (64 KiB, 4 levels,
-// 4096 values; E2BIG or EINVAL),
-// a field is missing or not an integer (EINVAL), the node id is not
-// printable or a number is out of range (ERANGE).
-Result<YarnMaxRecord> parse_yarn_max_record(const std::string& text);
 
 class YarnDownscaler {
  public:
@@ -83,7 +68,7 @@ class YarnDownscaler {
 
   // How a container's cgroup is killed (default kill_cgroup). For tests
   // whose containers have no cgroup; call before start().
-  using KillFn = std::function<Result<CgroupKillResult>(const std::string& mount, const std::string& rel)>;
+  using KillFn = CgroupKillFn;
   void set_killer(KillFn kill) { kill_ = std::move(kill); }
 
   // One round of work, synchronously, on the calling thread (tests, and the
@@ -110,43 +95,23 @@ class YarnDownscaler {
   const YarnConfig cfg_;
   const bool dry_run_;
   const std::string mount_;
-  const std::vector<std::string> hostnames_;
   const std::string max_file_;
-  std::string max_node_;  // the node max_ belongs to
-  YarnResource max_;
-  std::map<std::string, int64_t> max_others_;  // other resource types, the most seen
-  bool posted_ = false;   // a POST was sent (or tried) since start
-  std::set<std::string> killed_;                 // killed, still listed by the NM
-
-  std::unique_ptr<HttpClient> rm_;
-  std::unique_ptr<HttpClient> nm_;
-  std::unique_ptr<YarnRest> rest_;
+  YarnMaxRecord max_;                  // the most the NodeManager was seen with
+  bool posted_ = false;                // a POST was sent (or tried) since start
+  std::set<std::string> killed_;       // killed, still listed by the NM
+  std::unique_ptr<YarnNodeReader> reader_;
 
   // Worker state (only the worker, or round() callers, touch these).
   YarnCapacityState cap_state_;
   ReclaimState reclaim_state_;
   uint64_t last_refresh_ns_ = 0;
-  uint64_t post_retry_ns_ = 0;
+  uint64_t post_retry_ns_ = 0;                   // no POST before this (after a failure)
   uint64_t read_retry_ns_ = 0;                   // no RM/NM reads before this (after a failure)
-  std::string post_error_;                       // the last POST's error until one succeeds                   // no POST before this (after a failure)
+  std::string post_error_;                       // the last POST's error until one succeeds
   std::optional<YarnResource> dry_advertised_;   // dry run: what the RM would have now
   bool have_inventory_ = false;
-  std::vector<NmContainer> nm_containers_;
-  std::map<std::string, YarnApp> apps_;          // by application id
-  // application id -> its latest attempt and AM container. When the RM hides
-  // the container (no view access) or cannot be asked, the AM is the first
-  // container of that attempt (first_container_of_attempt).
-  std::map<std::string, YarnAmAttempt> am_of_app_;
-  std::set<std::string> am_guessed_;             // ...taken from the containers seen (RM not asked)
-  std::string node_state_;                       // the node's state in the RM at the last refresh
-  std::map<std::string, int64_t> others_now_;    // its other resource types at the last refresh
-  struct PendingPost {
-    YarnResource resource;
-    uint64_t at_ns = 0;
-  };
-  // The last update the RM answered 200 to: it applies it asynchronously, so
-  // a read soon after can still show the old total (see hold in refresh()).
-  std::optional<PendingPost> pending_post_;
+  // The last update the RM answered 200 to (see yarn_settle_post in refresh()).
+  std::optional<YarnPendingPost> pending_post_;
   KillFn kill_;
   std::map<std::string, uint64_t> caused_at_refresh_;  // container -> caused_total at last refresh
   std::map<std::string, uint64_t> interference_;       // container -> caused in the last window

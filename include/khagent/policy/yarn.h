@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,65 @@ inline constexpr int64_t kYarnMaxMemoryMb = 1'000'000'000;  // 1 PB
 bool yarn_resource_sane(const YarnResource& r);
 // Sane, and no larger than `limit` in either dimension.
 bool yarn_resource_within(const YarnResource& r, const YarnResource& limit);
+// "8 vcores/16384 MB", for logs and errors.
+std::string yarn_resource_str(const YarnResource& r);
+// "yarn.io/gpu=4, ..." for the other resource types with a value above 0; ""
+// if none.
+std::string yarn_nonzero_others(const std::map<std::string, int64_t>& others);
+
+// ---- the node's maximum -----------------------------------------------------
+
+// The largest resources the NodeManager was ever seen to have, kept across
+// restarts in <state_file>.yarn (actuate/yarn_max_record.h): an update
+// through the RM reaches the NodeManager on its next heartbeat and changes
+// what /ws/v1/node/info reports, so after a shrink the NodeManager's own
+// figures are the shrunk ones.
+struct YarnMaxRecord {
+  std::string node_id;
+  YarnResource max;
+  std::map<std::string, int64_t> others;  // other resource types (GPUs...), from the RM
+};
+
+// Takes what NodeManager `node_id` reports now (`seen`, and `others` from
+// the RM's total) into the record: for another node than the record's, the
+// record starts again from these; for the same node, each dimension and
+// each other type keeps the most seen. Returns whether the record is to be
+// saved (another node, or anything grew).
+bool yarn_max_observe(YarnMaxRecord& rec, const std::string& node_id, const YarnResource& seen,
+                      const std::map<std::string, int64_t>& others);
+
+// ---- after a POST -------------------------------------------------------------
+
+// The last update the RM answered 200 to. The RM applies it asynchronously,
+// so a read soon after can still show the old total.
+struct YarnPendingPost {
+  YarnResource resource;
+  uint64_t at_ns = 0;  // monotonic, when it was posted
+};
+
+enum class YarnPostSeen {
+  None,     // nothing pending
+  Applied,  // the RM shows the posted total: no longer pending
+  NotYet,   // not shown yet, within two refresh intervals: the posted total stands
+  Dropped,  // not shown for two refresh intervals (another writer, or the RM dropped it): the RM's stands
+};
+
+// What a read of the RM's total `rm_total` at `now_ns` says of `pending`,
+// which is reset when Applied or Dropped.
+YarnPostSeen yarn_settle_post(std::optional<YarnPendingPost>& pending, const YarnResource& rm_total,
+                              uint64_t now_ns, uint64_t refresh_interval_ns);
+
+// ---- interference per container ---------------------------------------------
+
+// The online wait each container caused over the last refresh window, from
+// BPF's running totals (`caused_total`: container -> ns since khagent
+// started). `at_refresh` keeps each container's total at the start of the
+// window; a container not seen before starts its window now (0). When
+// `window_moved` (a refresh happened this round), every container's window
+// is re-taken and restarts; otherwise only new containers are added.
+void yarn_interference_window(const std::map<std::string, uint64_t>& caused_total, bool window_moved,
+                              std::map<std::string, uint64_t>& at_refresh,
+                              std::map<std::string, uint64_t>& window);
 
 // ---- capacity ---------------------------------------------------------------
 

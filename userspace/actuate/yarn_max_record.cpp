@@ -1,0 +1,114 @@
+#include "khagent/actuate/yarn_max_record.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "khagent/util/json_bounded.h"
+
+namespace khagent {
+
+namespace {
+
+constexpr int64_t kMaxOtherResource = 1'000'000'000'000;
+constexpr size_t kMaxRecordBytes = 64 * 1024;  // a record is ~80 bytes
+
+// A NodeManager id as the RM writes it (host:port): printable, no spaces.
+bool plausible_node_id(const std::string& id) {
+  if (id.empty() || id.size() > 1024) return false;
+  return std::all_of(id.begin(), id.end(), [](char ch) {
+    auto c = static_cast<unsigned char>(ch);
+    return c > 0x20 && c < 0x7f;
+  });
+}
+
+}  // namespace
+
+// Checked as if the NodeManager had just said it: a bad value saved by an
+// older version (or a hand edit) must not become the size the node is
+// restored to.
+Result<YarnMaxRecord> parse_yarn_max_record(const std::string& text) {
+  auto parsed = parse_json_bounded(text, JsonLimits{kMaxRecordBytes, 4, 4096});
+  if (!parsed) return parsed.error();
+  const nlohmann::json& j = parsed.value();
+  auto field = [&j](const char* k) -> const nlohmann::json* {
+    auto it = j.is_object() ? j.find(k) : j.end();
+    return it == j.end() ? nullptr : &*it;
+  };
+  const auto* id = field("node_id");
+  const auto* vc = field("vcores");
+  const auto* mb = field("memory_mb");
+  if (id == nullptr || !id->is_string() || vc == nullptr || !vc->is_number_integer() || mb == nullptr ||
+      !mb->is_number_integer()) {
+    return make_error(EINVAL, "not a resource record");
+  }
+  auto v = json_int_in_range(*vc, 0, kYarnMaxVcores);
+  auto m = json_int_in_range(*mb, 0, kYarnMaxMemoryMb);
+  if (!plausible_node_id(id->get<std::string>()) || !v || !m) {
+    return make_error(ERANGE, fmt::format("node {} with {} vcores/{} MB is out of range (at most {} vcores/{} MB)",
+                                          id->dump(), vc->dump(), mb->dump(), kYarnMaxVcores, kYarnMaxMemoryMb));
+  }
+  YarnMaxRecord rec{id->get<std::string>(), {*v, *m}, {}};
+  if (const auto* others = field("others"); others != nullptr && others->is_object()) {
+    for (const auto& [name, value] : others->items()) {
+      auto n = json_int_in_range(value, 0, kMaxOtherResource);
+      if (!n || name.empty() || name.size() > 256)
+        return make_error(ERANGE, fmt::format("resource type {} is out of range", nlohmann::json(name).dump()));
+      rec.others[name] = *n;
+    }
+  }
+  return rec;
+}
+
+std::optional<YarnMaxRecord> load_yarn_max_record(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::string text(kMaxRecordBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  auto rec = parse_yarn_max_record(text);
+  if (!rec) {
+    spdlog::warn("yarn: ignoring {}: {}", path, rec.error().message);
+    return std::nullopt;
+  }
+  return std::move(rec).value();
+}
+
+void save_yarn_max_record(const std::string& path, const YarnMaxRecord& r) {
+  if (path.empty()) return;
+  if (!yarn_resource_sane(r.max) || !plausible_node_id(r.node_id)) {  // the readers refuse these already
+    spdlog::error("yarn: not saving {} with {} vcores/{} MB to {}: out of range", r.node_id, r.max.vcores,
+                  r.max.memory_mb, path);
+    return;
+  }
+  nlohmann::json j = {{"node_id", r.node_id}, {"vcores", r.max.vcores}, {"memory_mb", r.max.memory_mb}};
+  if (!r.others.empty()) j["others"] = r.others;
+  std::string tmp = path + ".tmp";
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump() << "\n";
+    out.flush();
+    if (!out) {
+      spdlog::warn("yarn: cannot write {}", tmp);
+      return;
+    }
+  }
+  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) spdlog::warn("yarn: cannot rename {} to {}", tmp, path);
+}
+
+}  // namespace khagent
