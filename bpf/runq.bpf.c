@@ -546,6 +546,65 @@ static __always_inline void report_wait(__u64 cgid, __u64 wait, __u64 now, __u64
 	count(KH_CNT_EVENTS);
 }
 
+/* Who held a CPU while a task of cgroup cgid waited there. */
+struct blame {
+	__u64 same;   /* ns a task of its own cgroup ran */
+	__u64 other;  /* ns other cgroups ran (charged to the interference pairs) */
+	__u64 agg;    /* the cgroup of the run being summed, and its ns */
+	__u64 agg_ns;
+	__u64 top;    /* the cgroup with the longest run so far, and its ns */
+	__u64 top_ns;
+};
+
+static __always_inline void blame_run_ends(struct blame *b, __u64 victim)
+{
+	if (!b->agg_ns)
+		return;
+	pair_add(victim, b->agg, b->agg_ns);
+	if (b->agg_ns > b->top_ns) {
+		b->top = b->agg;
+		b->top_ns = b->agg_ns;
+	}
+}
+
+/*
+ * Adds to b the slices of cs's ring (head: slices pushed so far) that
+ * overlap [w0, w1], newest first, runs of one cgroup summed before they go
+ * to the pairs. Returns how many slices it looked at (SLICE_RING: the ring
+ * may not reach back to w0).
+ */
+static __always_inline int blame_ring(struct cpu_state *cs, __u64 head, __u64 victim, __u64 w0, __u64 w1,
+				      struct blame *b)
+{
+	int i;
+
+	for (i = 0; i < SLICE_RING; i++) {
+		struct slice *sl = &cs->ring[(head - 1 - i) & (SLICE_RING - 1)];
+		__u64 from, to, ov;
+
+		if (i >= head || sl->end <= w0)
+			break;
+		from = sl->start > w0 ? sl->start : w0;
+		to = sl->end < w1 ? sl->end : w1;
+		ov = to > from ? to - from : 0;
+		if (sl->cgid == victim) {
+			b->same += ov;
+			continue;
+		}
+		b->other += ov;
+		if (!cfg_interference)
+			continue;
+		if (sl->cgid != b->agg) {
+			blame_run_ends(b, victim);
+			b->agg = sl->cgid;
+			b->agg_ns = 0;
+		}
+		b->agg_ns += ov;
+	}
+	blame_run_ends(b, victim);
+	return i;
+}
+
 /*
  * Charge a wait [t0, now] of a task of cgroup cgid that now runs on this
  * CPU, to this CPU's pending counts of that cgroup (pd, only this CPU
@@ -557,8 +616,9 @@ static __always_inline void report_wait(__u64 cgid, __u64 wait, __u64 now, __u64
 static __always_inline void end_wait(struct cpu_state *cs, struct pending *pd, __u64 cgid, __u64 t0,
 				     __u64 now, __u64 thr, struct task_state *ts)
 {
-	__u64 wait = now - t0, same = 0, other = 0, rest, agg = 0, agg_ns = 0, top = 0, top_ns = 0;
+	__u64 wait = now - t0, rest, same, other;
 	__u64 w0 = t0, w1 = now, span, seg = ts->seg_start;
+	struct blame bl = {};
 	__u32 began_throttled = ts->throttled;
 	__u32 b, cause;
 	int i;
@@ -586,50 +646,17 @@ static __always_inline void end_wait(struct cpu_state *cs, struct pending *pd, _
 	 * charged where it was queued then; this CPU's ring covers the rest.
 	 */
 	if (seg > t0) {
-		same = ts->acc_same;
-		other = ts->acc_other;
-		top = ts->acc_top;
-		top_ns = ts->acc_top_ns;
+		bl.same = ts->acc_same;
+		bl.other = ts->acc_other;
+		bl.top = ts->acc_top;
+		bl.top_ns = ts->acc_top_ns;
 		w0 = seg < w1 ? (seg > w0 ? seg : w0) : w1;
 	}
 
-	/* Walk the slices that ended during the window, newest first. */
-	for (i = 0; i < SLICE_RING; i++) {
-		struct slice *sl = &cs->ring[(cs->head - 1 - i) & (SLICE_RING - 1)];
-		__u64 from, to, ov;
-
-		if (i >= cs->head || sl->end <= w0)
-			break;
-		from = sl->start > w0 ? sl->start : w0;
-		to = sl->end < w1 ? sl->end : w1;
-		ov = to > from ? to - from : 0;
-		if (sl->cgid == cgid) {
-			same += ov;
-			continue;
-		}
-		other += ov;
-		if (!cfg_interference)
-			continue;
-		if (sl->cgid != agg) {
-			if (agg_ns) {
-				pair_add(cgid, agg, agg_ns);
-				if (agg_ns > top_ns) {
-					top = agg;
-					top_ns = agg_ns;
-				}
-			}
-			agg = sl->cgid;
-			agg_ns = 0;
-		}
-		agg_ns += ov;
-	}
-	if (agg_ns) {
-		pair_add(cgid, agg, agg_ns);
-		if (agg_ns > top_ns) {
-			top = agg;
-			top_ns = agg_ns;
-		}
-	}
+	/* The slices that ended during the window, newest first. */
+	i = blame_ring(cs, cs->head, cgid, w0, w1, &bl);
+	same = bl.same;
+	other = bl.other;
 	/* The ring's oldest slice began inside the window: older ones are lost. */
 	if (i == SLICE_RING && cs->ring[cs->head & (SLICE_RING - 1)].start > w0)
 		count(KH_CNT_RING_OVERFLOW);
@@ -645,8 +672,8 @@ static __always_inline void end_wait(struct cpu_state *cs, struct pending *pd, _
 				      : KH_WAIT_SAME_CGROUP;
 		if (thr >= other && thr >= same && thr >= rest)
 			cause = KH_WAIT_THROTTLED;
-		report_wait(cgid, wait, now, cause == KH_WAIT_THROTTLED ? 0 : top,
-			    cause == KH_WAIT_THROTTLED ? 0 : top_ns, cause);
+		report_wait(cgid, wait, now, cause == KH_WAIT_THROTTLED ? 0 : bl.top,
+			    cause == KH_WAIT_THROTTLED ? 0 : bl.top_ns, cause);
 	}
 }
 
@@ -790,11 +817,11 @@ static __always_inline __u32 kh_task_cpu(struct task_struct *p)
 SEC("tp_btf/sched_migrate_task")
 int BPF_PROG(handle_sched_migrate_task, struct task_struct *p, int dest_cpu)
 {
-	__u64 now, w0, cgid, same = 0, other = 0, agg = 0, agg_ns = 0, top = 0, top_ns = 0, head;
+	__u64 now, w0, cgid;
+	struct blame b = {};
 	struct task_state *ts;
 	struct cpu_state *cs;
 	__u32 zero = 0, src;
-	int i;
 
 	ts = bpf_task_storage_get(&task_state, p, 0, 0);
 	if (!ts || !ts->wait_start || ts->throttled)
@@ -809,10 +836,10 @@ int BPF_PROG(handle_sched_migrate_task, struct task_struct *p, int dest_cpu)
 	w0 = ts->wait_start;
 	if (ts->seg_start > w0) {
 		w0 = ts->seg_start;
-		same = ts->acc_same;
-		other = ts->acc_other;
-		top = ts->acc_top;
-		top_ns = ts->acc_top_ns;
+		b.same = ts->acc_same;
+		b.other = ts->acc_other;
+		b.top = ts->acc_top;
+		b.top_ns = ts->acc_top_ns;
 	}
 	if (now <= w0)
 		return 0;
@@ -822,54 +849,20 @@ int BPF_PROG(handle_sched_migrate_task, struct task_struct *p, int dest_cpu)
 		__u64 ov = now - (cs->cur_start > w0 ? cs->cur_start : w0);
 
 		if (cs->cur_cgid == cgid) {
-			same += ov;
+			b.same += ov;
 		} else {
-			other += ov;
-			agg = cs->cur_cgid;
-			agg_ns = ov;
-		}
-	}
-	head = cs->head;
-	for (i = 0; i < SLICE_RING; i++) {
-		struct slice *sl = &cs->ring[(head - 1 - i) & (SLICE_RING - 1)];
-		__u64 from, to, ov;
-
-		if (i >= head || sl->end <= w0)
-			break;
-		from = sl->start > w0 ? sl->start : w0;
-		to = sl->end < now ? sl->end : now;
-		ov = to > from ? to - from : 0;
-		if (sl->cgid == cgid) {
-			same += ov;
-			continue;
-		}
-		other += ov;
-		if (!cfg_interference)
-			continue;
-		if (sl->cgid != agg) {
-			if (agg_ns) {
-				pair_add(cgid, agg, agg_ns);
-				if (agg_ns > top_ns) {
-					top = agg;
-					top_ns = agg_ns;
-				}
+			b.other += ov;
+			if (cfg_interference) {
+				b.agg = cs->cur_cgid;
+				b.agg_ns = ov;
 			}
-			agg = sl->cgid;
-			agg_ns = 0;
-		}
-		agg_ns += ov;
-	}
-	if (agg_ns && cfg_interference) {
-		pair_add(cgid, agg, agg_ns);
-		if (agg_ns > top_ns) {
-			top = agg;
-			top_ns = agg_ns;
 		}
 	}
-	ts->acc_same = same;
-	ts->acc_other = other;
-	ts->acc_top = top;
-	ts->acc_top_ns = top_ns;
+	blame_ring(cs, cs->head, cgid, w0, now, &b);
+	ts->acc_same = b.same;
+	ts->acc_other = b.other;
+	ts->acc_top = b.top;
+	ts->acc_top_ns = b.top_ns;
 	ts->seg_start = now;
 	return 0;
 }
