@@ -18,6 +18,9 @@
 #   --append ARGS     extra kernel command line (e.g. "tsc=reliable
 #                     clocksource=tsc", see below)
 #   --cpu MODEL       QEMU -cpu value (default: max,-monitor)
+#   --maxcpus N       possible CPUs of the guest (default 2): 2 are online,
+#                     the rest hot-pluggable, as on a large node's kernel
+#                     (per-CPU BPF maps are sized by the possible CPUs)
 #
 # Known TCG fault, and what the runner does about it: when the kernel patches
 # its own code (attaching or detaching a BPF program: trampolines, tracepoint
@@ -57,6 +60,7 @@ log=""
 mem=2048
 append=""
 cpu="max,-monitor"
+maxcpus=2
 includes=()
 
 die() { echo "vmtest: $*" >&2; exit 2; }
@@ -71,6 +75,7 @@ while (($#)); do
     --mem) mem="$2"; shift 2 ;;
     --append) append="$2"; shift 2 ;;
     --cpu) cpu="$2"; shift 2 ;;
+    --maxcpus) maxcpus="$2"; shift 2 ;;
     --) shift; break ;;
     -h|--help) sed -n '2,/^set -euo/{/^set/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
@@ -237,7 +242,7 @@ while :; do
   start=$(date +%s)
   set +e
   timeout --kill-after=10 "$timeout" qemu-system-x86_64 \
-    -accel tcg -cpu "$cpu" -smp 2 -m "$mem" \
+    -accel tcg -cpu "$cpu" -smp "2,maxcpus=$maxcpus" -m "$mem" \
     -kernel "$kernel" -initrd "$work/initramfs.gz" \
     -append "console=ttyS0 panic=-1 oops=panic loglevel=5 rdinit=/init softlockup_panic=1 sysctl.kernel.panic_on_rcu_stall=1${append:+ $append}" \
     -display none -monitor none -serial "file:$log" -no-reboot -nic none
