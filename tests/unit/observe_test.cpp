@@ -61,6 +61,18 @@ TEST(Observe, JsonHasTheDocumentedFields) {
   EXPECT_EQ(c["top_aggressors"][0]["wait_ns_total"], 250);
 }
 
+// The streamed output is byte for byte what a JSON tree dumps (sorted keys,
+// its number format), which scripts that grep it rely on.
+TEST(Observe, JsonIsWhatATreeWouldDump) {
+  Signals sig = sample_signals();
+  sig.cgroups[0].path = "/with \"quotes\" and \\ and \x01";
+  sig.cgroups[0].wait_p50_us = 100.0;
+  sig.cgroups[0].wait_p99_us = 0.1;
+  auto s = observe_json(sig, {});
+  EXPECT_EQ(nlohmann::json::parse(s).dump(), s);
+  EXPECT_EQ(nlohmann::json::parse(observe_json(Signals{}, {})).dump(), observe_json(Signals{}, {}));
+}
+
 TEST(Observe, JsonIsOneLine) {
   auto s = observe_json(sample_signals(), {});
   EXPECT_EQ(s.find('\n'), std::string::npos);

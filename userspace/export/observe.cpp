@@ -38,44 +38,47 @@ bool path_matches(const std::string& path, const std::string& prefix) {
   return p.size() == q.size() || p[q.size()] == '/';
 }
 
+// Written as it goes, not built as a tree: with thousands of cgroups a
+// tree of JSON objects per tick was most of observe --json's memory. Keys
+// are in sorted order, as the tree wrote them (scripts rely on that).
 std::string observe_json(const Signals& s, const ObserveView& v) {
   using nlohmann::json;
-  json cgs = json::array();
+  fmt::memory_buffer out;
+  auto str = [&](const std::string& x) { fmt::format_to(std::back_inserter(out), "{}", json(x).dump()); };
+  auto num = [&](double x) { fmt::format_to(std::back_inserter(out), "{}", json(x).dump()); };
+  fmt::format_to(std::back_inserter(out), "{{\"cgroups\":[");
+  bool first = true;
   for (const auto& c : s.cgroups) {
     if (!path_matches(c.path, v.prefix)) continue;
-    json aggs = json::array();
-    for (const auto& a : c.top_aggressors)
-      aggs.push_back({{"id", a.id}, {"path", a.path}, {"wait_ns_total", a.wait_ns_total}});
-    cgs.push_back({
-        {"id", c.id},
-        {"path", c.path},
-        {"cpu_ns_total", c.total.cpu_ns},
-        {"runq_wait_ns_total", c.total.wait_ns},
-        {"runq_waits_total", c.total.waits},
-        {"runq_wait_p50_us", c.wait_p50_us},
-        {"runq_wait_p99_us", c.wait_p99_us},
-        {"wait_ns_total",
-         {{"throttled", c.total.cause_ns[KH_WAIT_THROTTLED]},
-          {"same_cgroup", c.total.cause_ns[KH_WAIT_SAME_CGROUP]},
-          {"other_cgroup", c.total.cause_ns[KH_WAIT_OTHER_CGROUP]},
-          {"unattributed", c.total.cause_ns[KH_WAIT_UNATTRIBUTED]}}},
-        {"preemptions_total", c.total.preemptions},
-        {"throttled_ns_total", c.throttle_total.throttled_ns},
-        {"throttle_events_total", c.throttle_total.events},
-        {"interval",
-         {{"cpu_ns", c.interval.cpu_ns},
-          {"runq_wait_ns", c.interval.wait_ns},
-          {"runq_waits", c.interval.waits}}},
-        {"top_aggressors", aggs},
-    });
+    fmt::format_to(std::back_inserter(out), "{}{{\"cpu_ns_total\":{},\"id\":{},\"interval\":{{\"cpu_ns\":{},\"runq_wait_ns\":{},"
+                   "\"runq_waits\":{}}},\"path\":",
+                   first ? "" : ",", c.total.cpu_ns, c.id, c.interval.cpu_ns, c.interval.wait_ns, c.interval.waits);
+    first = false;
+    str(c.path);
+    fmt::format_to(std::back_inserter(out), ",\"preemptions_total\":{},\"runq_wait_ns_total\":{},\"runq_wait_p50_us\":",
+                   c.total.preemptions, c.total.wait_ns);
+    num(c.wait_p50_us);
+    fmt::format_to(std::back_inserter(out), ",\"runq_wait_p99_us\":");
+    num(c.wait_p99_us);
+    fmt::format_to(std::back_inserter(out),
+                   ",\"runq_waits_total\":{},\"throttle_events_total\":{},\"throttled_ns_total\":{},\"top_aggressors\":[",
+                   c.total.waits, c.throttle_total.events, c.throttle_total.throttled_ns);
+    bool first_agg = true;
+    for (const auto& a : c.top_aggressors) {
+      fmt::format_to(std::back_inserter(out), "{}{{\"id\":{},\"path\":", first_agg ? "" : ",", a.id);
+      first_agg = false;
+      str(a.path);
+      fmt::format_to(std::back_inserter(out), ",\"wait_ns_total\":{}}}", a.wait_ns_total);
+    }
+    fmt::format_to(std::back_inserter(out),
+                   "],\"wait_ns_total\":{{\"other_cgroup\":{},\"same_cgroup\":{},\"throttled\":{},\"unattributed\":{}}}}}",
+                   c.total.cause_ns[KH_WAIT_OTHER_CGROUP], c.total.cause_ns[KH_WAIT_SAME_CGROUP],
+                   c.total.cause_ns[KH_WAIT_THROTTLED], c.total.cause_ns[KH_WAIT_UNATTRIBUTED]);
   }
-  json j = {
-      {"ts_ns", s.ts_ns},
-      {"interval_ns", s.interval_ns},
-      {"throttle_source", throttle_source_name(s.throttle_source)},
-      {"cgroups", cgs},
-  };
-  return j.dump();
+  fmt::format_to(std::back_inserter(out), "],\"interval_ns\":{},\"throttle_source\":", s.interval_ns);
+  str(throttle_source_name(s.throttle_source));
+  fmt::format_to(std::back_inserter(out), ",\"ts_ns\":{}}}", s.ts_ns);
+  return fmt::to_string(out);
 }
 
 std::string observe_table(const Signals& s, const ObserveView& v) {
