@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <regex>
 #include <set>
+#include <unordered_set>
 #include <sstream>
 
 namespace khagent {
@@ -180,7 +181,12 @@ void Classifier::set_pods(std::unordered_map<std::string, PodMeta> pods) {
 }
 
 void Classifier::retain(const std::vector<uint64_t>& alive) {
-  std::set<uint64_t> keep(alive.begin(), alive.end());
+  if (alive.size() >= cache_.size()) {  // the usual tick: nothing went away
+    bool all = true;
+    for (uint64_t id : alive) all = all && cache_.count(id);
+    if (all && alive.size() == cache_.size()) return;
+  }
+  std::unordered_set<uint64_t> keep(alive.begin(), alive.end());
   for (auto it = cache_.begin(); it != cache_.end();)
     it = keep.count(it->first) ? std::next(it) : cache_.erase(it);
 }
