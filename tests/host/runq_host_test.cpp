@@ -700,7 +700,11 @@ TEST_F(RunqHost, AStarvedWaitIsReportedWhileItLasts) {
   EXPECT_LE(seen->ts_ns, scanned);
   EXPECT_EQ(seen->aggressor_id, hog_cg.id());
   EXPECT_EQ(seen->cause, static_cast<uint32_t>(KH_WAIT_OTHER_CGROUP));
-  EXPECT_GE(seen->aggressor_ns * 10, seen->wait_ns * 9) << "the hog held the CPU for the whole wait so far";
+  // Blamed for the time since the hog was last switched in: a stopper or
+  // other higher-class task that ran on CPU 0 for a moment restarts that
+  // (159 of 300 ms in one run), so only "some of it, never more" holds.
+  EXPECT_GT(seen->aggressor_ns, 0u);
+  EXPECT_LE(seen->aggressor_ns, seen->wait_ns);
   // Once per wait: a second scan of the same wait adds nothing.
   events.clear();
   ASSERT_TRUE((*fast)->scan_waits().ok());
