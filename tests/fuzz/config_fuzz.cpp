@@ -9,11 +9,6 @@
 
 using namespace khagent;
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  khagent_fuzz::quiet();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const NodeIdentity kNode{"worker1", {{"pool", "colo"}}};
   auto c = load_config_bounded(khagent_fuzz::text_of(data, size), "fuzz.yaml", kNode);

@@ -7,11 +7,6 @@
 
 using namespace khagent;
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  khagent_fuzz::quiet();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto cpus = parse_cpu_list(khagent_fuzz::text_of(data, size));
   if (!cpus) return 0;

@@ -6,11 +6,6 @@
 
 using namespace khagent;
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  khagent_fuzz::quiet();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto st = parse_cpu_manager_state(khagent_fuzz::text_of(data, size));
   if (!st) return 0;

@@ -8,11 +8,6 @@
 
 using namespace khagent;
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  khagent_fuzz::quiet();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text = khagent_fuzz::text_of(data, size);
   auto full = parse_pod_list(text);

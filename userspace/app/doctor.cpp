@@ -51,43 +51,6 @@ BpfProbe probe_bpf(const LoaderOptions& lo) {
 
 namespace {
 
-// Mount points of file systems of `fstype` in mountinfo text.
-std::vector<std::string> mounts_of_type(const std::string& mountinfo, const std::string& fstype) {
-  std::vector<std::string> out;
-  std::istringstream in(mountinfo);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto dash = line.find(" - ");
-    if (dash == std::string::npos) continue;
-    std::istringstream left(line.substr(0, dash)), right(line.substr(dash + 3));
-    std::string f[5], type;
-    for (auto& x : f) left >> x;
-    right >> type;
-    if (type == fstype) out.push_back(f[4]);
-  }
-  return out;
-}
-
-// Mount point of the cgroup v1 hierarchy holding `controller` ("" if none).
-std::string v1_mount_of(const std::string& mountinfo, const std::string& controller) {
-  std::istringstream in(mountinfo);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto dash = line.find(" - ");
-    if (dash == std::string::npos) continue;
-    std::istringstream left(line.substr(0, dash)), right(line.substr(dash + 3));
-    std::string f[5], type, source, opts;
-    for (auto& x : f) left >> x;
-    right >> type >> source >> opts;
-    if (type != "cgroup") continue;
-    std::istringstream o(opts);
-    std::string opt;
-    while (std::getline(o, opt, ','))
-      if (opt == controller) return f[4];
-  }
-  return "";
-}
-
 // Pods under the kubepods root (a shallow walk: QoS level, then pods).
 size_t count_pods(const std::string& cgroup2, const std::string& kubepods_rel) {
   std::set<std::string> pods;
@@ -191,8 +154,10 @@ std::vector<DoctorCheck> doctor_checks(const DoctorEnv& env, const BpfProbe& bpf
   }
 
   std::string mountinfo = read_text_file(at("/proc/self/mountinfo"));
-  auto bpffs = mounts_of_type(mountinfo, "bpf");
-  if (std::find(bpffs.begin(), bpffs.end(), env.bpffs_dir) != bpffs.end())
+  const auto entries = parse_mount_entries(mountinfo);
+  bool bpffs = std::any_of(entries.begin(), entries.end(),
+                           [&](const MountEntry& e) { return e.fstype == "bpf" && e.mountpoint == env.bpffs_dir; });
+  if (bpffs)
     add(L::Ok, "bpffs", "mounted at " + env.bpffs_dir);
   else
     add(L::Warn, "bpffs",
@@ -216,7 +181,7 @@ std::vector<DoctorCheck> doctor_checks(const DoctorEnv& env, const BpfProbe& bpf
     // the level then.
     auto controller = [&](const std::string& c, const std::string& file, L missing, const std::string& why) {
       std::string name = c + " controller";
-      std::string v1 = v1_mount_of(mountinfo, c);
+      std::string v1 = c == "cpu" ? m.cpu_v1 : m.cpuset_v1;
       if (has_word(subtree, c))
         add(L::Ok, name, "enabled for child cgroups (" + file + " writable)");
       else if (has_word(controllers, c))

@@ -52,8 +52,8 @@ std::string unescape(const std::string& s) {
 
 }  // namespace
 
-Mounts parse_mountinfo(const std::string& text) {
-  Mounts m;
+std::vector<MountEntry> parse_mount_entries(const std::string& text) {
+  std::vector<MountEntry> out;
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
@@ -63,14 +63,20 @@ Mounts parse_mountinfo(const std::string& text) {
     auto left = split(line.substr(0, dash), ' ');
     auto right = split(line.substr(dash + 3), ' ');
     if (left.size() < 5 || right.size() < 3) continue;
-    const std::string mountpoint = unescape(left[4]);
-    const std::string& fstype = right[0];
-    if (fstype == "cgroup2" && m.cgroup2.empty()) {
-      m.cgroup2 = mountpoint;
-    } else if (fstype == "cgroup") {
-      for (const auto& opt : split(right[2], ',')) {
-        if (opt == "cpu" && m.cpu_v1.empty()) m.cpu_v1 = mountpoint;
-        if (opt == "cpuset" && m.cpuset_v1.empty()) m.cpuset_v1 = mountpoint;
+    out.push_back(MountEntry{unescape(left[4]), right[0], split(right[2], ',')});
+  }
+  return out;
+}
+
+Mounts parse_mountinfo(const std::string& text) {
+  Mounts m;
+  for (const auto& e : parse_mount_entries(text)) {
+    if (e.fstype == "cgroup2" && m.cgroup2.empty()) {
+      m.cgroup2 = e.mountpoint;
+    } else if (e.fstype == "cgroup") {
+      for (const auto& opt : e.super_options) {
+        if (opt == "cpu" && m.cpu_v1.empty()) m.cpu_v1 = e.mountpoint;
+        if (opt == "cpuset" && m.cpuset_v1.empty()) m.cpuset_v1 = e.mountpoint;
       }
     }
   }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 #include <unordered_map>
 
 #include "khagent/util/result.h"
@@ -17,7 +18,15 @@ struct Mounts {
   std::string cpuset_v1;  // v1 hierarchy holding the cpuset controller ("" if none)
 };
 
-// Parses /proc/self/mountinfo-formatted text.
+// One line of /proc/self/mountinfo.
+struct MountEntry {
+  std::string mountpoint;  // unescaped
+  std::string fstype;
+  std::vector<std::string> super_options;
+};
+// Every mount in /proc/self/mountinfo-formatted text, in order.
+std::vector<MountEntry> parse_mount_entries(const std::string& text);
+// The cgroup mounts khagent uses, from the same text.
 Mounts parse_mountinfo(const std::string& text);
 Result<Mounts> find_mounts(const std::string& mountinfo_path = "/proc/self/mountinfo");
 
