@@ -431,6 +431,13 @@ Result<int> RunqBpf::poll_events(int timeout_ms) {
   return n < 0 ? 0 : n;
 }
 
+Result<int> RunqBpf::drain_events() {
+  if (!events_) return make_error(EINVAL, "wait events not opened");
+  int n = ring_buffer__consume(events_.get());
+  if (n < 0) return make_error(-n, "reading wait events");
+  return n;
+}
+
 RunqBpf::~RunqBpf() {
   events_.reset();
   for (const auto& path : pinned_) ::unlink(path.c_str());

@@ -112,6 +112,10 @@ class RunqBpf {
   using EventFn = std::function<void(const kh_wait_event&)>;
   Result<void> open_events(EventFn on_event);
   Result<int> poll_events(int timeout_ms);
+  // Calls `on_event` for every record already in the ring, without waiting
+  // for its wake-up: the kernel signals new records from irq_work, so a poll
+  // with no timeout right after a submit can miss them.
+  Result<int> drain_events();
   // Reports the waits of protected cgroups still going on past their
   // threshold, once per wait, through the same events (KH_EVENT_ONGOING).
   // Runs the scan_waits task iterator over every task; does nothing where
