@@ -208,6 +208,17 @@ struct {
 	__type(value, struct kh_protect);
 } protected_cgroups SEC(".maps");
 
+/*
+ * Cgroup v2 ids removed (rmdir) while they had counts here: the loader's
+ * process pops them each tick and deletes their entries, so it need not poll
+ * every idle cgroup to learn that it is gone.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_QUEUE);
+	__uint(max_entries, 4096);
+	__type(value, __u64);
+} removed_cgroups SEC(".maps");
+
 /* over-threshold waits of protected cgroups (struct kh_wait_event) */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -940,6 +951,27 @@ int scan_waits(struct bpf_iter__task *ctx)
 	e->flags = KH_EVENT_ONGOING;
 	bpf_ringbuf_submit(e, 0);
 	count(KH_CNT_EVENTS);
+	return 0;
+}
+
+/*
+ * A cgroup was removed. Only default-hierarchy (v2) cgroups have ids here:
+ * v1 hierarchies (hierarchy_id 1 and up on hybrid hosts) are skipped, and so
+ * are cgroups that never had counts. A full queue is counted; the userspace
+ * side then falls back to checking idle cgroups itself.
+ */
+SEC("tp_btf/cgroup_rmdir")
+int BPF_PROG(handle_cgroup_rmdir, struct cgroup *cgrp, const char *path)
+{
+	__u64 id;
+
+	if (cgrp->root->hierarchy_id != 0)
+		return 0;
+	id = cgrp->kn->id;
+	if (!bpf_map_lookup_elem(&cgroup_stats, &id))
+		return 0;
+	if (bpf_map_push_elem(&removed_cgroups, &id, 0))
+		count(KH_CNT_REMOVALS_LOST);
 	return 0;
 }
 

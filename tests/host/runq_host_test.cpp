@@ -533,6 +533,33 @@ TEST_F(RunqHost, IdsResolveByHandleAndRemovalsShowWithoutAWalk) {
   EXPECT_GE(col.forgotten(), 1u);
 }
 
+// The kernel reports removed cgroups (tp_btf/cgroup_rmdir): a cgroup with
+// counts is queued when it goes away; one that never had a task is not.
+TEST_F(RunqHost, RemovedCgroupsAreReportedByTheKernel) {
+  ASSERT_TRUE(bpf_->reports_removals()) << "handle_cgroup_rmdir did not attach";
+  ASSERT_TRUE(maps_->reports_removals());
+  uint64_t counted = 0, empty = 0;
+  {
+    TestCgroup used(m_.cgroup2, parent_->rel + "/removed-used");
+    TestCgroup unused(m_.cgroup2, parent_->rel + "/removed-unused");
+    counted = used.id();
+    empty = unused.id();
+    Child c({used.dir() + "/cgroup.procs"}, kCpu, 0, [] { sleep_loop(1000000); });
+    ASSERT_GT(c.pid, 0);
+    sleep_s(0.2);
+    auto before = read();
+    ASSERT_TRUE(before.cgroups.count(counted)) << "the sleeper's cgroup has no counts";
+    EXPECT_TRUE(before.removed.empty());
+    c.stop();
+  }  // rmdir
+  auto after = read();
+  auto has = [&](uint64_t id) { return std::count(after.removed.begin(), after.removed.end(), id) > 0; };
+  EXPECT_TRUE(has(counted)) << "the removal of a counted cgroup was not reported";
+  EXPECT_FALSE(has(empty)) << "a cgroup that never had counts was reported";
+  EXPECT_EQ(after.counters[KH_CNT_REMOVALS_LOST], 0u);
+  EXPECT_TRUE(read().removed.empty()) << "a removal was reported twice";
+}
+
 // (5) the agent itself starts and reports its throttle source; fentry where
 // the kernel takes it, cpu.stat where it refuses (this development kernel).
 TEST(AgentBinary, ObserveJsonReportsThrottleSource) {

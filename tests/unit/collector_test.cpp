@@ -181,3 +181,30 @@ TEST(Collector, FullMapsLookForGoneCgroupsAtOnce) {
   ASSERT_EQ(s->cgroups.size(), 1u);
   EXPECT_EQ(s->cgroups[0].id, a);
 }
+
+// Removals the kernel reports (handle_cgroup_rmdir) are forgotten at the next
+// tick, with their pairs, long before a walk, even where the cgroup is still
+// in the index or was never named.
+TEST(Collector, KernelReportedRemovalsAreForgottenAtOnce) {
+  TempDir t;
+  fs::create_directories(t.path / "a");
+  fs::create_directories(t.path / "b");
+  uint64_t a = ino(t.path / "a"), b = ino(t.path / "b");
+  CgroupIndex idx(t.path.string());
+  FakeMaps maps;
+  Collector c(maps, idx, nullptr, ThrottleSource::None);
+  maps.next.cgroups[a] = counters(1, 1000, 1000);
+  maps.next.cgroups[b] = counters(1, 1000, 1000);
+  maps.next.pairs.push_back({a, b, 500, 1});
+  ASSERT_TRUE(c.tick_at(1'000'000'000, 1).ok());
+
+  maps.next.removed = {b, 424242};  // 424242: removed before it was ever read
+  auto s = c.tick_at(1'200'000'000, 2);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->cgroups.size(), 1u);
+  EXPECT_EQ(s->cgroups[0].id, a);
+  EXPECT_EQ(maps.forgotten_ids, std::vector<uint64_t>{b});
+  ASSERT_EQ(maps.forgotten_pairs.size(), 1u);
+  EXPECT_EQ(maps.forgotten_pairs[0], std::make_pair(a, b));
+  EXPECT_TRUE(s->pairs.empty());
+}

@@ -81,6 +81,13 @@ BpfMapSource::BpfMapSource(RunqMapFds fds) : fds_(fds), ncpus_(libbpf_num_possib
 
 Result<RawMaps> BpfMapSource::read() {
   RawMaps raw;
+  // Removals first: a cgroup removed after this is still in the maps read
+  // below, and is reported by the next read.
+  if (fds_.removed_cgroups >= 0) {
+    uint64_t id = 0;
+    while (bpf_map_lookup_and_delete_elem(fds_.removed_cgroups, nullptr, &id) == 0) raw.removed.push_back(id);
+    if (errno != ENOENT) return make_error(errno, "reading removed_cgroups");
+  }
   raw.cgroups.reserve(last_cgroups_ + last_cgroups_ / 8 + 16);  // no rehash while filling
   raw.pairs.reserve(last_pairs_ + last_pairs_ / 8 + 16);
   auto r = for_each_entry<uint64_t, kh_cgroup_stats>(

@@ -69,7 +69,13 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
                  raw->cgroups.size());
   }
 
-  std::unordered_set<uint64_t> gone;
+  // Removed cgroups the kernel reported: deleted now, whether or not they
+  // were ever named. Where it reports every removal (none lost since the
+  // last tick), idle cgroups need no liveness checks of their own.
+  std::unordered_set<uint64_t> gone(raw->removed.begin(), raw->removed.end());
+  const uint64_t lost = raw->counters[KH_CNT_REMOVALS_LOST];
+  const bool removals_complete = maps_.reports_removals() && last_removals_lost_ && lost == *last_removals_lost_;
+  last_removals_lost_ = lost;
   bool unknown = false;
   for (const auto& [id, _] : raw->cgroups)
     if (!cgroups_.count(id) && !index_.path_of(id) && !(handles && index_.resolve(id))) {
@@ -92,14 +98,15 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
   // Between walks: every few seconds (every second while the maps are
   // full), the cgroups that were idle this interval are checked (an active
   // one cannot have been removed long ago; it is checked once it goes idle).
-  if (handles && !rescanned && last_liveness_ &&
+  if (handles && !rescanned && !removals_complete && last_liveness_ &&
       mono_ns - *last_liveness_ >= (filling ? kRescanMinNs : kRescanPeriodNs)) {
     last_liveness_ = mono_ns;
     for (const auto& [id, now] : raw->cgroups) {
       auto it = cgroups_.find(id);
       if (it == cgroups_.end()) continue;
-      CgroupCounters d = counters_delta(now, it->second.last_raw);
-      if (d.cpu_ns == 0 && d.waits == 0 && index_.alive(id) == CgroupIndex::Liveness::Gone) gone.insert(id);
+      const CgroupCounters& last = it->second.last_raw;
+      bool idle = now.cpu_ns == last.cpu_ns && now.waits == last.waits;
+      if (idle && index_.alive(id) == CgroupIndex::Liveness::Gone) gone.insert(id);
     }
   }
 

@@ -31,6 +31,11 @@ std::string join(const std::string& root, const std::string& rel) {
   return root + "/" + rel;
 }
 
+// A v2 cgroup's v1 cpu cgroup changes only when its tasks are moved in v1
+// alone; finding it costs two file reads. With thousands of cgroups, a
+// shorter life was most of the agent's tick on hybrid hosts.
+constexpr auto kV1MappingTtl = std::chrono::seconds(60);
+
 }  // namespace
 
 std::unordered_map<std::string, uint64_t> parse_flat_keyed(const std::string& text) {
@@ -77,7 +82,7 @@ CpuStatThrottleReader::CpuStatThrottleReader(std::string cgroup2_root, std::stri
 std::optional<std::string> CpuStatThrottleReader::v1_stat_file(const std::string& path) {
   auto now = std::chrono::steady_clock::now();
   auto it = v1_cache_.find(path);
-  if (it != v1_cache_.end() && now - it->second.when < std::chrono::seconds(10)) {
+  if (it != v1_cache_.end() && now - it->second.when < kV1MappingTtl) {
     if (it->second.stat_file.empty()) return std::nullopt;
     return it->second.stat_file;
   }

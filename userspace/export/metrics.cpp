@@ -28,6 +28,7 @@
 #include "khagent/collect/sample.h"
 #include "khagent/export/observe.h"
 #include "khagent/loader/runq_loader.h"
+#include "khagent/model/bpf_counters.h"
 #include "khagent/policy/controller.h"
 #include "khagent/signals/workload.h"
 #include "khagent/util/clock.h"
@@ -59,10 +60,6 @@ static_assert(KH_NR_WAIT_CAUSES == 4, "new wait cause: name it in kCauseNames");
 constexpr std::array<const char*, KH_NR_WAIT_CAUSES> kCauseNames = {
     "throttled", "same_cgroup", "other_cgroup", "unattributed"};
 
-static_assert(KH_NR_COUNTERS == 8, "new BPF counter: name it in kBpfCounterNames");
-constexpr std::array<const char*, KH_NR_COUNTERS> kBpfCounterNames = {
-    "switches", "wakeups", "storage_miss", "ring_overflow",
-    "stats_full", "pairs_full", "events", "events_dropped"};
 
 constexpr std::array<BudgetAction, 6> kBudgetActions = {
     BudgetAction::Hold,     BudgetAction::Init,    BudgetAction::Decrease,
@@ -336,7 +333,7 @@ void Metrics::Impl::build() {
   auto& ev_f = prometheus::BuildCounter()
                    .Name("khagent_bpf_events_total")
                    .Help("Counters of the BPF side: events seen and failures (storage_miss, "
-                         "ring_overflow, stats_full, pairs_full, events_dropped)")
+                         "ring_overflow, stats_full, pairs_full, events_dropped, removals_lost)")
                    .Register(r);
   for (size_t i = 0; i < KH_NR_COUNTERS; i++) bpf_events[i].counter = &ev_f.Add({{"counter", kBpfCounterNames[i]}});
 

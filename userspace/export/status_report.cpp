@@ -9,14 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "khagent/abi/runq.h"
+#include "khagent/model/bpf_counters.h"
 #include "khagent/util/strings.h"
 
 namespace khagent {
 
 const std::vector<std::string>& bpf_counter_names() {
-  static const std::vector<std::string> names = {"switches",   "wakeups",    "storage_miss", "ring_overflow",
-                                                 "stats_full", "pairs_full", "events",       "events_dropped"};
-  static_assert(KH_NR_COUNTERS == 8, "name every counter of enum kh_counter");
+  static const std::vector<std::string> names(kBpfCounterNames.begin(), kBpfCounterNames.end());
   return names;
 }
 

@@ -263,6 +263,17 @@ Result<void> RunqBpf::attach() {
                  bpf_program__name(p.prog), std::strerror(err));
     fentry_ok = false;
   }
+  // Removed cgroups reported by the kernel: without it, the collector checks
+  // idle cgroups itself every few seconds.
+  removals_ = false;
+  if (bpf_program__autoload(s->progs.handle_cgroup_rmdir)) {
+    s->links.handle_cgroup_rmdir = bpf_program__attach(s->progs.handle_cgroup_rmdir);
+    if (s->links.handle_cgroup_rmdir)
+      removals_ = true;
+    else
+      spdlog::warn("attaching handle_cgroup_rmdir failed ({}); removed cgroups are found by checking "
+                   "idle ones every few seconds", std::strerror(errno));
+  }
   if (scan_) {
     s->links.scan_waits = bpf_program__attach_iter(s->progs.scan_waits, nullptr);
     if (!s->links.scan_waits) {
@@ -322,6 +333,7 @@ RunqMapFds RunqBpf::map_fds() const {
                          ? bpf_map__fd(skel_->maps.throttle_stats)
                          : -1;
   f.counters = bpf_map__fd(skel_->maps.counters);
+  f.removed_cgroups = removals_ ? bpf_map__fd(skel_->maps.removed_cgroups) : -1;
   return f;
 }
 

@@ -77,8 +77,10 @@ enum kh_wait_cause {
  * (kh_abi_version): a reader of another process's pinned maps checks it.
  * 2: cgroup_stats, interference and throttle_stats are shared hashes (one
  *    value per key, updated with atomic adds), no longer per-CPU LRU hashes.
+ * 3: counter KH_CNT_REMOVALS_LOST; map removed_cgroups (a queue of removed
+ *    cgroup ids, popped by the process that loaded the object).
  */
-enum { KH_RUNQ_ABI_VERSION = 2 };
+enum { KH_RUNQ_ABI_VERSION = 3 };
 
 /*
  * Value of the cgroup_stats map: one per cgroup, shared by all CPUs. Each CPU
@@ -161,6 +163,7 @@ enum kh_counter {
 	KH_CNT_PAIRS_FULL,          /* interference insert failed (map full) */
 	KH_CNT_EVENTS,              /* wait events sent to userspace */
 	KH_CNT_EVENTS_DROPPED,      /* wait events lost: ring buffer full */
+	KH_CNT_REMOVALS_LOST,       /* removed cgroups not queued: removed_cgroups full */
 	KH_NR_COUNTERS,
 };
 

@@ -15,6 +15,9 @@ struct RunqMapFds {
   int interference = -1;
   int throttle_stats = -1;
   int counters = -1;
+  // Queue of removed cgroup ids (handle_cgroup_rmdir); -1 where the hook is
+  // not attached. Only the process that loaded the object pops it.
+  int removed_cgroups = -1;
 };
 
 // Key and value buffers for batch reads of one hash map. They live as long
@@ -33,6 +36,7 @@ class BpfMapSource : public MapSource {
   Result<RawMaps> read() override;
   void forget(const std::vector<uint64_t>& ids,
               const std::vector<std::pair<uint64_t, uint64_t>>& pairs) override;
+  bool reports_removals() const override { return fds_.removed_cgroups >= 0; }
   // Whether batch lookups worked (false: fell back to key-by-key iteration).
   bool batch_ops() const { return batch_ok_; }
 

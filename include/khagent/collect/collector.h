@@ -31,6 +31,9 @@ struct RawMaps {
   std::vector<RawPair> pairs;
   std::unordered_map<uint64_t, ThrottleCounters> throttle;
   std::array<uint64_t, KH_NR_COUNTERS> counters{};
+  // Cgroups the kernel reported removed since the last read (where the
+  // source reports removals).
+  std::vector<uint64_t> removed;
 };
 
 class MapSource {
@@ -40,6 +43,9 @@ class MapSource {
   // Deletes the entries of cgroups that no longer exist.
   virtual void forget(const std::vector<uint64_t>& ids,
                       const std::vector<std::pair<uint64_t, uint64_t>>& pairs) = 0;
+  // Whether read() lists every removed cgroup that had entries (unless
+  // KH_CNT_REMOVALS_LOST grew): then idle cgroups need no liveness checks.
+  virtual bool reports_removals() const { return false; }
 };
 
 class Collector {
@@ -91,6 +97,7 @@ class Collector {
   std::optional<uint64_t> last_liveness_;  // last check of idle cgroups by handle
   std::optional<uint64_t> last_full_;      // failed inserts (stats + pairs) at the last tick
   std::optional<uint64_t> last_full_warn_;
+  std::optional<uint64_t> last_removals_lost_;  // KH_CNT_REMOVALS_LOST at the last tick
   uint64_t forgotten_ = 0;
 };
 

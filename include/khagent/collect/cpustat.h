@@ -40,7 +40,7 @@ class CpuStatThrottleReader : public ThrottleStatReader {
   // (nr_throttled/throttled_time). nullopt if neither can be read.
   std::optional<ThrottleCounters> read(const std::string& path) override;
 
-  // Drops cached v2 -> v1 mappings (they are refreshed every 10 s anyway).
+  // Drops cached v2 -> v1 mappings (they are refreshed every 60 s anyway).
   void forget(const std::string& path) { v1_cache_.erase(path); }
 
   // Starts a new round of reads: a v1 cpu.stat shared by many cgroups is read

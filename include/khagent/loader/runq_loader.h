@@ -122,6 +122,8 @@ class RunqBpf {
   // it could not be loaded (can_scan_waits()).
   Result<void> scan_waits();
   bool can_scan_waits() const { return scan_; }
+  // Whether the kernel reports removed cgroups (handle_cgroup_rmdir attached).
+  bool reports_removals() const { return removals_; }
 
  private:
   RunqBpf() = default;
@@ -138,6 +140,7 @@ class RunqBpf {
   std::vector<std::string> pinned_;
   bool replace_ = true;
   bool scan_ = false;
+  bool removals_ = false;  // handle_cgroup_rmdir attached
 };
 
 // Routes libbpf's messages to the agent's log (warnings and above by default,
