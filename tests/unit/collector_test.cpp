@@ -18,7 +18,10 @@ struct FakeMaps : MapSource {
   RawMaps next;
   std::vector<uint64_t> forgotten_ids;
   std::vector<std::pair<uint64_t, uint64_t>> forgotten_pairs;
-  Result<RawMaps> read() override { return next; }
+  Result<void> read_into(RawMaps& into) override {
+    into = next;
+    return {};
+  }
   void forget(const std::vector<uint64_t>& ids,
               const std::vector<std::pair<uint64_t, uint64_t>>& pairs) override {
     forgotten_ids.insert(forgotten_ids.end(), ids.begin(), ids.end());

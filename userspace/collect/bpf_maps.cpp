@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <unordered_set>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -79,20 +80,33 @@ BpfMapSource::BpfMapSource(RunqMapFds fds) : fds_(fds), ncpus_(libbpf_num_possib
   if (ncpus_ <= 0) ncpus_ = 1;
 }
 
-Result<RawMaps> BpfMapSource::read() {
-  RawMaps raw;
+Result<void> BpfMapSource::read_into(RawMaps& raw) {
   // Removals first: a cgroup removed after this is still in the maps read
   // below, and is reported by the next read.
+  raw.removed.clear();
   if (fds_.removed_cgroups >= 0) {
     uint64_t id = 0;
     while (bpf_map_lookup_and_delete_elem(fds_.removed_cgroups, nullptr, &id) == 0) raw.removed.push_back(id);
     if (errno != ENOENT) return make_error(errno, "reading removed_cgroups");
   }
-  raw.cgroups.reserve(last_cgroups_ + last_cgroups_ / 8 + 16);  // no rehash while filling
-  raw.pairs.reserve(last_pairs_ + last_pairs_ / 8 + 16);
+
+  // Entries are updated in place: an entry whose counts did not move since
+  // the last read (most of them, on a node with thousands of cgroups) costs
+  // a lookup and a compare, no allocation and no copy.
+  const size_t before = raw.cgroups.size();
+  size_t kept = 0;
+  seen_.clear();
   auto r = for_each_entry<uint64_t, kh_cgroup_stats>(
       fds_.cgroup_stats, batch_ok_, cgroup_buf_, [&](const uint64_t& id, const kh_cgroup_stats& s) {
-        CgroupCounters& c = raw.cgroups[id];
+        seen_.push_back(id);
+        auto [it, added] = raw.cgroups.try_emplace(id);
+        CgroupCounters& c = it->second;
+        if (!added) {
+          kept++;
+          if (c.waits == s.waits && c.cpu_ns == s.cpu_ns && c.wait_ns == s.wait_ns &&
+              c.preemptions == s.preemptions)
+            return;
+        }
         c.wait_ns = s.wait_ns;
         c.waits = s.waits;
         c.cpu_ns = s.cpu_ns;
@@ -100,16 +114,24 @@ Result<RawMaps> BpfMapSource::read() {
         for (int i = 0; i < KH_NR_WAIT_CAUSES; i++) c.cause_ns[i] = s.cause_ns[i];
         for (int i = 0; i < KH_HIST_BUCKETS; i++) c.hist[i] = s.hist[i];
       });
-  if (!r) return make_error(r.error().err, "reading cgroup_stats: " + r.error().message);
+  if (!r) {
+    raw.cgroups.clear();  // nothing half-updated
+    return make_error(r.error().err, "reading cgroup_stats: " + r.error().message);
+  }
+  if (kept != before) {  // entries deleted since the last read (by us or another reader)
+    std::unordered_set<uint64_t> now(seen_.begin(), seen_.end());
+    for (auto it = raw.cgroups.begin(); it != raw.cgroups.end();)
+      it = now.count(it->first) ? std::next(it) : raw.cgroups.erase(it);
+  }
 
+  raw.pairs.clear();
   r = for_each_entry<kh_pair, kh_pair_stats>(
       fds_.interference, batch_ok_, pair_buf_, [&](const kh_pair& k, const kh_pair_stats& v) {
         raw.pairs.push_back(RawPair{k.victim, k.aggressor, v.wait_ns, v.count});
       });
   if (!r) return make_error(r.error().err, "reading interference: " + r.error().message);
-  last_cgroups_ = raw.cgroups.size();
-  last_pairs_ = raw.pairs.size();
 
+  raw.throttle.clear();
   if (fds_.throttle_stats >= 0) {
     r = for_each_entry<uint64_t, kh_throttle_stats>(
         fds_.throttle_stats, batch_ok_, throttle_buf_,
@@ -120,12 +142,13 @@ Result<RawMaps> BpfMapSource::read() {
   }
 
   counter_vals_.resize(static_cast<size_t>(ncpus_));
+  raw.counters.fill(0);
   for (uint32_t k = 0; k < KH_NR_COUNTERS; k++) {
     if (bpf_map_lookup_elem(fds_.counters, &k, counter_vals_.data()) != 0)
       return make_error(errno, "reading counters");
     for (auto v : counter_vals_) raw.counters[k] += v;
   }
-  return raw;
+  return {};
 }
 
 void BpfMapSource::forget(const std::vector<uint64_t>& ids,

@@ -45,8 +45,11 @@ Result<Sample> Collector::tick() {
 }
 
 Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
-  auto raw = maps_.read();
-  if (!raw) return raw.error();
+  if (auto r = maps_.read_into(raw_); !r) {
+    raw_ = RawMaps{};  // the next read starts afresh
+    return r.error();
+  }
+  const RawMaps* raw = &raw_;
 
   // Resolve ids: walk the tree again when unknown ids show up (at most once
   // a second) and every few seconds anyway, to notice removed cgroups.
@@ -140,7 +143,9 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     }
     CgState& st = it->second;
     st.seen_tick = tick;
-    CgroupSample cs;
+    // Built in place: a sample carries two sets of counters with their
+    // histograms (about 2 KB), and copying it was most of a tick's work.
+    CgroupSample& cs = out.cgroups.emplace_back();
     cs.id = id;
     cs.path = st.path;
     // Most cgroups of a big node did nothing this tick: no histogram work.
@@ -172,7 +177,6 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     st.thr_total.throttled_ns += cs.throttle_interval.throttled_ns;
     cs.throttle_total = st.thr_total;
     st.active_prev = active;
-    out.cgroups.push_back(std::move(cs));
   }
 
   // Entries deleted (here, or by another reader of the pins): drop our state too.

@@ -207,7 +207,8 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
     entries[c.id] = &e;
     alive.push_back(c.id);
     auto& cls = out.classes[static_cast<size_t>(e.cls)];
-    counters_add(cls.interval, c.interval);
+    const bool moved = counters_moved(c.interval);  // most cgroups of a big node did nothing
+    if (moved) counters_add(cls.interval, c.interval);
     if (e.cls == CgroupClass::Online) out.online_cgroups.push_back(c.id);
     if (e.id.qos == QosTier::BestEffort && !e.id.qos_path.empty()) parents.insert(e.id.qos_path);
     if (e.id.yarn) parents.insert(e.id.yarn_root);
@@ -217,7 +218,7 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
       p.path = e.id.pod_path;
       p.cls = e.cls;
       p.qos = e.id.qos;
-      counters_add(p.interval, c.interval);
+      if (moved) counters_add(p.interval, c.interval);
       p.throttle_interval.events += c.throttle_interval.events;
       p.throttle_interval.throttled_ns += c.throttle_interval.throttled_ns;
       p.cgroup_ids.push_back(c.id);

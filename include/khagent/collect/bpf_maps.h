@@ -33,7 +33,7 @@ struct BatchBuffers {
 class BpfMapSource : public MapSource {
  public:
   explicit BpfMapSource(RunqMapFds fds);
-  Result<RawMaps> read() override;
+  Result<void> read_into(RawMaps& raw) override;
   void forget(const std::vector<uint64_t>& ids,
               const std::vector<std::pair<uint64_t, uint64_t>>& pairs) override;
   bool reports_removals() const override { return fds_.removed_cgroups >= 0; }
@@ -48,8 +48,7 @@ class BpfMapSource : public MapSource {
   BatchBuffers<kh_pair, kh_pair_stats> pair_buf_;
   BatchBuffers<uint64_t, kh_throttle_stats> throttle_buf_;
   std::vector<uint64_t> counter_vals_;
-  size_t last_cgroups_ = 0;  // entries at the last read: the next one reserves as much
-  size_t last_pairs_ = 0;
+  std::vector<uint64_t> seen_;  // cgroup ids of this read
 };
 
 }  // namespace khagent

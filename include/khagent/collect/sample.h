@@ -41,6 +41,13 @@ inline CgroupCounters counters_delta(const CgroupCounters& now, const CgroupCoun
   return d;
 }
 
+// Whether an interval's counters hold anything. The collector leaves an
+// interval's histogram empty when none of these moved, so this is exact for
+// its samples.
+inline bool counters_moved(const CgroupCounters& d) {
+  return d.waits || d.wait_ns || d.cpu_ns || d.preemptions;
+}
+
 inline void counters_add(CgroupCounters& into, const CgroupCounters& d) {
   into.wait_ns += d.wait_ns;
   into.waits += d.waits;
