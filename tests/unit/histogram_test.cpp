@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "khagent/signals/histogram.h"
+#include "khagent/model/histogram.h"
 
 using namespace khagent;
 

@@ -20,7 +20,7 @@
 #include "khagent/export/metrics.h"
 #include "khagent/loader/runq_loader.h"
 #include "khagent/policy/controller.h"
-#include "khagent/signals/histogram.h"
+#include "khagent/model/histogram.h"
 #include "khagent/signals/workload.h"
 #include "khagent/version.h"
 

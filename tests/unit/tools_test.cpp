@@ -10,7 +10,7 @@
 #include "khagent/app/doctor.h"
 #include "khagent/export/status_report.h"
 #include "khagent/export/top_view.h"
-#include "khagent/signals/histogram.h"
+#include "khagent/model/histogram.h"
 #include "test_util.h"
 
 using namespace khagent;

@@ -5,6 +5,7 @@
 
 #include "khagent/collect/yarn_inventory.h"
 #include "khagent/policy/yarn.h"
+#include "khagent/policy/yarn_candidates.h"
 
 using namespace khagent;
 

@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "khagent/policy/yarn_candidates.h"
 #include "khagent/util/clock.h"
 
 namespace khagent {

@@ -10,15 +10,6 @@
 
 namespace khagent {
 
-const char* throttle_source_name(ThrottleSource s) {
-  switch (s) {
-    case ThrottleSource::Fentry: return "fentry";
-    case ThrottleSource::CpuStat: return "cpu.stat";
-    case ThrottleSource::None: return "none";
-  }
-  return "none";
-}
-
 namespace {
 
 constexpr uint64_t kRescanMinNs = 1000000000ULL;

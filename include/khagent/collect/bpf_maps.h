@@ -7,18 +7,9 @@
 
 #include "khagent/abi/runq.h"
 #include "khagent/collect/collector.h"
+#include "khagent/model/runq.h"
 
 namespace khagent {
-
-struct RunqMapFds {
-  int cgroup_stats = -1;
-  int interference = -1;
-  int throttle_stats = -1;
-  int counters = -1;
-  // Queue of removed cgroup ids (handle_cgroup_rmdir); -1 where the hook is
-  // not attached. Only the process that loaded the object pops it.
-  int removed_cgroups = -1;
-};
 
 // Key and value buffers for batch reads of one hash map. They live as long
 // as the source: allocating and zeroing them on every tick cost more than

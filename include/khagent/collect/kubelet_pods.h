@@ -13,7 +13,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "khagent/signals/workload.h"
+#include "khagent/model/pod.h"
 #include "khagent/util/json_bounded.h"
 #include "khagent/util/result.h"
 

@@ -7,12 +7,11 @@
 #include <vector>
 
 #include "khagent/abi/runq.h"
-#include "khagent/signals/histogram.h"
+#include "khagent/model/histogram.h"
+#include "khagent/model/runq.h"
 
 namespace khagent {
 
-enum class ThrottleSource { Fentry, CpuStat, None };
-const char* throttle_source_name(ThrottleSource s);
 
 // Counters of one cgroup, summed over CPUs.
 struct CgroupCounters {

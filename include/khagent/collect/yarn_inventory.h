@@ -15,7 +15,7 @@
 
 #include "khagent/collect/yarn_rest.h"
 #include "khagent/config/config.h"
-#include "khagent/policy/yarn.h"
+#include "khagent/model/yarn_resource.h"
 #include "khagent/util/http_client.h"
 
 namespace khagent {
@@ -45,15 +45,6 @@ struct YarnInventory {
   std::set<std::string> am_guessed;  // ...taken from the containers seen (RM not asked)
 };
 
-// The containers reclaim may choose from: the active ones of `inv` not in
-// `killed`, with their application's queue and its priority
-// (yarn.queue_priority),
-// whether each is its application's AM, `interference` (container -> wait
-// caused in the last window) and `start_ms` (container -> epoch ms, 0 = unknown).
-std::vector<YarnContainerInfo> yarn_reclaim_candidates(
-    const YarnInventory& inv, const std::set<std::string>& killed, const std::map<std::string, int>& queue_priority,
-    const std::map<std::string, uint64_t>& interference,
-    const std::function<uint64_t(const std::string&)>& start_ms);
 
 // The RM and this node's NodeManager: finds the node, reads its resources
 // and containers, and keeps the inventory. Failed reads go to `error`;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "khagent/policy/yarn.h"
+#include "khagent/model/yarn_resource.h"
 #include "khagent/util/http_client.h"
 #include "khagent/util/json_bounded.h"
 #include "khagent/util/result.h"

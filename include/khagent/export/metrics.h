@@ -14,7 +14,7 @@
 #include <vector>
 #include <utility>
 
-#include "khagent/signals/histogram.h"
+#include "khagent/model/histogram.h"
 #include "khagent/util/result.h"
 #include "khagent/version.h"
 

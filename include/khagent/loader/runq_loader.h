@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "khagent/collect/bpf_maps.h"
-#include "khagent/collect/sample.h"
+#include "khagent/abi/runq.h"
+#include "khagent/model/runq.h"
 #include "khagent/util/result.h"
 
 struct runq_bpf;

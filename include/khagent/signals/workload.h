@@ -13,6 +13,7 @@
 
 #include "khagent/collect/sample.h"
 #include "khagent/config/config.h"
+#include "khagent/model/pod.h"
 
 namespace khagent {
 
@@ -37,15 +38,6 @@ struct CgroupIdentity {
 
 // Parses a cgroup path (relative to the cgroup2 mount, starting with '/').
 CgroupIdentity identify_cgroup(const std::string& path, const std::string& yarn_hierarchy);
-
-// What the kubelet's /pods endpoint says about a pod (optional input).
-struct PodMeta {
-  std::string name;
-  std::string ns;
-  std::string priority_class;
-  std::map<std::string, std::string> labels;
-  std::map<std::string, std::string> annotations;
-};
 
 // First matching rule's class, else the defaults (see ClassConfig).
 CgroupClass classify_cgroup(const std::string& path, const CgroupIdentity& id, const PodMeta* meta,

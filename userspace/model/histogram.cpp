@@ -1,4 +1,4 @@
-#include "khagent/signals/histogram.h"
+#include "khagent/model/histogram.h"
 
 #include <cmath>
 
