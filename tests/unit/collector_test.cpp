@@ -211,3 +211,31 @@ TEST(Collector, KernelReportedRemovalsAreForgottenAtOnce) {
   EXPECT_EQ(maps.forgotten_pairs[0], std::make_pair(a, b));
   EXPECT_TRUE(s->pairs.empty());
 }
+
+// Without totals (the agent), samples carry the interval only; the interval
+// is the same as with them.
+TEST(Collector, TotalsOffLeavesTotalsEmptyAndIntervalsWhole) {
+  TempDir t;
+  fs::create_directories(t.path / "a");
+  uint64_t a = ino(t.path / "a");
+  CgroupIndex idx(t.path.string());
+  FakeMaps maps;
+  Collector with(maps, idx, nullptr, ThrottleSource::None);
+  Collector without(maps, idx, nullptr, ThrottleSource::None);
+  without.set_totals(false);
+  maps.next.cgroups[a] = counters(10, 10'000, 1'000'000);
+  ASSERT_TRUE(with.tick_at(1'000'000'000, 1).ok());
+  ASSERT_TRUE(without.tick_at(1'000'000'000, 1).ok());
+  maps.next.cgroups[a] = counters(30, 50'000, 3'000'000);
+  auto s1 = with.tick_at(2'000'000'000, 2);
+  auto s2 = without.tick_at(2'000'000'000, 2);
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  ASSERT_EQ(s1->cgroups.size(), 1u);
+  ASSERT_EQ(s2->cgroups.size(), 1u);
+  EXPECT_EQ(s1->cgroups[0].total.waits, 30u);
+  EXPECT_EQ(s2->cgroups[0].total.waits, 0u);
+  EXPECT_EQ(hist_count(s2->cgroups[0].total.hist), 0u);
+  EXPECT_EQ(s2->cgroups[0].interval.waits, 20u);
+  EXPECT_EQ(s2->cgroups[0].interval.wait_ns, s1->cgroups[0].interval.wait_ns);
+  EXPECT_EQ(s2->cgroups[0].interval.hist, s1->cgroups[0].interval.hist);
+}

@@ -146,7 +146,7 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
       st.last_raw = now;
       counters_add(st.total, cs.interval);
     }
-    cs.total = st.total;
+    if (totals_) cs.total = st.total;
 
     bool active = cs.interval.cpu_ns > 0 || cs.interval.waits > 0;
     if (source_ == ThrottleSource::Fentry) {

@@ -79,13 +79,11 @@ CpuStatThrottleReader::CpuStatThrottleReader(std::string cgroup2_root, std::stri
       v1_root_(std::move(cpu_v1_root)),
       proc_root_(std::move(proc_root)) {}
 
-std::optional<std::string> CpuStatThrottleReader::v1_stat_file(const std::string& path) {
+const std::string* CpuStatThrottleReader::v1_stat_file(const std::string& path) {
   auto now = std::chrono::steady_clock::now();
   auto it = v1_cache_.find(path);
-  if (it != v1_cache_.end() && now - it->second.when < kV1MappingTtl) {
-    if (it->second.stat_file.empty()) return std::nullopt;
-    return it->second.stat_file;
-  }
+  if (it != v1_cache_.end() && now - it->second.when < kV1MappingTtl)
+    return it->second.stat_file.empty() ? nullptr : &it->second.stat_file;
   std::string file;
   if (auto procs = slurp(join(v2_root_, path) + "/cgroup.procs")) {
     std::istringstream in(*procs);
@@ -97,9 +95,9 @@ std::optional<std::string> CpuStatThrottleReader::v1_stat_file(const std::string
       if (auto v1 = v1_cpu_path(*cg)) file = join(v1_root_, *v1) + "/cpu.stat";
     }
   }
-  v1_cache_[path] = V1Entry{file, now};
-  if (file.empty()) return std::nullopt;
-  return file;
+  V1Entry& e = v1_cache_[path];
+  e = V1Entry{std::move(file), now};
+  return e.stat_file.empty() ? nullptr : &e.stat_file;
 }
 
 std::optional<ThrottleCounters> CpuStatThrottleReader::read(const std::string& path) {
@@ -123,20 +121,20 @@ std::optional<ThrottleCounters> CpuStatThrottleReader::read(const std::string& p
     }
   }
   if (v1_root_.empty()) return std::nullopt;
-  auto file = v1_stat_file(path);
+  const std::string* file = v1_stat_file(path);  // points into v1_cache_
   if (!file) return std::nullopt;
   auto cached = round_.find(*file);
   if (cached != round_.end()) return cached->second;
   std::optional<ThrottleCounters> out;
-  if (auto text = slurp(*file)) {
+  auto text = slurp(*file);
+  if (text) {
     auto kv = parse_flat_keyed(*text);
     auto n = kv.find("nr_throttled");
     auto t = kv.find("throttled_time");
     if (n != kv.end() && t != kv.end()) out = ThrottleCounters{n->second, t->second};
-  } else {
-    v1_cache_.erase(path);
   }
   round_[*file] = out;
+  if (!text) v1_cache_.erase(path);  // gone: map it again next time (file is invalid after this)
   return out;
 }
 

@@ -52,7 +52,8 @@ class CpuStatThrottleReader : public ThrottleStatReader {
     std::string stat_file;  // "" = the cgroup has no task to map through
     std::chrono::steady_clock::time_point when;
   };
-  std::optional<std::string> v1_stat_file(const std::string& path);
+  // The v1 cpu.stat of the cgroup at `path` (cached), or null.
+  const std::string* v1_stat_file(const std::string& path);
 
   std::string v2_root_;
   std::string v1_root_;
