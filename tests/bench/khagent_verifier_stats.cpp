@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "khagent/config/config.h"
 #include "khagent/loader/runq_loader.h"
@@ -46,8 +46,7 @@ constexpr uint64_t kDefaultLimit = 1000000;  // BPF_COMPLEXITY_LIMIT_INSNS
 //   stack depth 64+0
 //   processed 5678 insns (limit 1000000) max_states_per_insn 4 total_states 321 peak_states 123 mark_read 45
 struct VerifierStats {
-  std::optional<uint64_t> processed, limit, max_states_per_insn, total_states, peak_states, mark_read,
-      time_usec;
+  std::optional<uint64_t> processed, limit, max_states_per_insn, total_states, peak_states, mark_read, time_usec;
   std::string stack_depth;
 };
 
@@ -101,8 +100,7 @@ std::string num(const std::optional<uint64_t>& v) { return v ? std::to_string(*v
 
 double share_of_limit(const ProgRow& r) {
   uint64_t limit = r.stats.limit.value_or(kDefaultLimit);
-  return limit ? 100.0 * static_cast<double>(r.stats.processed.value_or(0)) / static_cast<double>(limit)
-               : 0.0;
+  return limit ? 100.0 * static_cast<double>(r.stats.processed.value_or(0)) / static_cast<double>(limit) : 0.0;
 }
 
 const ProgRow* closest_to_limit(const std::vector<ProgRow>& rows) {
@@ -154,15 +152,14 @@ void print_markdown(const std::vector<ProgRow>& rows) {
               << num(r.stats.total_states) << " / " << num(r.stats.peak_states) << " | "
               << num(r.stats.max_states_per_insn) << " | "
               << (r.stats.time_usec ? std::to_string(*r.stats.time_usec) + " us" : "-") << " | "
-              << (r.stats.stack_depth.empty() ? "-" : r.stats.stack_depth) << " | " << r.xlated_insns
-              << " | " << r.jited_bytes << " |\n";
+              << (r.stats.stack_depth.empty() ? "-" : r.stats.stack_depth) << " | " << r.xlated_insns << " | "
+              << r.jited_bytes << " |\n";
   }
   if (const ProgRow* c = closest_to_limit(rows)) {
     char share[32];
     std::snprintf(share, sizeof share, "%.2f%%", share_of_limit(*c));
-    std::cout << "\nClosest to the limit: `" << c->name << "`, " << *c->stats.processed
-              << " instructions processed of " << c->stats.limit.value_or(kDefaultLimit) << " (" << share
-              << ").\n";
+    std::cout << "\nClosest to the limit: `" << c->name << "`, " << *c->stats.processed << " instructions processed of "
+              << c->stats.limit.value_or(kDefaultLimit) << " (" << share << ").\n";
   }
 }
 
@@ -256,7 +253,7 @@ int main(int argc, char** argv) {
     if (!r.stats.processed && r.verified_insns) r.stats.processed = r.verified_insns;
   }
 
-  struct utsname u {};
+  struct utsname u{};
   std::string kernel = uname(&u) == 0 ? u.release : "unknown";
   if (json) print_json(rows, kernel);
   else print_markdown(rows);

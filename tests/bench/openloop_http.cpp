@@ -160,7 +160,8 @@ Options parse_args(int argc, char** argv) {
   if (o.warmup < 0) usage_error("--warmup must be >= 0");
   if (o.timeout <= 0) usage_error("--timeout must be > 0");
   if ((o.duration + o.warmup) * o.rate > 2e8) usage_error("too many requests (rate x (warmup + duration) > 2e8)");
-  if (o.poisson && (o.duration + o.warmup) * o.rate > 5e7) usage_error("too many requests for --arrivals poisson (> 5e7)");
+  if (o.poisson && (o.duration + o.warmup) * o.rate > 5e7)
+    usage_error("too many requests for --arrivals poisson (> 5e7)");
   return o;
 }
 
@@ -313,9 +314,7 @@ class ResponseParser {
           if (empty) state_ = State::Done;
           break;
         }
-        case State::UntilClose:
-          pos = buf_.size();
-          return Result::NeedMore;
+        case State::UntilClose: pos = buf_.size(); return Result::NeedMore;
         case State::Done:
           // Bytes after a complete response that nobody asked for.
           return pos == buf_.size() ? Result::Done : Result::Error;
@@ -387,12 +386,12 @@ enum class ConnState { Closed, Connecting, Idle, Busy };
 struct Conn {
   int fd = -1;
   ConnState state = ConnState::Closed;
-  int64_t retry_at = 0;     // when Closed: earliest reconnect
-  int64_t req = -1;         // request in flight
-  int64_t sent_ns = 0;      // when its request was handed to the socket
-  int64_t connect_ns = 0;   // when its connect started
+  int64_t retry_at = 0;    // when Closed: earliest reconnect
+  int64_t req = -1;        // request in flight
+  int64_t sent_ns = 0;     // when its request was handed to the socket
+  int64_t connect_ns = 0;  // when its connect started
   size_t out_off = 0;
-  bool want_out = false;    // EPOLLOUT registered
+  bool want_out = false;  // EPOLLOUT registered
   ResponseParser parser;
 };
 
@@ -735,7 +734,8 @@ class Runner {
     if (!latency_.empty()) mean /= static_cast<double>(latency_.size()) * 1000.0;
     int64_t start = intended(warm_);
     // Answers per second over the measured window, or longer if answers came late.
-    double span_s = std::max(opt_.duration, last_done_ > start ? static_cast<double>(last_done_ - start) / kNsPerSec : 0);
+    double span_s =
+        std::max(opt_.duration, last_done_ > start ? static_cast<double>(last_done_ - start) / kNsPerSec : 0);
     double achieved = span_s > 0 ? static_cast<double>(latency_.size()) / span_s : 0;
     std::printf(
         "{\"count\":%zu,\"errors\":%lld,\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,"
@@ -745,13 +745,14 @@ class Runner {
         "\"timeouts\":%lld,\"bad_status\":%lld,\"protocol_errors\":%lld,\"connect_errors\":%lld,"
         "\"reconnects\":%lld,\"arrivals\":\"%s\"}\n",
         latency_.size(), static_cast<long long>(errors_), pct_us(latency_, 0.50), pct_us(latency_, 0.90),
-        pct_us(latency_, 0.99), pct_us(latency_, 0.999), latency_.empty() ? 0.0 : static_cast<double>(latency_.back()) / 1000.0,
-        mean, opt_.rate, achieved, static_cast<long long>(total_ - warm_), static_cast<long long>(warm_),
-        static_cast<long long>(warmup_errors_), opt_.connections, opt_.duration, pct_us(lag_, 0.50),
-        pct_us(lag_, 0.99), lag_.empty() ? 0.0 : static_cast<double>(lag_.back()) / 1000.0, max_pending_,
-        static_cast<long long>(timeouts_), static_cast<long long>(bad_status_),
-        static_cast<long long>(protocol_errors_), static_cast<long long>(connect_errors_),
-        static_cast<long long>(reconnects_), opt_.poisson ? "poisson" : "uniform");
+        pct_us(latency_, 0.99), pct_us(latency_, 0.999),
+        latency_.empty() ? 0.0 : static_cast<double>(latency_.back()) / 1000.0, mean, opt_.rate, achieved,
+        static_cast<long long>(total_ - warm_), static_cast<long long>(warm_), static_cast<long long>(warmup_errors_),
+        opt_.connections, opt_.duration, pct_us(lag_, 0.50), pct_us(lag_, 0.99),
+        lag_.empty() ? 0.0 : static_cast<double>(lag_.back()) / 1000.0, max_pending_, static_cast<long long>(timeouts_),
+        static_cast<long long>(bad_status_), static_cast<long long>(protocol_errors_),
+        static_cast<long long>(connect_errors_), static_cast<long long>(reconnects_),
+        opt_.poisson ? "poisson" : "uniform");
     std::fflush(stdout);
   }
 

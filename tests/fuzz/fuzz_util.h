@@ -27,5 +27,4 @@ inline void quiet() { spdlog::set_level(spdlog::level::off); }
 
 }  // namespace khagent_fuzz
 
-#define FUZZ_CHECK(cond) \
-  ((cond) ? (void)0 : khagent_fuzz::property_failed(#cond, __FILE__, __LINE__))
+#define FUZZ_CHECK(cond) ((cond) ? (void)0 : khagent_fuzz::property_failed(#cond, __FILE__, __LINE__))

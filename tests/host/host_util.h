@@ -27,11 +27,11 @@
 namespace hosttest {
 
 // Host tests need root and BPF: without them they fail and say so.
-#define REQUIRE_ROOT()                                                                 \
-  do {                                                                                 \
-    if (geteuid() != 0)                                                                \
+#define REQUIRE_ROOT()                                                              \
+  do {                                                                              \
+    if (geteuid() != 0)                                                             \
       FAIL() << "host tests need root (BPF programs, cgroup writes); run as root: " \
-                "sudo scripts/test.sh";                                                \
+                "sudo scripts/test.sh";                                             \
   } while (0)
 
 inline bool write_file(const std::string& path, const std::string& text) {
@@ -50,7 +50,7 @@ inline std::string read_file(const std::string& path) {
 }
 
 inline uint64_t inode_of(const std::string& path) {
-  struct stat st {};
+  struct stat st{};
   if (::stat(path.c_str(), &st) != 0) return 0;
   return st.st_ino;
 }
@@ -98,8 +98,7 @@ class CgroupStack {
 struct Child {
   pid_t pid = -1;
   Child() = default;
-  Child(const std::vector<std::string>& procs_files, int cpu, int nice_value,
-        const std::function<void()>& body) {
+  Child(const std::vector<std::string>& procs_files, int cpu, int nice_value, const std::function<void()>& body) {
     int ready[2];
     if (pipe(ready) != 0) return;
     pid = fork();
@@ -216,14 +215,13 @@ struct LaidOutCgroup {
   // The file `name` of the v1 cpu (or cpuset) part, "" on a v2 host.
   std::string v1_file(const std::string& name) const {
     for (const auto& p : parts)
-      if (p->root != parts.front()->root && std::filesystem::exists(p->dir() + "/" + name)) return p->dir() + "/" + name;
+      if (p->root != parts.front()->root && std::filesystem::exists(p->dir() + "/" + name))
+        return p->dir() + "/" + name;
     return "";
   }
 };
 
-inline std::string unique(const std::string& base) {
-  return base + "-" + std::to_string(getpid());
-}
+inline std::string unique(const std::string& base) { return base + "-" + std::to_string(getpid()); }
 
 inline uint64_t mono_ns_now() { return khagent::mono_ns(); }
 

@@ -28,7 +28,7 @@ using namespace hosttest;
 namespace {
 
 constexpr uint64_t kBudget = 32ull << 20;  // map memory at 128 CPUs, 4096 cgroups
-constexpr uint32_t kBigNode = 128;          // possible CPUs of the node to plan for
+constexpr uint32_t kBigNode = 128;         // possible CPUs of the node to plan for
 constexpr uint64_t kRssBudgetKb = 64 << 10;
 
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
@@ -67,8 +67,7 @@ bool is_hash(uint32_t t) {
          t == BPF_MAP_TYPE_LRU_PERCPU_HASH;
 }
 bool is_percpu(uint32_t t) {
-  return t == BPF_MAP_TYPE_PERCPU_HASH || t == BPF_MAP_TYPE_LRU_PERCPU_HASH ||
-         t == BPF_MAP_TYPE_PERCPU_ARRAY;
+  return t == BPF_MAP_TYPE_PERCPU_HASH || t == BPF_MAP_TYPE_LRU_PERCPU_HASH || t == BPF_MAP_TYPE_PERCPU_ARRAY;
 }
 bool is_lru(uint32_t t) { return t == BPF_MAP_TYPE_LRU_HASH || t == BPF_MAP_TYPE_LRU_PERCPU_HASH; }
 
@@ -83,14 +82,13 @@ uint64_t model_mem_usage(const MapMemory& m, uint32_t ncpus, const KernelSizes& 
     const bool percpu = is_percpu(m.type), lru = is_lru(m.type);
     const uint64_t elem = k.htab_elem + key + (percpu ? 8 : value);
     uint64_t usage = k.htab + k.bucket * pow2_up(m.max_entries) + 4ull * ncpus * 8;  // map_locked[8]
-    uint64_t entries = m.max_entries + (!percpu && !lru ? ncpus : 0);              // extra elems
+    uint64_t entries = m.max_entries + (!percpu && !lru ? ncpus : 0);                // extra elems
     usage += elem * entries;
     if (percpu) usage += value * ncpus * entries;
     else if (!lru) usage += 8ull * ncpus;  // extra_elems pointers
     return usage;
   }
-  if (m.type == BPF_MAP_TYPE_PERCPU_ARRAY)
-    return k.array + m.max_entries * 8ull + m.max_entries * value * ncpus;
+  if (m.type == BPF_MAP_TYPE_PERCPU_ARRAY) return k.array + m.max_entries * 8ull + m.max_entries * value * ncpus;
   return 0;
 }
 
@@ -103,9 +101,9 @@ uint64_t model_footprint(const MapMemory& m, uint32_t ncpus) {
 
 struct Row {
   std::string name;
-  uint64_t here = 0;     // measured memlock on this host
-  uint64_t model = 0;    // the model at this host's CPUs
-  uint64_t big = 0;      // the model at kBigNode CPUs
+  uint64_t here = 0;   // measured memlock on this host
+  uint64_t model = 0;  // the model at this host's CPUs
+  uint64_t big = 0;    // the model at kBigNode CPUs
 };
 
 // Loads the object with `max_cgroups`, prints every map's memlock here and
@@ -190,7 +188,7 @@ std::pair<long, std::string> run_agent(const std::string& args, double stop_afte
     ::kill(pid, SIGINT);
   }
   int st = 0;
-  struct rusage ru {};
+  struct rusage ru{};
   wait4(pid, &st, 0, &ru);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << args << "\n" << read_file(out).substr(0, 4000);
   std::string text = read_file(out);
@@ -227,8 +225,8 @@ TEST(MemoryHost, AgentRssWith4096Cgroups) {
     ASSERT_GT(hopper.pid, 0);
     sleep_s(1.0);
 
-    auto [observe_kb, observe_out] = run_agent(
-        "--no-pin --log-level warn --max-cgroups 8192 observe --json --interval 1s --count 4", 0);
+    auto [observe_kb, observe_out] =
+        run_agent("--no-pin --log-level warn --max-cgroups 8192 observe --json --interval 1s --count 4", 0);
     size_t seen = 0;
     std::istringstream in(observe_out);
     std::string line;
@@ -237,20 +235,19 @@ TEST(MemoryHost, AgentRssWith4096Cgroups) {
       auto j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.contains("cgroups")) continue;
       size_t n = 0;
-      for (const auto& c : j["cgroups"])
-        n += c["path"].get<std::string>().rfind(parent.rel + "/cg", 0) == 0;
+      for (const auto& c : j["cgroups"]) n += c["path"].get<std::string>().rfind(parent.rel + "/cg", 0) == 0;
       seen = std::max(seen, n);
     }
     std::string cfg = "/tmp/" + unique("khagent-mem") + ".yaml";
     std::ofstream(cfg) << "tick: 1s\n";
-    auto [run_kb, run_out] =
-        run_agent("--no-pin --log-level warn --max-cgroups 8192 run --dry-run --config " + cfg +
-                      " --state-file /tmp/" + unique("khagent-mem") + "-state.json",
-                  5.0);
+    auto [run_kb, run_out] = run_agent("--no-pin --log-level warn --max-cgroups 8192 run --dry-run --config " + cfg +
+                                           " --state-file /tmp/" + unique("khagent-mem") + "-state.json",
+                                       5.0);
     ::unlink(cfg.c_str());
-    std::printf("%zu of the %d test cgroups active in one interval; peak RSS: observe --json %.1f MiB, "
-                "run --dry-run %.1f MiB\n",
-                seen, kCgroups, static_cast<double>(observe_kb) / 1024, static_cast<double>(run_kb) / 1024);
+    std::printf(
+        "%zu of the %d test cgroups active in one interval; peak RSS: observe --json %.1f MiB, "
+        "run --dry-run %.1f MiB\n",
+        seen, kCgroups, static_cast<double>(observe_kb) / 1024, static_cast<double>(run_kb) / 1024);
     EXPECT_GE(seen, static_cast<size_t>(kCgroups) * 9 / 10) << "the hopper did not reach the cgroups";
     // Both within the budget: the agent (the DaemonSet runs `run`), and
     // observe --json, which writes every active cgroup each tick (streamed

@@ -69,7 +69,9 @@ Stats measure(ProbeShm* shm, double seconds) {
   std::sort(v.begin(), v.end());
   Stats s;
   s.n = n;
-  auto q = [&](double p) { return n ? static_cast<double>(v[std::min(n - 1, static_cast<size_t>(p * static_cast<double>(n)))]) : 0.0; };
+  auto q = [&](double p) {
+    return n ? static_cast<double>(v[std::min(n - 1, static_cast<size_t>(p * static_cast<double>(n)))]) : 0.0;
+  };
   s.p50 = q(0.5);
   s.p99 = q(0.99);
   s.p999 = q(0.999);
@@ -182,10 +184,8 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
     // 1. At equal weights EEVDF's lag credit for the mostly sleeping probe
     // decides whether free hogs delay it at all, and on some runs they did
     // not; outweighed, the probe uses more than its fair share and waits.
-    if (v1)
-      ASSERT_TRUE(write_file(c_yarn.v1_file("cpu.shares"), "8192"));
-    else
-      ASSERT_TRUE(write_file(yarn_v2 + "/cpu.weight", "800"));
+    if (v1) ASSERT_TRUE(write_file(c_yarn.v1_file("cpu.shares"), "8192"));
+    else ASSERT_TRUE(write_file(yarn_v2 + "/cpu.weight", "800"));
     Child probe(c_ctr.procs(), -1, 0, [&] { probe_loop(shm); });
     ASSERT_GT(probe.pid, 0);
     std::vector<Child> hogs;
@@ -210,8 +210,8 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
       Placement where(probe.pid, hog_pids);
       off.push_back(measure(shm, T).p99);
       off_cpu.push_back(usage_s(yarn_v2) - u0);
-      std::printf("round %d, hogs free: the probe waited %.0f ms in run queues; %s\n", round, rq_wait_ms(probe.pid) - w0,
-                  where.stop().c_str());
+      std::printf("round %d, hogs free: the probe waited %.0f ms in run queues; %s\n", round,
+                  rq_wait_ms(probe.pid) - w0, where.stop().c_str());
       hogs.clear();
 
       std::string log = "/tmp/" + k + "-agent.log";
@@ -269,13 +269,16 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
       // Clearing cpu.idle resets the weight to the default in the kernel;
       // the agent puts the owner's back.
       EXPECT_EQ(read_file(v1 ? c_yarn.v1_file("cpu.shares") : yarn_v2 + "/cpu.weight"), v1 ? "8192\n" : "800\n")
-          << "the YARN root's weight not restored after cpu.idle\n" << text;
+          << "the YARN root's weight not restored after cpu.idle\n"
+          << text;
       std::printf("round %d: p99 alone %.0f, hogs %.0f, khagent %.0f us; offline %.2f s\n", round, alone.back(),
                   off.back(), on.back(), on_cpu.back());
       for (const auto& line : {"ladder escalate", "ladder kept", "ladder: ", "cpu.idle: '", "reverted", "rejected"})
         for (size_t at = text.find(line); at != std::string::npos; at = text.find(line, at + 1)) {
           size_t b = text.rfind('\n', at), e = text.find('\n', at);
-          std::printf("  agent: %s\n", text.substr(b == std::string::npos ? 0 : b + 1, e - (b == std::string::npos ? 0 : b + 1)).c_str());
+          std::printf(
+              "  agent: %s\n",
+              text.substr(b == std::string::npos ? 0 : b + 1, e - (b == std::string::npos ? 0 : b + 1)).c_str());
           break;
         }
       logs += text;
@@ -288,10 +291,15 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
     // median round.
     double a = median(alone), o = *std::max_element(off.begin(), off.end()), n = median(on);
     double kept = median(on_cpu), spare = median(spare_on), free_cpu = median(off_cpu);
-    std::printf("probe response p99 (us), medians of %zu rounds (hogs: worst round): alone %.0f, hogs %.0f, hogs + khagent %.0f "
-                "(ratio to alone %.2f)\n", alone.size(), a, o, n, a > 0 ? n / a : 0);
-    std::printf("offline CPU s per %.0f s: hogs free %.2f, khagent on %.2f; the probe left %.2f s idle, offline kept "
-                "%.0f%% of it\n", T, free_cpu, kept, spare, spare > 0 ? 100 * kept / spare : 0);
+    std::printf(
+        "probe response p99 (us), medians of %zu rounds (hogs: worst round): alone %.0f, hogs %.0f, hogs + khagent "
+        "%.0f "
+        "(ratio to alone %.2f)\n",
+        alone.size(), a, o, n, a > 0 ? n / a : 0);
+    std::printf(
+        "offline CPU s per %.0f s: hogs free %.2f, khagent on %.2f; the probe left %.2f s idle, offline kept "
+        "%.0f%% of it\n",
+        T, free_cpu, kept, spare, spare > 0 ? 100 * kept / spare : 0);
     EXPECT_TRUE(idle_seen) << "the agent never set cpu.idle on the YARN root\n" << logs;
     EXPECT_FALSE(quota_without_idle) << "a quota was written on a cgroup without cpu.idle\n" << logs;
     // The hogs must hurt, or the test shows nothing.
@@ -331,8 +339,8 @@ TEST(AgentProtection, EverySignalThatEndsTheAgentRestoresFirst) {
       ::dup2(err[1], 2);
       ::close(err[0]);
       ::close(err[1]);
-      execl(KHAGENT_BINARY, KHAGENT_BINARY, "--no-pin", "run", "--no-metrics", "--config", cfg.c_str(),
-            "--state-file", state.c_str(), nullptr);
+      execl(KHAGENT_BINARY, KHAGENT_BINARY, "--no-pin", "run", "--no-metrics", "--config", cfg.c_str(), "--state-file",
+            state.c_str(), nullptr);
       _exit(127);
     }
     ::close(err[1]);
@@ -355,8 +363,8 @@ TEST(AgentProtection, EverySignalThatEndsTheAgentRestoresFirst) {
     if (p == 0) {
       int null = ::open("/dev/null", O_WRONLY);
       ::dup2(null, 2);
-      execl(KHAGENT_BINARY, KHAGENT_BINARY, "--no-pin", "run", "--no-metrics", "--config", cfg.c_str(),
-            "--state-file", state.c_str(), nullptr);
+      execl(KHAGENT_BINARY, KHAGENT_BINARY, "--no-pin", "run", "--no-metrics", "--config", cfg.c_str(), "--state-file",
+            state.c_str(), nullptr);
       _exit(127);
     }
     return p;

@@ -1,8 +1,8 @@
 // Real BPF on the running kernel: trigger real scheduling, read khagent's maps
 // and compare with the kernel's own accounting and an independent tracer.
 #include <bpf/bpf.h>
-#include <grp.h>
 #include <bpf/libbpf.h>
+#include <grp.h>
 
 #include <cmath>
 #include <cstdio>
@@ -74,8 +74,7 @@ class RunqHost : public ::testing::Test {
     cgroups_.clear();
     parent_.reset();
     bpf_.reset();
-    EXPECT_NE(::access(("/sys/fs/bpf/" + unique("khagent-test")).c_str(), F_OK), 0)
-        << "pins left behind";
+    EXPECT_NE(::access(("/sys/fs/bpf/" + unique("khagent-test")).c_str(), F_OK), 0) << "pins left behind";
   }
 
   TestCgroup& cgroup(const std::string& name) {
@@ -177,11 +176,11 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   double kernel_delay = static_cast<double>(k1.run_delay_ns - k0.run_delay_ns);
   double tracer_ns = static_cast<double>(t1.first - t0.first);
   double ours_ns = static_cast<double>(bd.wait_ns);
-  std::printf("B: khagent waits %llu wait %.3f ms | kernel pcount %.0f run_delay %.3f ms | "
-              "tracer waits %llu wait %.3f ms\n",
-              static_cast<unsigned long long>(bd.waits), ours_ns / 1e6, kernel_waits,
-              kernel_delay / 1e6, static_cast<unsigned long long>(t1.second - t0.second),
-              tracer_ns / 1e6);
+  std::printf(
+      "B: khagent waits %llu wait %.3f ms | kernel pcount %.0f run_delay %.3f ms | "
+      "tracer waits %llu wait %.3f ms\n",
+      static_cast<unsigned long long>(bd.waits), ours_ns / 1e6, kernel_waits, kernel_delay / 1e6,
+      static_cast<unsigned long long>(t1.second - t0.second), tracer_ns / 1e6);
   ASSERT_GT(kernel_waits, 1000) << "the sleeper barely ran";
   EXPECT_NEAR(static_cast<double>(bd.waits) / kernel_waits, 1.0, 0.02);
   EXPECT_GE(ours_ns, 0.98 * kernel_delay) << "below the kernel's own run_delay";
@@ -195,8 +194,7 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   // made the 6.1 guest lock up under TCG in 2 of 5 runs.)
   double skew_ns = std::getenv("KHAGENT_VMTEST") ? 20'000.0 * static_cast<double>(t1.second - t0.second) : 0;
   std::printf("B: allowed skew %.3f ms beyond 5%%\n", skew_ns / 1e6);
-  EXPECT_LE(std::fabs(ours_ns - tracer_ns), 0.05 * tracer_ns + skew_ns)
-      << "disagrees with the reference tracer";
+  EXPECT_LE(std::fabs(ours_ns - tracer_ns), 0.05 * tracer_ns + skew_ns) << "disagrees with the reference tracer";
 
   // (2) B's interference is A's. Kernel threads and daemons in the root
   // cgroup (kdamond, kworkers) also run on CPU 0 now and then and are
@@ -205,10 +203,11 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   double by_a = static_cast<double>(pair_ns(r1, b.id(), a.id()) - pair_ns(r0, b.id(), a.id()));
   uint64_t root_id = inode_of(m_.cgroup2);
   double by_root = static_cast<double>(pair_ns(r1, b.id(), root_id) - pair_ns(r0, b.id(), root_id));
-  std::printf("B: other-cgroup wait %.3f ms, of which A %.3f ms, root cgroup %.3f ms; same %.3f ms "
-              "unattributed %.3f ms\n",
-              other / 1e6, by_a / 1e6, by_root / 1e6, static_cast<double>(bd.cause_ns[KH_WAIT_SAME_CGROUP]) / 1e6,
-              static_cast<double>(bd.cause_ns[KH_WAIT_UNATTRIBUTED]) / 1e6);
+  std::printf(
+      "B: other-cgroup wait %.3f ms, of which A %.3f ms, root cgroup %.3f ms; same %.3f ms "
+      "unattributed %.3f ms\n",
+      other / 1e6, by_a / 1e6, by_root / 1e6, static_cast<double>(bd.cause_ns[KH_WAIT_SAME_CGROUP]) / 1e6,
+      static_cast<double>(bd.cause_ns[KH_WAIT_UNATTRIBUTED]) / 1e6);
   ASSERT_GT(other, 0);
   EXPECT_GE(by_a / (other - by_root), 0.95);
   EXPECT_LE(by_root / other, 0.25) << "the root cgroup held CPU 0 unusually long";
@@ -238,8 +237,8 @@ TEST_F(RunqHost, AttributionSplitsByAggressorShare) {
   double w1 = static_cast<double>(pair_ns(r1, b.id(), a1.id()) - pair_ns(r0, b.id(), a1.id()));
   double w2 = static_cast<double>(pair_ns(r1, b.id(), a2.id()) - pair_ns(r0, b.id(), a2.id()));
   double share_cpu = cpu1 / (cpu1 + cpu2), share_blame = w1 / (w1 + w2);
-  std::printf("A1 cpu share %.3f blame share %.3f (A1 %.2f ms, A2 %.2f ms of B's wait)\n", share_cpu,
-              share_blame, w1 / 1e6, w2 / 1e6);
+  std::printf("A1 cpu share %.3f blame share %.3f (A1 %.2f ms, A2 %.2f ms of B's wait)\n", share_cpu, share_blame,
+              w1 / 1e6, w2 / 1e6);
   ASSERT_GT(w1 + w2, 0);
   EXPECT_GT(share_cpu, 0.6) << "nice 5 should get clearly less CPU";
   // Who B waits behind is not exactly who gets the CPU overall: a waking B
@@ -332,11 +331,11 @@ TEST_F(RunqHost, QuotaThrottledWaitsAreCountedAsThrottled) {
   CgroupCounters d = counters_delta(of(r1, t.id()), of(r0, t.id()));
   double wait = static_cast<double>(d.wait_ns);
   double thr = static_cast<double>(d.cause_ns[KH_WAIT_THROTTLED]);
-  std::printf("throttled hog: cpu %.1f ms, wait %.1f ms, throttled %.1f ms, other %.1f ms, "
-              "waits %llu\n",
-              static_cast<double>(d.cpu_ns) / 1e6, wait / 1e6, thr / 1e6,
-              static_cast<double>(d.cause_ns[KH_WAIT_OTHER_CGROUP]) / 1e6,
-              static_cast<unsigned long long>(d.waits));
+  std::printf(
+      "throttled hog: cpu %.1f ms, wait %.1f ms, throttled %.1f ms, other %.1f ms, "
+      "waits %llu\n",
+      static_cast<double>(d.cpu_ns) / 1e6, wait / 1e6, thr / 1e6,
+      static_cast<double>(d.cause_ns[KH_WAIT_OTHER_CGROUP]) / 1e6, static_cast<unsigned long long>(d.waits));
   EXPECT_LT(static_cast<double>(d.cpu_ns), 0.35 * 3e9) << "the quota did not limit the hog";
   ASSERT_GT(wait, 1e9) << "a 20% quota hog should wait most of the time";
   // The throttled part is what the kernel counted as throttled time (on
@@ -350,8 +349,7 @@ TEST_F(RunqHost, QuotaThrottledWaitsAreCountedAsThrottled) {
   // The throttle metric itself: from cpu.stat (here) or fentry.
   for (const auto& cg : s->cgroups) {
     if (cg.id != t.id()) continue;
-    std::printf("throttle source %s: %llu events, %.1f ms in the interval\n",
-                throttle_source_name(s->throttle_source),
+    std::printf("throttle source %s: %llu events, %.1f ms in the interval\n", throttle_source_name(s->throttle_source),
                 static_cast<unsigned long long>(cg.throttle_total.events),
                 static_cast<double>(cg.throttle_total.throttled_ns) / 1e6);
     EXPECT_GE(cg.throttle_total.events, 20u);
@@ -386,11 +384,11 @@ TEST_F(RunqHost, SelfThrottledWaitsSplitByTheirThrottledOverlap) {
   double other = static_cast<double>(d.cause_ns[KH_WAIT_OTHER_CGROUP]);
   double same = static_cast<double>(d.cause_ns[KH_WAIT_SAME_CGROUP]);
   double truth = 2 * (k1 - k0);
-  std::printf("two threads under a 0.2 CPU quota next to a hog: wait %.0f ms = throttled %.0f + same %.0f + "
-              "other %.0f + unattributed %.0f ms; truth for throttled 2 x %.0f = %.0f ms (%+.1f%%)\n",
-              wait / 1e6, thr / 1e6, same / 1e6, other / 1e6,
-              static_cast<double>(d.cause_ns[KH_WAIT_UNATTRIBUTED]) / 1e6, (k1 - k0) / 1e6, truth / 1e6,
-              truth > 0 ? 100 * (thr - truth) / truth : 0);
+  std::printf(
+      "two threads under a 0.2 CPU quota next to a hog: wait %.0f ms = throttled %.0f + same %.0f + "
+      "other %.0f + unattributed %.0f ms; truth for throttled 2 x %.0f = %.0f ms (%+.1f%%)\n",
+      wait / 1e6, thr / 1e6, same / 1e6, other / 1e6, static_cast<double>(d.cause_ns[KH_WAIT_UNATTRIBUTED]) / 1e6,
+      (k1 - k0) / 1e6, truth / 1e6, truth > 0 ? 100 * (thr - truth) / truth : 0);
   ASSERT_GT(truth, 2e9) << "the quota did not throttle the cgroup";
   // Without the kernel's throttled clock (before 6.6) the split is decided
   // when a wait begins: approximate, and documented as such.
@@ -416,8 +414,8 @@ TEST_F(RunqHost, BpftoolDumpsPinnedMapsWithFieldNames) {
   while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
   int rc = pclose(p);
   EXPECT_EQ(rc, 0) << out.substr(0, 2000);
-  for (const char* field : {"\"wait_ns\"", "\"waits\"", "\"cpu_ns\"", "\"preemptions\"",
-                            "\"cause_ns\"", "\"hist\"", "\"value\""})
+  for (const char* field :
+       {"\"wait_ns\"", "\"waits\"", "\"cpu_ns\"", "\"preemptions\"", "\"cause_ns\"", "\"hist\"", "\"value\""})
     EXPECT_NE(out.find(field), std::string::npos) << field << " missing in:\n" << out.substr(0, 2000);
   // One value per cgroup, summed over CPUs in the kernel: no per-CPU copies.
   EXPECT_EQ(out.find("\"values\""), std::string::npos) << out.substr(0, 2000);
@@ -446,9 +444,8 @@ TEST_F(RunqHost, FullMapsCountFailedInsertsInsteadOfEvicting) {
   sleep_s(0.5);
   auto r1 = maps.read();
   ASSERT_TRUE(r1.ok()) << r1.error().str();
-  std::printf("4-entry maps: %zu cgroups, %zu pairs; failed inserts: %llu cgroup, %llu pair\n",
-              r1->cgroups.size(), r1->pairs.size(),
-              static_cast<unsigned long long>(r1->counters[KH_CNT_STATS_FULL]),
+  std::printf("4-entry maps: %zu cgroups, %zu pairs; failed inserts: %llu cgroup, %llu pair\n", r1->cgroups.size(),
+              r1->pairs.size(), static_cast<unsigned long long>(r1->counters[KH_CNT_STATS_FULL]),
               static_cast<unsigned long long>(r1->counters[KH_CNT_PAIRS_FULL]));
   EXPECT_EQ(r1->cgroups.size(), 4u);
   EXPECT_LE(r1->pairs.size(), 4u);
@@ -564,8 +561,7 @@ TEST_F(RunqHost, RemovedCgroupsAreReportedByTheKernel) {
 // the kernel takes it, cpu.stat where it refuses (this development kernel).
 TEST(AgentBinary, ObserveJsonReportsThrottleSource) {
   REQUIRE_ROOT();
-  std::string cmd = std::string(KHAGENT_BINARY) +
-                    " --no-pin observe --json --interval 300ms --count 2 2>/dev/null";
+  std::string cmd = std::string(KHAGENT_BINARY) + " --no-pin observe --json --interval 300ms --count 2 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::vector<nlohmann::json> lines;
@@ -723,11 +719,12 @@ TEST_F(RunqHost, AStarvedWaitIsReportedWhileItLasts) {
   for (const auto& e : events)
     if (e.cgroup_id == victim_cg.id()) seen = &e;
   ASSERT_NE(seen, nullptr) << "no event for the starved victim (" << events.size() << " events)";
-  std::printf("ongoing wait reported %.0f ms after the hog started: wait so far %.1f ms, aggressor %s for %.1f ms, "
-              "cause %u, CPU %u\n",
-              static_cast<double>(scanned - hog_start) / 1e6, static_cast<double>(seen->wait_ns) / 1e6,
-              seen->aggressor_id == hog_cg.id() ? "the RT hog's cgroup" : std::to_string(seen->aggressor_id).c_str(),
-              static_cast<double>(seen->aggressor_ns) / 1e6, seen->cause, seen->cpu);
+  std::printf(
+      "ongoing wait reported %.0f ms after the hog started: wait so far %.1f ms, aggressor %s for %.1f ms, "
+      "cause %u, CPU %u\n",
+      static_cast<double>(scanned - hog_start) / 1e6, static_cast<double>(seen->wait_ns) / 1e6,
+      seen->aggressor_id == hog_cg.id() ? "the RT hog's cgroup" : std::to_string(seen->aggressor_id).c_str(),
+      static_cast<double>(seen->aggressor_ns) / 1e6, seen->cause, seen->cpu);
   EXPECT_TRUE(seen->flags & KH_EVENT_ONGOING);
   EXPECT_EQ(seen->cpu, static_cast<unsigned>(kCpu));
   EXPECT_GE(seen->wait_ns, 200'000'000u);
@@ -754,8 +751,8 @@ TEST(AgentBinary, RunDryRunSqueezesOfflineForAnOnlinePod) {
   Mounts m = mounts();
   ASSERT_FALSE(m.cgroup2.empty());
   std::string k = unique("kh");  // unique names the layout parser still accepts
-  std::string pod = "/" + k + "-kubepods.slice/" + k + "-kubepods-burstable.slice/" + k +
-                    "-kubepods-burstable-pod1111_2222.slice";
+  std::string pod =
+      "/" + k + "-kubepods.slice/" + k + "-kubepods-burstable.slice/" + k + "-kubepods-burstable-pod1111_2222.slice";
   std::string yarn = "/" + k + "-yarn";
   {
     LaidOutCgroup top(m, "/" + k + "-kubepods.slice");
@@ -776,8 +773,8 @@ TEST(AgentBinary, RunDryRunSqueezesOfflineForAnOnlinePod) {
     std::ofstream(cfg) << "tick: 200ms\noffline:\n  yarn_hierarchy: " << k
                        << "-yarn\nonline:\n  wait_p99_target: 5us\nfast_path:\n  wait_threshold: 20us\n";
     std::string log = "/tmp/" + k + ".log";
-    std::string cmd = std::string(KHAGENT_BINARY) + " --no-pin run --dry-run --config " + cfg +
-                      " --state-file /tmp/" + k + "-state.json > " + log + " 2>&1";
+    std::string cmd = std::string(KHAGENT_BINARY) + " --no-pin run --dry-run --config " + cfg + " --state-file /tmp/" +
+                      k + "-state.json > " + log + " 2>&1";
     pid_t agent = fork();
     if (agent == 0) {
       execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);

@@ -78,8 +78,8 @@ struct ObserveAgent {
         dup2(fd, STDOUT_FILENO);
         dup2(fd, STDERR_FILENO);
       }
-      execl(KHAGENT_BINARY, KHAGENT_BINARY, "--pin-dir", pin_dir.c_str(), "observe", "--interval", "200ms",
-            "--count", "50", nullptr);
+      execl(KHAGENT_BINARY, KHAGENT_BINARY, "--pin-dir", pin_dir.c_str(), "observe", "--interval", "200ms", "--count",
+            "50", nullptr);
       _exit(127);
     }
   }
@@ -218,10 +218,10 @@ TEST(ToolsHost, DoctorReportsThisNodeAndExitsByItsFailLines) {
   EXPECT_TRUE(has_line_starting(r.out, "OK   bpf programs: tp_btf")) << "the host tier loads them:\n" << r.out;
   EXPECT_TRUE(has_line_starting(r.out, "OK   bpf maps")) << r.out;
   bool fentry = khagent::probe_fentry("throttle_cfs_rq") && khagent::probe_fentry("unthrottle_cfs_rq");
-  if (fentry)
-    EXPECT_TRUE(has_line_starting(r.out, "OK   throttle hooks: fentry")) << r.out;
+  if (fentry) EXPECT_TRUE(has_line_starting(r.out, "OK   throttle hooks: fentry")) << r.out;
   else
-    EXPECT_TRUE(has_line_starting(r.out, "WARN throttle hooks: fentry refused: throttling read from cpu.stat")) << r.out;
+    EXPECT_TRUE(has_line_starting(r.out, "WARN throttle hooks: fentry refused: throttling read from cpu.stat"))
+        << r.out;
 
   auto m = mounts();
   ASSERT_FALSE(m.cgroup2.empty());
@@ -246,7 +246,8 @@ TEST(ToolsHost, DoctorFailsOnAnUnwritableStateFileDirectory) {
   REQUIRE_ROOT();
   Cmd r = run(bin() + " doctor --state-file /proc/" + unique("khagent") + "/state.json 2>/dev/null");
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_TRUE(has_line_starting(r.out, "FAIL state file: /proc/" + unique("khagent") + " does not exist and /proc is not writable"))
+  EXPECT_TRUE(has_line_starting(
+      r.out, "FAIL state file: /proc/" + unique("khagent") + " does not exist and /proc is not writable"))
       << r.out;
 }
 
@@ -280,8 +281,9 @@ TEST(ToolsHost, StatusReportsARunningAgent) {
   EXPECT_NE(r.out.find("agent: running (maps pinned under " + dir + ", used by "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" BPF programs; process " + std::to_string(agent.pid) + " khagent)"), std::string::npos)
       << r.out;
-  EXPECT_TRUE(has_line_starting(r.out, "pinned maps: cgroup_stats, interference, throttle_stats, cpu_state, counters, "
-                                       "protected_cgroups"))
+  EXPECT_TRUE(has_line_starting(r.out,
+                                "pinned maps: cgroup_stats, interference, throttle_stats, cpu_state, counters, "
+                                "protected_cgroups"))
       << r.out;
   EXPECT_NE(r.out.find("handle_sched_switch"), std::string::npos) << "full program names from BTF:\n" << r.out;
   EXPECT_TRUE(has_line_starting(r.out, "BPF counters: switches ")) << r.out;
@@ -404,12 +406,12 @@ TEST(ToolsHost, StatusRefusesMapsOfAnotherLayoutVersion) {
   bpf_program__set_autoload(skel->progs.handle_unthrottle_cfs_rq, false);
   ASSERT_EQ(runq_bpf__load(skel), 0);
   ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
-  for (bpf_map* m : {skel->maps.cgroup_stats, skel->maps.interference, skel->maps.throttle_stats,
-                     skel->maps.cpu_state, skel->maps.counters, skel->maps.protected_cgroups})
+  for (bpf_map* m : {skel->maps.cgroup_stats, skel->maps.interference, skel->maps.throttle_stats, skel->maps.cpu_state,
+                     skel->maps.counters, skel->maps.protected_cgroups})
     ASSERT_EQ(bpf_map__pin(m, (dir + "/" + bpf_map__name(m)).c_str()), 0);
   Cmd r = run(bin() + " --pin-dir " + dir + " status --state-file /tmp/" + unique("kh-abi") + ".json");
-  for (bpf_map* m : {skel->maps.cgroup_stats, skel->maps.interference, skel->maps.throttle_stats,
-                     skel->maps.cpu_state, skel->maps.counters, skel->maps.protected_cgroups})
+  for (bpf_map* m : {skel->maps.cgroup_stats, skel->maps.interference, skel->maps.throttle_stats, skel->maps.cpu_state,
+                     skel->maps.counters, skel->maps.protected_cgroups})
     bpf_map__unpin(m, nullptr);
   ::rmdir(dir.c_str());
   runq_bpf__destroy(skel);

@@ -114,8 +114,8 @@ TEST(AgentYarn, SlowResourceManagerNeverDelaysTheSqueeze) {
   Mounts m = mounts();
   ASSERT_FALSE(m.cgroup2.empty());
   std::string k = unique("kh");
-  std::string pod = "/" + k + "-kubepods.slice/" + k + "-kubepods-burstable.slice/" + k +
-                    "-kubepods-burstable-pod1111_2222.slice";
+  std::string pod =
+      "/" + k + "-kubepods.slice/" + k + "-kubepods-burstable.slice/" + k + "-kubepods-burstable-pod1111_2222.slice";
   std::string yarn = "/" + k + "-yarn";
 
   YarnEmulator emu;

@@ -38,7 +38,7 @@ TEST(Mountinfo, MissingFileIsAnError) {
 }
 
 static uint64_t ino(const fs::path& p) {
-  struct stat st {};
+  struct stat st{};
   EXPECT_EQ(::stat(p.c_str(), &st), 0);
   return st.st_ino;
 }

@@ -17,8 +17,7 @@ TEST(Cli, Durations) {
 }
 
 TEST(Cli, ObserveOptions) {
-  auto p = parse_cli({"observe", "--interval", "500ms", "--count", "3", "--cgroup", "/kubepods",
-                      "--json"});
+  auto p = parse_cli({"observe", "--interval", "500ms", "--count", "3", "--cgroup", "/kubepods", "--json"});
   ASSERT_TRUE(p.options.has_value()) << p.output;
   EXPECT_EQ(p.options->interval_ns, 500000000ULL);
   EXPECT_EQ(p.options->count, 3u);
@@ -57,8 +56,8 @@ TEST(Cli, ErrorsExitWithTwoAndSayWhy) {
 }
 
 TEST(Cli, RunRestoreAndConfigCheck) {
-  auto r = parse_cli({"run", "--dry-run", "--state-file", "/tmp/s.json", "--node-name", "n1",
-                      "--node-label", "pool=colo", "--node-label", "zone=a"});
+  auto r = parse_cli({"run", "--dry-run", "--state-file", "/tmp/s.json", "--node-name", "n1", "--node-label",
+                      "pool=colo", "--node-label", "zone=a"});
   ASSERT_TRUE(r.options.has_value()) << r.output;
   EXPECT_EQ(r.options->command, Command::Run);
   EXPECT_TRUE(r.options->dry_run);

@@ -22,8 +22,7 @@ struct FakeMaps : MapSource {
     into = next;
     return {};
   }
-  void forget(const std::vector<uint64_t>& ids,
-              const std::vector<std::pair<uint64_t, uint64_t>>& pairs) override {
+  void forget(const std::vector<uint64_t>& ids, const std::vector<std::pair<uint64_t, uint64_t>>& pairs) override {
     forgotten_ids.insert(forgotten_ids.end(), ids.begin(), ids.end());
     forgotten_pairs.insert(forgotten_pairs.end(), pairs.begin(), pairs.end());
     for (auto id : ids) next.cgroups.erase(id);
@@ -40,7 +39,7 @@ struct FakeThrottle : ThrottleStatReader {
 };
 
 uint64_t ino(const fs::path& p) {
-  struct stat st {};
+  struct stat st{};
   ::stat(p.c_str(), &st);
   return st.st_ino;
 }

@@ -226,8 +226,7 @@ fast_path:
   EXPECT_EQ(r0.path_glob, "/kubepods.slice/*");
   EXPECT_EQ(r0.priority_class, "high-priority-online");
   EXPECT_EQ(r0.labels, (std::map<std::string, std::string>{{"app", "web"}, {"tier", "front"}}));
-  EXPECT_EQ(r0.annotations,
-            (std::map<std::string, std::string>{{"colocation.io/class", "online"}}));
+  EXPECT_EQ(r0.annotations, (std::map<std::string, std::string>{{"colocation.io/class", "online"}}));
   EXPECT_EQ(r0.yarn, false);
   // A rule with only a class has every matcher unset (it matches everything).
   const ClassRule& r1 = c.classes.rules[1];
@@ -362,17 +361,14 @@ TEST(ConfigErrors, NameTheFileTheKeyAndTheProblem) {
       {"just words\n", {"expected a map at the top level"}},
       // Unknown keys at every level.
       {"tik: 200ms\n", {"test.yaml:1: tik: unknown key (known: tick, dry_run, state_file"}},
-      {"budget:\n  flor: 1\n",
-       {"test.yaml:2: budget.flor: unknown key (known: floor, allow_zero, reserve"}},
-      {"classes:\n  rules:\n    - class: online\n      qoss: x\n",
-       {"test.yaml:4: classes.rules[0].qoss: unknown key"}},
+      {"budget:\n  flor: 1\n", {"test.yaml:2: budget.flor: unknown key (known: floor, allow_zero, reserve"}},
+      {"classes:\n  rules:\n    - class: online\n      qoss: x\n", {"test.yaml:4: classes.rules[0].qoss: unknown key"}},
       {"fast_path: {enable: true}\n", {"fast_path.enable: unknown key"}},
       {"budget: {floor: 1}\nbudget: {floor: 2}\n", {"test.yaml:2: budget: duplicate key"}},
       // Wrong types.
       {"budget: {floor: abc}\n", {"budget.floor: expected a number, got \"abc\""}},
       {"budget: {floor: '2'}\n", {"budget.floor: expected a number"}},
-      {"budget:\n  floor:\n  reserve: 1\n",
-       {"test.yaml:2: budget.floor: expected a number, got nothing"}},
+      {"budget:\n  floor:\n  reserve: 1\n", {"test.yaml:2: budget.floor: expected a number, got nothing"}},
       {"budget: {floor: .inf}\n", {"budget.floor: expected a number"}},
       {"dry_run: maybe\n", {"dry_run: expected true or false, got \"maybe\""}},
       {"dry_run: 'true'\n", {"dry_run: expected true or false"}},
@@ -387,10 +383,8 @@ TEST(ConfigErrors, NameTheFileTheKeyAndTheProblem) {
       {"offline: {targets: [[a]]}\n", {"offline.targets[0]: expected a string"}},
       {"classes: {rules: {class: online}}\n", {"classes.rules: expected a list"}},
       {"classes: {rules: [online]}\n", {"classes.rules[0]: expected a map"}},
-      {"classes: {rules: [{class: online, labels: {app: [a]}}]}\n",
-       {"classes.rules[0].labels.app: expected a string"}},
-      {"classes: {rules: [{class: online, yarn: sometimes}]}\n",
-       {"classes.rules[0].yarn: expected true or false"}},
+      {"classes: {rules: [{class: online, labels: {app: [a]}}]}\n", {"classes.rules[0].labels.app: expected a string"}},
+      {"classes: {rules: [{class: online, yarn: sometimes}]}\n", {"classes.rules[0].yarn: expected true or false"}},
       // Durations.
       {"tick: fast\n", {"tick: not a duration: \"fast\""}},
       {"tick: 5\n", {"tick: duration \"5\" needs a unit"}},
@@ -400,8 +394,7 @@ TEST(ConfigErrors, NameTheFileTheKeyAndTheProblem) {
       {"tick: {a: 1}\n", {"tick: expected a duration"}},
       {"tick: 99999999999999999999s\n", {"tick:", "too long"}},
       {"fast_path: {wait_threshold: 1.5ns}\n", {"fast_path.wait_threshold:", "whole number of ns"}},
-      {"budget: {cpu_max_period: 1500ns}\n",
-       {"budget.cpu_max_period: must be a whole number of microseconds"}},
+      {"budget: {cpu_max_period: 1500ns}\n", {"budget.cpu_max_period: must be a whole number of microseconds"}},
       {"online: {wait_p99_target: -2ms}\n", {"online.wait_p99_target: must not be negative"}},
       // Classes and QoS names.
       {"classes: {default_class: batch}\n", {"classes.default_class: unknown class \"batch\""}},
@@ -409,21 +402,18 @@ TEST(ConfigErrors, NameTheFileTheKeyAndTheProblem) {
       {"classes: {rules: [{class: batch}]}\n", {"classes.rules[0].class: unknown class \"batch\""}},
       {"classes:\n  rules:\n    - class: online\n    - qos: besteffort\n",
        {"test.yaml:4: classes.rules[1]: a rule needs a class"}},
-      {"classes: {rules: [{class: online, qos: premium}]}\n",
-       {"classes.rules[0].qos: unknown qos \"premium\""}},
+      {"classes: {rules: [{class: online, qos: premium}]}\n", {"classes.rules[0].qos: unknown qos \"premium\""}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.text);
     std::string msg = load_error(c.text);
     EXPECT_TRUE(contains(msg, kSource)) << msg;
-    for (const auto& s : c.says)
-      EXPECT_TRUE(contains(msg, s)) << "want \"" << s << "\" in: " << msg;
+    for (const auto& s : c.says) EXPECT_TRUE(contains(msg, s)) << "want \"" << s << "\" in: " << msg;
   }
 }
 
 TEST(ConfigErrors, LineNumberPointsAtTheValue) {
-  std::string msg =
-      load_error("tick: 200ms\ndry_run: false\n\nbudget:\n  reserve: 1\n  floor: x\n");
+  std::string msg = load_error("tick: 200ms\ndry_run: false\n\nbudget:\n  reserve: 1\n  floor: x\n");
   EXPECT_TRUE(contains(msg, "test.yaml:6: budget.floor")) << msg;
 }
 
@@ -459,11 +449,9 @@ TEST(ConfigValidate, RejectsImpossibleValues) {
       {"budget: {cpu_max_period: 999us}", {"budget.cpu_max_period:", "kernel limits", "999us"}},
       {"budget: {cpu_max_period: 2s}", {"budget.cpu_max_period:", "kernel limits"}},
       {"budget: {initial: 0.2}", {"budget.initial: 0.2 is below budget.floor (0.5)"}},
-      {"budget: {initial: 0, floor: 0, allow_zero: true, decrease_factor: 0}",
-       {"budget.decrease_factor"}},
+      {"budget: {initial: 0, floor: 0, allow_zero: true, decrease_factor: 0}", {"budget.decrease_factor"}},
       {"online: {wait_p99_target: 0s}", {"online.wait_p99_target: must be positive"}},
-      {"online: {interference_share_limit: 1.5}",
-       {"online.interference_share_limit: must be between 0 and 1"}},
+      {"online: {interference_share_limit: 1.5}", {"online.interference_share_limit: must be between 0 and 1"}},
       {"online: {min_offline_share: -0.1}", {"online.min_offline_share:"}},
       {"online: {self_throttle_share: 2}", {"online.self_throttle_share:"}},
       {"offline: {weight: 10001}", {"offline.weight:", "10001"}},
@@ -488,8 +476,7 @@ TEST(ConfigValidate, RejectsImpossibleValues) {
     SCOPED_TRACE(c.text);
     std::string msg = load_error(c.text);
     EXPECT_TRUE(contains(msg, std::string(kSource) + ": ")) << msg;
-    for (const auto& s : c.says)
-      EXPECT_TRUE(contains(msg, s)) << "want \"" << s << "\" in: " << msg;
+    for (const auto& s : c.says) EXPECT_TRUE(contains(msg, s)) << "want \"" << s << "\" in: " << msg;
   }
 }
 
@@ -725,8 +712,7 @@ TEST(ConfigNodes, BadEntriesAreErrorsOnEveryNode) {
 
 TEST(ConfigFile, LoadsAFile) {
   TempDir dir;
-  dir.write("khagent.yaml",
-            "budget:\n  floor: 2\nnodes:\n  - match: {name: n1}\n    set: {dry_run: true}\n");
+  dir.write("khagent.yaml", "budget:\n  floor: 2\nnodes:\n  - match: {name: n1}\n    set: {dry_run: true}\n");
   auto r = load_config_file((dir.path / "khagent.yaml").string(), {"n1", {}});
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r->budget.floor_cores, 2.0);
@@ -766,9 +752,9 @@ TEST(ConfigFile, UnreadableFileGivesErrnoAndPath) {
 
 TEST(ConfigYaml, DefaultsRoundTripWithReadableDurations) {
   std::string text = config_to_yaml(default_config());
-  for (const char* s : {"tick: 200ms", "wait_p99_target: 2ms", "min_decrease_interval: 100ms",
-                        "increase_interval: 5s", "calm_period: 10s", "cpu_max_period: 100ms",
-                        "wait_threshold: 5ms", "min_interval: 50ms", "scan_interval: 1s", "kubelet_pods_url: \"\""}) {
+  for (const char* s : {"tick: 200ms", "wait_p99_target: 2ms", "min_decrease_interval: 100ms", "increase_interval: 5s",
+                        "calm_period: 10s", "cpu_max_period: 100ms", "wait_threshold: 5ms", "min_interval: 50ms",
+                        "scan_interval: 1s", "kubelet_pods_url: \"\""}) {
     EXPECT_TRUE(contains(text, s)) << "want \"" << s << "\" in:\n" << text;
   }
   auto r = load(text);

@@ -28,7 +28,8 @@ std::string slurp(const fs::path& p) {
 // A state file as an attacker writes it: any entries, a valid checksum.
 std::string forged_state(const nlohmann::json& entries) {
   std::string dump = entries.dump();
-  auto crc = static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(dump.data()), static_cast<uInt>(dump.size())));
+  auto crc =
+      static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(dump.data()), static_cast<uInt>(dump.size())));
   return nlohmann::json{{"version", 1}, {"entries", entries}, {"checksum", crc}}.dump();
 }
 
@@ -101,8 +102,8 @@ TEST(Confinement, CleanPathsOnly) {
 }
 
 TEST(StateHardening, DeepNestingIsAnErrorNotACrash) {
-  std::string deep = "{\"version\":1,\"entries\":" + std::string(100000, '[') + std::string(100000, ']') +
-                     ",\"checksum\":0}";
+  std::string deep =
+      "{\"version\":1,\"entries\":" + std::string(100000, '[') + std::string(100000, ']') + ",\"checksum\":0}";
   auto r = StateStore::parse(deep);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("nested deeper"), std::string::npos) << r.error().message;
@@ -189,7 +190,8 @@ TEST(V1Backend, WritesQuotaAndPeriodInAnOrderV1Accepts) {
   t.write("cpu/hadoop-yarn/cpu.shares", "1024\n");
   t.write("cpu/hadoop-yarn/cpu.idle", "0\n");
   t.write("cpuset/hadoop-yarn/cpuset.cpus", "0-1\n");
-  RealCgroupFs cgfs(CgroupRoots{(t.path / "unified").string(), (t.path / "cpu").string(), (t.path / "cpuset").string()});
+  RealCgroupFs cgfs(
+      CgroupRoots{(t.path / "unified").string(), (t.path / "cpu").string(), (t.path / "cpuset").string()});
   EXPECT_EQ(*cgfs.read("/hadoop-yarn", CgroupFile::V1CpuCfs), "-1 100000");
   ASSERT_TRUE(cgfs.write("/hadoop-yarn", CgroupFile::V1CpuCfs, "2000 10000").ok());
   EXPECT_EQ(slurp(t.path / "cpu/hadoop-yarn/cpu.cfs_quota_us"), "2000\n");

@@ -10,8 +10,7 @@ namespace {
 
 constexpr uint64_t kMs = 1'000'000, kS = 1'000'000'000;
 
-OnlinePodLoad pod(double p99_us, double offline_share, double throttled_share = 0,
-                  uint64_t waits = 1000) {
+OnlinePodLoad pod(double p99_us, double offline_share, double throttled_share = 0, uint64_t waits = 1000) {
   OnlinePodLoad p;
   p.uid = "u";
   p.path = "/kubepods.slice/pod";
@@ -188,8 +187,7 @@ TEST(Controller, FastPathNeedsOfflineToHoldItsShareOfTheWait) {
   s.in.fast_events = {ongoing};
   auto d = s.step({}, 5 * kMs);
   EXPECT_EQ(d.action, BudgetAction::Decrease);
-  EXPECT_NE(d.reason.find("has been waiting for 300.0ms, 150.0ms of it behind offline"), std::string::npos)
-      << d.reason;
+  EXPECT_NE(d.reason.find("has been waiting for 300.0ms, 150.0ms of it behind offline"), std::string::npos) << d.reason;
 }
 
 // Whatever happens, the budget stays within [floor, ceiling].

@@ -37,8 +37,7 @@ TEST(CpuStat, FallsBackToV1ThroughATask) {
   t.write("v2/job/cgroup.procs", "999\n123\n");
   t.write("proc/123/cgroup", "4:cpu,cpuacct:/limited\n0::/job\n");
   t.write("v1/limited/cpu.stat", "nr_periods 10\nnr_throttled 7\nthrottled_time 123456789\n");
-  CpuStatThrottleReader r((t.path / "v2").string(), (t.path / "v1").string(),
-                          (t.path / "proc").string());
+  CpuStatThrottleReader r((t.path / "v2").string(), (t.path / "v1").string(), (t.path / "proc").string());
   auto c = r.read("/job");  // pid 999 has no /proc entry: the next one is used
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->events, 7u);
@@ -48,8 +47,7 @@ TEST(CpuStat, FallsBackToV1ThroughATask) {
 TEST(CpuStat, NothingToReadIsNullopt) {
   TempDir t;
   t.write("v2/empty/cgroup.procs", "");
-  CpuStatThrottleReader r((t.path / "v2").string(), (t.path / "v1").string(),
-                          (t.path / "proc").string());
+  CpuStatThrottleReader r((t.path / "v2").string(), (t.path / "v1").string(), (t.path / "proc").string());
   EXPECT_FALSE(r.read("/empty").has_value());
   EXPECT_FALSE(r.read("/missing").has_value());
 }

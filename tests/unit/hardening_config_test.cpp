@@ -141,7 +141,8 @@ TEST(HardeningConfigFile, AliasUseIsBounded) {
 
   // A few aliases stay fine.
   auto ok = load_config_file(
-      write(d, "ok.yaml", "nodes:\n  - match: {name: a*}\n    set: &s {dry_run: true}\n  - match: {name: b*}\n    set: *s\n"),
+      write(d, "ok.yaml",
+            "nodes:\n  - match: {name: a*}\n    set: &s {dry_run: true}\n  - match: {name: b*}\n    set: *s\n"),
       {"a1", {}});
   ASSERT_TRUE(ok.ok()) << ok.error().message;
   EXPECT_TRUE(ok->dry_run);

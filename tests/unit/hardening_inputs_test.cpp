@@ -126,14 +126,34 @@ TEST(HardeningToken, ADirectoryIsStillNoToken) {
 // ---- the NodeManager web address from the RM -------------------------------------
 
 TEST(HardeningNmAddress, OnlyPlainHostPortIsAccepted) {
-  for (const char* ok : {"worker1.example.com:8042", "worker_1:8042", "10.0.0.7:8042", "[::1]:8042",
-                         "[fe80::1:2]:1", "h:65535"}) {
+  for (const char* ok :
+       {"worker1.example.com:8042", "worker_1:8042", "10.0.0.7:8042", "[::1]:8042", "[fe80::1:2]:1", "h:65535"}) {
     EXPECT_TRUE(yarn_http_address_ok(ok)) << ok;
   }
-  for (const char* bad : {"", "worker1", ":8042", "h:", "h:0", "h:65536", "h:99999999999", "h:80x",
-                          "vm:1/../../evil?x=", "h:8042/", "h/x:8042", "h:8042?a=1", "h:8042#f",
-                          "user@evil:8042", "user:pw@evil:8042", "h :8042", "h:8042\r\nX: y", "h\t:1",
-                          "h%2f:8042", "h\\x:1", "[::1:8042", "[]:1", "[::g]:1", "http://h:8042"}) {
+  for (const char* bad : {"",
+                          "worker1",
+                          ":8042",
+                          "h:",
+                          "h:0",
+                          "h:65536",
+                          "h:99999999999",
+                          "h:80x",
+                          "vm:1/../../evil?x=",
+                          "h:8042/",
+                          "h/x:8042",
+                          "h:8042?a=1",
+                          "h:8042#f",
+                          "user@evil:8042",
+                          "user:pw@evil:8042",
+                          "h :8042",
+                          "h:8042\r\nX: y",
+                          "h\t:1",
+                          "h%2f:8042",
+                          "h\\x:1",
+                          "[::1:8042",
+                          "[]:1",
+                          "[::g]:1",
+                          "http://h:8042"}) {
     EXPECT_FALSE(yarn_http_address_ok(bad)) << bad;
   }
   EXPECT_FALSE(yarn_http_address_ok(std::string(400, 'a') + ":1"));

@@ -130,9 +130,8 @@ TEST(HardeningJson, BytesPastTheLimitAndBadTextAreErrors) {
 }
 
 TEST(HardeningJson, BuildsWhatNlohmannBuilds) {
-  const std::string text =
-      R"({"a":[1,-2,3.5,true,false,null,"x\u00e9"],"b":{"c":{},"d":[],"a":1,"a":2},)"
-      R"("big":18446744073709551615,"neg":-9223372036854775808,"e":[[{"f":[{}]}]]})";
+  const std::string text = R"({"a":[1,-2,3.5,true,false,null,"x\u00e9"],"b":{"c":{},"d":[],"a":1,"a":2},)"
+                           R"("big":18446744073709551615,"neg":-9223372036854775808,"e":[[{"f":[{}]}]]})";
   auto r = parse_json_bounded(text, JsonLimits{});
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r.value(), json::parse(text));

@@ -189,19 +189,21 @@ std::string read_file(const std::filesystem::path& p) {
 // ---- numbers ---------------------------------------------------------------------
 
 TEST(HardeningYarnNumbers, ParsersRefuseNumbersOutOfRange) {
-  for (const char* info : {
-           R"({"nodeInfo":{"totalVCoresAllocatedContainers":9223372036854775807,"totalPmemAllocatedContainersMB":16384}})",
-           R"({"nodeInfo":{"totalVCoresAllocatedContainers":8,"totalPmemAllocatedContainersMB":1e300}})",
-           R"({"nodeInfo":{"totalVCoresAllocatedContainers":-1,"totalPmemAllocatedContainersMB":16384}})",
-           R"({"nodeInfo":{"totalVCoresAllocatedContainers":18446744073709551615,"totalPmemAllocatedContainersMB":1}})",
-           R"({"nodeInfo":{"totalVCoresAllocatedContainers":1000001,"totalPmemAllocatedContainersMB":1}})",
-       }) {
+  for (
+      const char* info : {
+          R"({"nodeInfo":{"totalVCoresAllocatedContainers":9223372036854775807,"totalPmemAllocatedContainersMB":16384}})",
+          R"({"nodeInfo":{"totalVCoresAllocatedContainers":8,"totalPmemAllocatedContainersMB":1e300}})",
+          R"({"nodeInfo":{"totalVCoresAllocatedContainers":-1,"totalPmemAllocatedContainersMB":16384}})",
+          R"({"nodeInfo":{"totalVCoresAllocatedContainers":18446744073709551615,"totalPmemAllocatedContainersMB":1}})",
+          R"({"nodeInfo":{"totalVCoresAllocatedContainers":1000001,"totalPmemAllocatedContainersMB":1}})",
+      }) {
     auto r = parse_nm_node_info(info);
     ASSERT_FALSE(r.ok()) << info;
     EXPECT_EQ(r.error().err, ERANGE) << info;
     EXPECT_NE(r.error().message.find("out of range"), std::string::npos) << r.error().message;
   }
-  auto frac = parse_nm_node_info(R"({"nodeInfo":{"totalVCoresAllocatedContainers":8.0,"totalPmemAllocatedContainersMB":16384.9}})");
+  auto frac = parse_nm_node_info(
+      R"({"nodeInfo":{"totalVCoresAllocatedContainers":8.0,"totalPmemAllocatedContainersMB":16384.9}})");
   ASSERT_TRUE(frac.ok()) << frac.error().message;
   EXPECT_EQ(frac.value(), (YarnResource{8, 16384}));
 
@@ -229,9 +231,12 @@ TEST(HardeningYarnNumbers, ParsersRefuseNumbersOutOfRange) {
 
 TEST(HardeningYarnNumbers, BadListEntriesAreMarkedNotFatal) {
   // Another node's nonsense does not hide this one.
-  std::string nodes = R"({"nodes":{"node":[)"
-                      R"({"id":"bad:1","nodeHostName":"bad","state":"RUNNING","totalResource":{"memory":1e300,"vCores":9223372036854775807}},)"
-                      R"({"id":")" + kThis + R"(","nodeHostName":"worker1.example.com","state":"RUNNING","totalResource":{"memory":16384,"vCores":8}}]}})";
+  std::string nodes =
+      R"({"nodes":{"node":[)"
+      R"({"id":"bad:1","nodeHostName":"bad","state":"RUNNING","totalResource":{"memory":1e300,"vCores":9223372036854775807}},)"
+      R"({"id":")" +
+      kThis +
+      R"(","nodeHostName":"worker1.example.com","state":"RUNNING","totalResource":{"memory":16384,"vCores":8}}]}})";
   auto list = parse_yarn_nodes(nodes);
   ASSERT_TRUE(list.ok()) << list.error().message;
   ASSERT_EQ(list->size(), 2u);
@@ -244,9 +249,10 @@ TEST(HardeningYarnNumbers, BadListEntriesAreMarkedNotFatal) {
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->id, kThis);
 
-  auto cs = parse_nm_containers(R"({"containers":{"container":[)"
-                                R"({"id":"container_1_0001_01_000001","state":"RUNNING","totalVCoresNeeded":-3,"totalMemoryNeededMB":1024},)"
-                                R"({"id":"container_1_0001_01_000002","state":"RUNNING","totalVCoresNeeded":1,"totalMemoryNeededMB":1024}]}})");
+  auto cs = parse_nm_containers(
+      R"({"containers":{"container":[)"
+      R"({"id":"container_1_0001_01_000001","state":"RUNNING","totalVCoresNeeded":-3,"totalMemoryNeededMB":1024},)"
+      R"({"id":"container_1_0001_01_000002","state":"RUNNING","totalVCoresNeeded":1,"totalMemoryNeededMB":1024}]}})");
   ASSERT_TRUE(cs.ok()) << cs.error().message;
   ASSERT_EQ(cs->size(), 2u);
   EXPECT_FALSE(cs->at(0).invalid.empty());

@@ -20,10 +20,10 @@ TEST(Histogram, BucketBoundsAreConsistent) {
 
 TEST(Histogram, CoversOneMicrosecondToTenSeconds) {
   EXPECT_EQ(hist_bucket(0), 0u);
-  EXPECT_EQ(hist_bucket(999), 0u);          // below 1 us: the first bucket
+  EXPECT_EQ(hist_bucket(999), 0u);  // below 1 us: the first bucket
   EXPECT_GT(hist_bucket(1100), 0u);
   uint32_t ten_s = hist_bucket(10'000'000'000ULL);
-  EXPECT_LT(ten_s, KH_HIST_BUCKETS - 1u);   // 10 s still has its own bucket
+  EXPECT_LT(ten_s, KH_HIST_BUCKETS - 1u);  // 10 s still has its own bucket
   EXPECT_EQ(hist_bucket(UINT64_MAX), KH_HIST_BUCKETS - 1u);
 }
 

@@ -89,7 +89,9 @@ class Peer {
   std::thread thread_;
 };
 
-void ok_handler(const httplib::Request&, httplib::Response& r, int) { r.set_content("{\"ok\":true}", "application/json"); }
+void ok_handler(const httplib::Request&, httplib::Response& r, int) {
+  r.set_content("{\"ok\":true}", "application/json");
+}
 
 // A base URL on 127.0.0.1 where nothing listens: bind a port, then close it.
 std::string refused_base() {
@@ -174,9 +176,9 @@ TEST(HttpClient, GetReturnsStatusBodyAndBaseUrl) {
 
 TEST(HttpClient, PostAndPutSendBodyAndContentType) {
   Peer peer([](const httplib::Request& q, httplib::Response& r, int) {
-    r.set_content(q.method + "|" + q.get_header_value("Content-Type") + "|" + q.get_header_value("X-Extra") + "|" +
-                      q.body,
-                  "text/plain");
+    r.set_content(
+        q.method + "|" + q.get_header_value("Content-Type") + "|" + q.get_header_value("X-Extra") + "|" + q.body,
+        "text/plain");
   });
   HttpClient c(options({peer.base()}));
 

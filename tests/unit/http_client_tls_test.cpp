@@ -29,9 +29,10 @@ class TlsPeer : public ::testing::Test {
     cert_ = dir_ + "/cert.pem";
     key_ = dir_ + "/key.pem";
     // A self-signed certificate for 127.0.0.1: it is its own CA bundle.
-    std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
-                      "-addext subjectAltName=IP:127.0.0.1 -keyout " + key_ + " -out " + cert_ +
-                      " >/dev/null 2>&1";
+    std::string cmd =
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+        "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+        key_ + " -out " + cert_ + " >/dev/null 2>&1";
     int rc = std::system(cmd.c_str());
     ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << "openssl could not make a certificate: " << cmd;
     svr_ = std::make_unique<httplib::SSLServer>(cert_.c_str(), key_.c_str());

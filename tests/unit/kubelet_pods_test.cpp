@@ -130,8 +130,7 @@ class TestServer {
     ++requests_;
 
     Response r = handler_(req);
-    for (auto until = std::chrono::steady_clock::now() + r.delay;
-         !stop_ && std::chrono::steady_clock::now() < until;) {
+    for (auto until = std::chrono::steady_clock::now() + r.delay; !stop_ && std::chrono::steady_clock::now() < until;) {
       std::this_thread::sleep_for(5ms);
     }
     std::string out = "HTTP/1.1 " + std::to_string(r.status) + " Test\r\nContent-Type: application/json\r\n";
@@ -175,8 +174,7 @@ class SharedBody {
 
 std::string pod_json(const std::string& uid, const std::string& name, const std::string& prio = "") {
   std::string spec = prio.empty() ? "{}" : R"({"priorityClassName":")" + prio + R"("})";
-  return R"({"metadata":{"uid":")" + uid + R"(","name":")" + name +
-         R"(","namespace":"default"},"spec":)" + spec + "}";
+  return R"({"metadata":{"uid":")" + uid + R"(","name":")" + name + R"(","namespace":"default"},"spec":)" + spec + "}";
 }
 
 std::string pod_list(const std::string& items) {
@@ -254,8 +252,8 @@ TEST(KubeletParse, ItemsWithoutUidAreSkipped) {
 }
 
 TEST(KubeletParse, NoItemsIsEmpty) {
-  for (const char* doc : {R"({"kind":"PodList","items":[]})", R"({"kind":"PodList","items":null})",
-                          R"({"kind":"PodList"})"}) {
+  for (const char* doc :
+       {R"({"kind":"PodList","items":[]})", R"({"kind":"PodList","items":null})", R"({"kind":"PodList"})"}) {
     auto r = parse_pod_list(doc);
     ASSERT_TRUE(r.ok()) << doc << ": " << r.error().str();
     EXPECT_TRUE(r->empty()) << doc;
@@ -332,9 +330,7 @@ TEST(KubeletClient, RereadsTheTokenOnEachFetch) {
 
 TEST(KubeletClient, NoTokenFileNoAuthorizationHeader) {
   TempDir t;  // no token file written
-  TestServer srv([](const TestServer::Request&) {
-    return TestServer::Response{200, pod_list(pod_json("u-1", "a"))};
-  });
+  TestServer srv([](const TestServer::Request&) { return TestServer::Response{200, pod_list(pod_json("u-1", "a"))}; });
   KubeletPodsClient client(options_for(srv, t));
   auto r = client.fetch();
   ASSERT_TRUE(r.ok()) << r.error().str();
@@ -385,9 +381,7 @@ TEST(KubeletClient, MalformedBodyIsAnError) {
 
 TEST(KubeletClient, TimesOut) {
   TempDir t;
-  TestServer srv([](const TestServer::Request&) {
-    return TestServer::Response{200, pod_list(""), 1500ms};
-  });
+  TestServer srv([](const TestServer::Request&) { return TestServer::Response{200, pod_list(""), 1500ms}; });
   auto o = options_for(srv, t);
   o.timeout_ms = 200;
   KubeletPodsClient client(o);
@@ -449,9 +443,7 @@ TEST(KubeletClient, EmptyUrlIsEinval) {
 
 TEST(KubeletClient, AbortFlagCancelsATransfer) {
   TempDir t;
-  TestServer srv([](const TestServer::Request&) {
-    return TestServer::Response{200, pod_list(""), 5000ms};
-  });
+  TestServer srv([](const TestServer::Request&) { return TestServer::Response{200, pod_list(""), 5000ms}; });
   auto o = options_for(srv, t);
   o.timeout_ms = 10000;
   KubeletPodsClient client(o);
@@ -527,9 +519,7 @@ TEST(KubeletWatcher, KeepsLastGoodListAndReportsErrors) {
 
 TEST(KubeletWatcher, StopIsPromptWithLongRefresh) {
   TempDir t;
-  TestServer srv([](const TestServer::Request&) {
-    return TestServer::Response{200, pod_list(pod_json("u-1", "a"))};
-  });
+  TestServer srv([](const TestServer::Request&) { return TestServer::Response{200, pod_list(pod_json("u-1", "a"))}; });
   KubeletPodsWatcher w(options_for(srv, t), 10s);
   ASSERT_TRUE(wait_new(w).has_value());  // the first fetch is immediate
   auto t0 = std::chrono::steady_clock::now();
@@ -541,9 +531,7 @@ TEST(KubeletWatcher, StopIsPromptWithLongRefresh) {
 
 TEST(KubeletWatcher, StopAbortsAnInFlightFetch) {
   TempDir t;
-  TestServer srv([](const TestServer::Request&) {
-    return TestServer::Response{200, pod_list(""), 5000ms};
-  });
+  TestServer srv([](const TestServer::Request&) { return TestServer::Response{200, pod_list(""), 5000ms}; });
   auto o = options_for(srv, t);
   o.timeout_ms = 10000;
   KubeletPodsWatcher w(o, 10s);

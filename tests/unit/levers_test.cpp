@@ -88,7 +88,7 @@ TEST(Levers, QuotaOnlyOnTheQuotaRungAndOnlyOverIdleWork) {
   in.quota = true;
   auto w = offline_writes(in, cfg);
   EXPECT_TRUE(has(w, "/hadoop-yarn", CgroupFile::CpuMax));
-  EXPECT_TRUE(has(w, kQos, CgroupFile::CpuMax));  // its pods are idle
+  EXPECT_TRUE(has(w, kQos, CgroupFile::CpuMax));       // its pods are idle
   EXPECT_FALSE(touches(w, kPod, CgroupFile::CpuMax));  // the kubelet owns pod quotas
   // No cpu.idle configured where the kernel has it: no quota either.
   cfg.offline.idle = false;
@@ -140,8 +140,7 @@ TEST(Ladder, EscalatesAfterALastingBreachAndKeepsAStepThatHelped) {
   EXPECT_FALSE(lever_on(st, Lever::Quota));
   EXPECT_NEAR(d.before_rate, 50e6, 1);
   // Verifying: no other step meanwhile, even in breach.
-  for (t += 200 * kMs; t < 14 * kS; t += 200 * kMs)
-    EXPECT_EQ(tick(st, cfg, t, false, 5e6).action, LadderAction::Hold);
+  for (t += 200 * kMs; t < 14 * kS; t += 200 * kMs) EXPECT_EQ(tick(st, cfg, t, false, 5e6).action, LadderAction::Hold);
   d = tick(st, cfg, t, false, 5e6);
   EXPECT_EQ(d.action, LadderAction::Kept);
   EXPECT_NEAR(d.after_rate, 5e6, 1);

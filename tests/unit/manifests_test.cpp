@@ -146,9 +146,7 @@ std::vector<Doc> of_kind(const std::string& kind) {
 }
 
 YAML::Node pod_spec(const YAML::Node& workload) { return at(workload, {"spec", "template", "spec"}); }
-YAML::Node pod_labels(const YAML::Node& workload) {
-  return at(workload, {"spec", "template", "metadata", "labels"});
-}
+YAML::Node pod_labels(const YAML::Node& workload) { return at(workload, {"spec", "template", "metadata", "labels"}); }
 
 // Every key of `want` (a label map) has the same value in `have`.
 bool labels_match(const YAML::Node& want, const YAML::Node& have) {
@@ -158,9 +156,7 @@ bool labels_match(const YAML::Node& want, const YAML::Node& have) {
   return true;
 }
 
-YAML::Node agent_container(const YAML::Node& ds) {
-  return item(at(pod_spec(ds), {"containers"}), "name", "khagent");
-}
+YAML::Node agent_container(const YAML::Node& ds) { return item(at(pod_spec(ds), {"containers"}), "name", "khagent"); }
 
 std::vector<std::string> container_args(const YAML::Node& c) {
   std::vector<std::string> out;
@@ -232,10 +228,9 @@ TEST(ManifestFiles, EveryDocumentHasApiVersionKindAndName) {
     EXPECT_FALSE(str(d.node, {"kind"}).empty());
     EXPECT_FALSE(str(d.node, {"metadata", "name"}).empty());
   }
-  for (const char* f :
-       {"namespace.yaml", "rbac.yaml", "configmap.yaml", "daemonset.yaml", "daemonset-capabilities.yaml",
-        "priorityclasses.yaml", "servicemonitor.yaml", "examples/nodemanager-statefulset.yaml",
-        "examples/cronhpa-online.yaml"})
+  for (const char* f : {"namespace.yaml", "rbac.yaml", "configmap.yaml", "daemonset.yaml",
+                        "daemonset-capabilities.yaml", "priorityclasses.yaml", "servicemonitor.yaml",
+                        "examples/nodemanager-statefulset.yaml", "examples/cronhpa-online.yaml"})
     EXPECT_TRUE(files.count(f)) << f << " has no document";
 }
 
@@ -243,8 +238,7 @@ TEST(ManifestFiles, AgentObjectsLiveInThePrivilegedKhagentNamespace) {
   EXPECT_EQ(str(object("Namespace", "khagent", "namespace.yaml"),
                 {"metadata", "labels", "pod-security.kubernetes.io/enforce"}),
             "privileged");
-  const std::set<std::string> cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding",
-                                                "PriorityClass"};
+  const std::set<std::string> cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"};
   for (const auto& d : docs()) {
     if (d.file.rfind("examples/", 0) == 0) continue;
     auto kind = str(d.node, {"kind"});

@@ -19,8 +19,8 @@
 #include "khagent/collect/sample.h"
 #include "khagent/export/metrics.h"
 #include "khagent/loader/runq_loader.h"
-#include "khagent/policy/controller.h"
 #include "khagent/model/histogram.h"
+#include "khagent/policy/controller.h"
 #include "khagent/signals/workload.h"
 #include "khagent/version.h"
 
@@ -87,8 +87,7 @@ std::optional<double> value(const std::string& text, const std::string& name, co
 }
 
 // Number of sample lines of `name` whose labels include `label`=`v`.
-size_t count_with(const std::string& text, const std::string& name, const std::string& label,
-                  const std::string& v) {
+size_t count_with(const std::string& text, const std::string& name, const std::string& label, const std::string& v) {
   size_t n = 0;
   for (const auto& l : parse(text)) {
     auto it = l.labels.find(label);
@@ -164,9 +163,9 @@ TEST(MetricsHistogram, ClassHistogramIsCumulativeWithSumAndCount) {
   Metrics m(local());
   NodeSignals node;
   auto& on = node.classes[kOn].interval;
-  add_waits(on, 1'500, 3);          // kernel bucket [1.28, 1.536) us -> le 2us
-  add_waits(on, 1'900'000, 1);      // [1.835, 2.097) ms -> le 5ms (never below the true value)
-  add_waits(on, 3'000'000, 2);      // [2.62, 3.15) ms -> le 5ms
+  add_waits(on, 1'500, 3);           // kernel bucket [1.28, 1.536) us -> le 2us
+  add_waits(on, 1'900'000, 1);       // [1.835, 2.097) ms -> le 5ms (never below the true value)
+  add_waits(on, 3'000'000, 2);       // [2.62, 3.15) ms -> le 5ms
   add_waits(on, 20'000'000'000, 1);  // 20 s -> +Inf
   m.update(node, Sample{});
   auto t = m.render();
@@ -213,7 +212,7 @@ TEST(MetricsPods, SeriesAreCappedTheRestIsOtherAndGonePodsAreRemoved) {
   EXPECT_EQ(value(t, count, {{"pod_uid", "other"}, {"class", "online"}}), 2);  // a + d
   EXPECT_NEAR(*value(t, sum, {{"pod_uid", "other"}, {"class", "online"}}), 150e-6, 1e-12);
   EXPECT_EQ(value(t, count, {{"pod_uid", "other"}, {"class", "offline"}}), 1);  // e
-  EXPECT_FALSE(value(t, count, {{"pod_uid", "other"}, {"class", "system"}}));  // nothing to sum
+  EXPECT_FALSE(value(t, count, {{"pod_uid", "other"}, {"class", "system"}}));   // nothing to sum
 
   // b is gone: its series goes, and the freed slot goes to the heaviest pod
   // without one (a). c keeps its series although it waited for nothing (no
@@ -344,8 +343,7 @@ TEST(MetricsCounters, TopAggressorsAreCappedAndFollowContainers) {
   Metrics m(o);
   const std::string f = "khagent_aggressor_interference_seconds_total";
   NodeSignals n;
-  n.yarn = {container("container_1", 500'000'000), container("container_2", 100'000'000),
-            container("container_3", 0)};
+  n.yarn = {container("container_1", 500'000'000), container("container_2", 100'000'000), container("container_3", 0)};
   m.update(n, Sample{});
   auto t = m.render();
   EXPECT_DOUBLE_EQ(*value(t, f, {{"aggressor", "container_1"}}), 0.5);
@@ -506,8 +504,7 @@ TEST(MetricsHttp, PortInUseIsAnErrorNamingIt) {
   res = third.start();
   close(fd);
   ASSERT_FALSE(res.ok());
-  EXPECT_NE(res.error().str().find("127.0.0.1:" + std::to_string(o.port)), std::string::npos)
-      << res.error().str();
+  EXPECT_NE(res.error().str().find("127.0.0.1:" + std::to_string(o.port)), std::string::npos) << res.error().str();
 }
 
 TEST(MetricsHttp, StopReturnsPromptly) {

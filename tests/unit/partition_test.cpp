@@ -73,9 +73,7 @@ PartitionInput input_of(const Scenario& s) {
 
 // Cores -> whole CPUs as partition_cpus rounds them: up, but forgiving
 // float noise (4.0000000001 is 4).
-size_t ceil_cpus(double cores) {
-  return cores > 0 ? static_cast<size_t>(std::ceil(cores - 1e-6)) : 0;
-}
+size_t ceil_cpus(double cores) { return cores > 0 ? static_cast<size_t>(std::ceil(cores - 1e-6)) : 0; }
 
 // The properties every partition must have, whatever the scenario.
 void check_invariants(const PartitionInput& in, const Partition& p) {
@@ -106,8 +104,8 @@ void check_invariants(const PartitionInput& in, const Partition& p) {
   for (const auto& [core, members] : core_cpus) {
     size_t off = 0;
     for (int c : members) off += p.offline.count(c);
-    EXPECT_TRUE(off == 0 || off == members.size()) << "core " << core << " split: " << fmt(members)
-                                                   << " vs offline " << fmt(p.offline);
+    EXPECT_TRUE(off == 0 || off == members.size())
+        << "core " << core << " split: " << fmt(members) << " vs offline " << fmt(p.offline);
   }
 
   // Online keeps its demand (all CPUs when the demand is more than the node).

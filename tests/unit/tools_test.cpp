@@ -104,7 +104,8 @@ TEST(TopRender, RowsWithoutWaitsSortLastByP99) {
   std::string t = render_top(m, 20, 120);
   // No waits: percentiles are "-", not 0.
   auto ls = lines_of(t);
-  auto it = std::find_if(ls.begin(), ls.end(), [](const std::string& l) { return l.find("/ran-only") != std::string::npos; });
+  auto it =
+      std::find_if(ls.begin(), ls.end(), [](const std::string& l) { return l.find("/ran-only") != std::string::npos; });
   ASSERT_NE(it, ls.end());
   EXPECT_NE(it->find(" - "), std::string::npos) << *it;
 }
@@ -158,10 +159,10 @@ TEST(TopRender, HeaderSaysNodeSourceAndClasses) {
 TEST(TopRender, FitsTheScreen) {
   TopModel m = sample_model();
   for (int i = 0; i < 40; i++)
-    m.rows.push_back(row("/many/cgroup-" + std::to_string(i) + "/with/a/rather/long/path/below/it",
-                         CgroupClass::System, i, i, static_cast<uint64_t>(i) * 1000));
-  for (auto [rows, cols] : {std::pair{24, 80}, std::pair{10, 40}, std::pair{3, 200}, std::pair{1, 5},
-                            std::pair{50, 300}}) {
+    m.rows.push_back(row("/many/cgroup-" + std::to_string(i) + "/with/a/rather/long/path/below/it", CgroupClass::System,
+                         i, i, static_cast<uint64_t>(i) * 1000));
+  for (auto [rows, cols] :
+       {std::pair{24, 80}, std::pair{10, 40}, std::pair{3, 200}, std::pair{1, 5}, std::pair{50, 300}}) {
     std::string t = render_top(m, rows, cols);
     auto ls = lines_of(t);
     EXPECT_LE(ls.size(), static_cast<size_t>(rows)) << rows << "x" << cols;
@@ -181,8 +182,9 @@ TEST(TopRender, FitsTheScreen) {
 TEST(TopRender, LongPathsKeepTheirEnd) {
   TopModel m;
   m.interval_ns = 1;
-  std::string path = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/"
-                     "cri-containerd-0123456789abcdef0123456789abcdef.scope";
+  std::string path =
+      "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/"
+      "cri-containerd-0123456789abcdef0123456789abcdef.scope";
   m.rows.push_back(row(path, CgroupClass::Online, 1, 1, 1));
   m.rows.back().aggressor = "/hadoop-yarn/container_1700000000000_0001_01_000002";
   m.rows.back().aggressor_ns = 2'500'000;
@@ -218,8 +220,9 @@ TEST(TopRender, NoteInFooter) {
 }
 
 TEST(TopModelFromSignals, ClassifiesFiltersAndPicksIntervalAggressor) {
-  const std::string pod = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_0000_4a4a_9f9f_"
-                          "123456789abc.slice/cri-containerd-aaaaaaaaaaaa.scope";
+  const std::string pod =
+      "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_0000_4a4a_9f9f_"
+      "123456789abc.slice/cri-containerd-aaaaaaaaaaaa.scope";
   const std::string yarn = "/hadoop-yarn/container_1_2_3_4";
   Sample s;
   s.interval_ns = 500'000'000;
@@ -308,14 +311,16 @@ TEST(StatusFormat, RunningAgent) {
   StatusReport r = running_report();
   std::string t = format_status(r);
   auto has = [&](const std::string& s) { return t.find(s) != std::string::npos; };
-  EXPECT_TRUE(has("agent: running (maps pinned under /sys/fs/bpf/khagent, used by 3 BPF programs; process 4242 khagent)"))
+  EXPECT_TRUE(
+      has("agent: running (maps pinned under /sys/fs/bpf/khagent, used by 3 BPF programs; process 4242 khagent)"))
       << t;
   EXPECT_TRUE(has("throttling source: cpu.stat")) << t;
   EXPECT_TRUE(has("cgroups tracked: 57 (of 4096)")) << t;
   EXPECT_TRUE(has("protected (online) cgroups: 3")) << t;
   EXPECT_TRUE(has("interference pairs: 210")) << t;
-  EXPECT_TRUE(has("BPF counters: switches 1000, wakeups 2000, storage_miss 3000, ring_overflow 4000, "
-                  "stats_full 5000, pairs_full 6000, events 7000, events_dropped 8000"))
+  EXPECT_TRUE(
+      has("BPF counters: switches 1000, wakeups 2000, storage_miss 3000, ring_overflow 4000, "
+          "stats_full 5000, pairs_full 6000, events 7000, events_dropped 8000"))
       << t;
   EXPECT_TRUE(has("state file /var/lib/khagent/state.json: 3 original values")) << t;
   // cgroup, file, original, current.
@@ -445,9 +450,10 @@ struct Node {
     t.write("sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc\n");
     t.write("sys/fs/cgroup/cgroup.subtree_control", "cpuset cpu io memory pids\n");
     t.write("sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/" + kPodSd + "/cpu.max", "max 100000\n");
-    t.write("sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/"
-            "kubepods-besteffort-pod99999999_0000_4a4a_9f9f_123456789abc.slice/cpu.max",
-            "max 100000\n");
+    t.write(
+        "sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/"
+        "kubepods-besteffort-pod99999999_0000_4a4a_9f9f_123456789abc.slice/cpu.max",
+        "max 100000\n");
     t.write("sys/fs/cgroup/hadoop-yarn/cpu.max", "max 100000\n");
     t.write("sys/fs/cgroup/hadoop-yarn/container_1_2_3_4/cpu.max", "max 100000\n");
     t.write("sys/fs/cgroup/hadoop-yarn/container_1_2_3_5/cpu.max", "max 100000\n");
@@ -472,12 +478,12 @@ std::string dump(const std::vector<DoctorCheck>& cs) { return format_doctor(cs);
 
 // The check called `name` has level `lvl` and says `text`. `checks` may be a
 // temporary (n.run()): it is evaluated once and kept alive here.
-#define EXPECT_CHECK(checks, name, lvl, text)                                                        \
-  do {                                                                                               \
-    const std::vector<DoctorCheck> cs_ = (checks);                                                   \
-    const DoctorCheck* c_ = check(cs_, name);                                                        \
-    ASSERT_NE(c_, nullptr) << "no check '" << (name) << "' in:\n" << dump(cs_);                      \
-    EXPECT_EQ(c_->level, lvl) << dump(cs_);                                                          \
+#define EXPECT_CHECK(checks, name, lvl, text)                                                           \
+  do {                                                                                                  \
+    const std::vector<DoctorCheck> cs_ = (checks);                                                      \
+    const DoctorCheck* c_ = check(cs_, name);                                                           \
+    ASSERT_NE(c_, nullptr) << "no check '" << (name) << "' in:\n" << dump(cs_);                         \
+    EXPECT_EQ(c_->level, lvl) << dump(cs_);                                                             \
     EXPECT_NE(c_->detail.find(text), std::string::npos) << "'" << (text) << "' not in: " << c_->detail; \
   } while (0)
 
@@ -524,7 +530,8 @@ TEST(DoctorChecks, HybridHostIsWrittenThroughV1) {
   n.t.write("sys/fs/cgroup/unified/cgroup.controllers", "hugetlb\n");
   n.t.write("sys/fs/cgroup/unified/cgroup.subtree_control", "");
   auto cs = n.run();
-  EXPECT_CHECK(cs, "cgroup v2", CheckLevel::Ok, "/sys/fs/cgroup/unified (hybrid: cpu controller on cgroup v1 at /sys/fs/cgroup/cpu)");
+  EXPECT_CHECK(cs, "cgroup v2", CheckLevel::Ok,
+               "/sys/fs/cgroup/unified (hybrid: cpu controller on cgroup v1 at /sys/fs/cgroup/cpu)");
   EXPECT_CHECK(cs, "cgroup backend", CheckLevel::Ok, "hybrid (cpu and cpuset on cgroup v1)");
   EXPECT_CHECK(cs, "cpu controller", CheckLevel::Ok, "hybrid host: on cgroup v1 at /sys/fs/cgroup/cpu");
   EXPECT_CHECK(cs, "cpu controller", CheckLevel::Ok, "cpu.cfs_quota_us/cfs_period_us, cpu.shares, cpu.idle");
@@ -537,8 +544,9 @@ TEST(DoctorChecks, HybridHostIsWrittenThroughV1) {
 
 TEST(DoctorChecks, NoCgroupV2) {
   Node n;
-  n.t.write("proc/self/mountinfo", "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
-                                   "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n");
+  n.t.write("proc/self/mountinfo",
+            "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
+            "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n");
   auto cs = n.run();
   EXPECT_CHECK(cs, "cgroup v2", CheckLevel::Fail, "not mounted");
   EXPECT_CHECK(cs, "bpffs", CheckLevel::Warn, "mount -t bpf bpf /sys/fs/bpf");
@@ -628,12 +636,14 @@ TEST(DoctorChecks, YarnHierarchy) {
   n.env.config.offline.yarn_hierarchy = "yarn-nm";
   EXPECT_CHECK(n.run(), "yarn", CheckLevel::Warn, "no YARN hierarchy 'yarn-nm'");
   // Inside the NodeManager pod's cgroup.
-  n.t.write("sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/" + kPodSd + "/yarn-nm/container_9/cpu.max", "max\n");
+  n.t.write("sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/" + kPodSd + "/yarn-nm/container_9/cpu.max",
+            "max\n");
   n.t.write("sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/" + kPodSd + "/yarn-nm/cpu.max", "max\n");
   EXPECT_CHECK(n.run(), "yarn", CheckLevel::Ok,
                "hierarchy /kubepods.slice/kubepods-burstable.slice/" + kPodSd + "/yarn-nm (1 container)");
   // Found, but no cpu.max there: the cpu controller does not reach it.
-  std::filesystem::remove(n.t.path / ("sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/" + kPodSd + "/yarn-nm/cpu.max"));
+  std::filesystem::remove(n.t.path /
+                          ("sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/" + kPodSd + "/yarn-nm/cpu.max"));
   EXPECT_CHECK(n.run(), "yarn", CheckLevel::Warn, "no cpu.max");
   n.env.config.offline.yarn = false;
   EXPECT_CHECK(n.run(), "yarn", CheckLevel::Ok, "offline.yarn: false");
@@ -655,9 +665,8 @@ TEST(DoctorChecks, StateFileDirectory) {
 }
 
 TEST(DoctorChecks, FormatAndExitCode) {
-  std::vector<DoctorCheck> cs = {{CheckLevel::Ok, "a", "fine"},
-                                 {CheckLevel::Warn, "b", "hmm"},
-                                 {CheckLevel::Fail, "c", "fix it"}};
+  std::vector<DoctorCheck> cs = {
+      {CheckLevel::Ok, "a", "fine"}, {CheckLevel::Warn, "b", "hmm"}, {CheckLevel::Fail, "c", "fix it"}};
   EXPECT_EQ(format_doctor(cs), "OK   a: fine\nWARN b: hmm\nFAIL c: fix it\n1 OK, 1 WARN, 1 FAIL\n");
   EXPECT_EQ(doctor_exit_code(cs), 1);
   cs.pop_back();

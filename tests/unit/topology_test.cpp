@@ -173,8 +173,7 @@ TEST(Topology, ErrorsNameWhatIsWrong) {
     add_cpu(t, 0, 0, 0);
     auto topo = read_topology(cpu_dir(t), node_dir(t));
     ASSERT_FALSE(topo.ok());
-    EXPECT_NE(topo.error().message.find("cpu1/topology/core_id"), std::string::npos)
-        << topo.error().str();
+    EXPECT_NE(topo.error().message.find("cpu1/topology/core_id"), std::string::npos) << topo.error().str();
   }
   {
     TempDir t;
@@ -244,16 +243,14 @@ TEST(CpuManagerState, MalformedIsEinvalWithReason) {
       {R"({"policyName":"static","defaultCpuSet":"0","entries":[]})", "entries"},
       {R"({"policyName":"static","defaultCpuSet":"0","entries":{"pod-a":{"app":"1-x"}}})",
        R"(entries["pod-a"]["app"])"},
-      {R"({"policyName":"static","defaultCpuSet":"0","entries":{"pod-a":{"app":5}}})",
-       R"(entries["pod-a"]["app"])"},
+      {R"({"policyName":"static","defaultCpuSet":"0","entries":{"pod-a":{"app":5}}})", R"(entries["pod-a"]["app"])"},
       {R"({"policyName":"static","defaultCpuSet":"0","entries":{"pod-a":7}})", R"(entries["pod-a"])"},
   };
   for (const auto& c : cases) {
     auto st = parse_cpu_manager_state(c.json);
     ASSERT_FALSE(st.ok()) << c.json;
     EXPECT_EQ(st.error().err, EINVAL) << c.json;
-    EXPECT_NE(st.error().message.find(c.says), std::string::npos)
-        << c.json << " -> " << st.error().str();
+    EXPECT_NE(st.error().message.find(c.says), std::string::npos) << c.json << " -> " << st.error().str();
   }
 }
 

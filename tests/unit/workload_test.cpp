@@ -12,8 +12,8 @@ const std::string kCid = "4f1e7c0a9b8d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a
 }  // namespace
 
 TEST(Identify, SystemdBurstableContainerd) {
-  auto p = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + kUidSd +
-           ".slice/cri-containerd-" + kCid + ".scope";
+  auto p = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + kUidSd + ".slice/cri-containerd-" +
+           kCid + ".scope";
   auto id = identify_cgroup(p, "hadoop-yarn");
   EXPECT_TRUE(id.k8s);
   EXPECT_EQ(id.qos, QosTier::Burstable);
@@ -32,17 +32,20 @@ TEST(Identify, SystemdGuaranteedCrioAndDocker) {
   EXPECT_EQ(id.runtime, "crio");
   EXPECT_EQ(id.container_id, kCid);
   EXPECT_EQ(id.qos_path, "/kubepods.slice");
-  auto conmon = identify_cgroup("/kubepods.slice/kubepods-pod" + kUidSd + ".slice/crio-conmon-" + kCid + ".scope", "hadoop-yarn");
+  auto conmon =
+      identify_cgroup("/kubepods.slice/kubepods-pod" + kUidSd + ".slice/crio-conmon-" + kCid + ".scope", "hadoop-yarn");
   EXPECT_EQ(conmon.pod_uid, kUid);
   EXPECT_EQ(conmon.container_id, "");
-  auto d = identify_cgroup("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + kUidSd +
-                               ".slice/docker-" + kCid + ".scope", "hadoop-yarn");
+  auto d = identify_cgroup(
+      "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + kUidSd + ".slice/docker-" + kCid + ".scope",
+      "hadoop-yarn");
   EXPECT_EQ(d.qos, QosTier::BestEffort);
   EXPECT_EQ(d.runtime, "docker");
 }
 
 TEST(Identify, SystemdPodAndQosLevels) {
-  auto pod = identify_cgroup("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + kUidSd + ".slice", "hadoop-yarn");
+  auto pod = identify_cgroup("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + kUidSd + ".slice",
+                             "hadoop-yarn");
   EXPECT_EQ(pod.pod_uid, kUid);
   EXPECT_EQ(pod.container_id, "");
   auto qos = identify_cgroup("/kubepods.slice/kubepods-besteffort.slice", "hadoop-yarn");
@@ -93,8 +96,10 @@ TEST(Identify, YarnAnywhere) {
 
 TEST(Classify, DefaultsAndRules) {
   Config c = default_config();
-  auto be = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + kUidSd + ".slice/cri-containerd-" + kCid + ".scope";
-  auto bu = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + kUidSd + ".slice/cri-containerd-" + kCid + ".scope";
+  auto be = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + kUidSd + ".slice/cri-containerd-" +
+            kCid + ".scope";
+  auto bu = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + kUidSd + ".slice/cri-containerd-" +
+            kCid + ".scope";
   auto cls = [&](const std::string& p, const PodMeta* m = nullptr) {
     return classify_cgroup(p, identify_cgroup(p, "hadoop-yarn"), m, c.classes);
   };
@@ -125,8 +130,7 @@ TEST(Classify, DefaultsAndRules) {
 
 namespace {
 
-CgroupSample cg(uint64_t id, std::string path, uint64_t cpu_ns, uint64_t wait_ns, uint64_t waits,
-                uint64_t wait_each) {
+CgroupSample cg(uint64_t id, std::string path, uint64_t cpu_ns, uint64_t wait_ns, uint64_t waits, uint64_t wait_each) {
   CgroupSample s;
   s.id = id;
   s.path = std::move(path);

@@ -92,7 +92,7 @@ struct RecordedRequest {
   std::string body;
   std::string content_type;
   std::multimap<std::string, std::string> params;
-  int status = 0;     // what the emulator answered
+  int status = 0;  // what the emulator answered
 
   bool has_param(const std::string& k) const { return params.count(k) > 0; }
   std::string param(const std::string& k) const {
@@ -307,8 +307,7 @@ class YarnEmulator {
     return requests_;
   }
   // Those to `s`, optionally only of `method` and with `path` (exact).
-  std::vector<RecordedRequest> requests(Srv s, const std::string& method = "",
-                                        const std::string& path = "") const {
+  std::vector<RecordedRequest> requests(Srv s, const std::string& method = "", const std::string& path = "") const {
     std::lock_guard lk(mu_);
     std::vector<RecordedRequest> out;
     for (const auto& r : requests_) {
@@ -490,7 +489,7 @@ class YarnEmulator {
     json infos = json::array();
     auto info = [](const std::string& name, int64_t value, const char* units) {
       return json{{"maximumAllocation", INT64_MAX}, {"minimumAllocation", 0}, {"name", name},
-                  {"resourceType", "COUNTABLE"}, {"units", units}, {"value", value}};
+                  {"resourceType", "COUNTABLE"},    {"units", units},         {"value", value}};
     };
     infos.push_back(info("memory-mb", r.memory_mb, "Mi"));
     infos.push_back(info("vcores", r.vcores, ""));
@@ -624,15 +623,14 @@ class YarnEmulator {
   }
 
   // Jetty's own page for a path no REST resource serves.
-  static Answer no_such_path(const std::string& path) {
-    return {404, html_error(404, "Not Found", path), ""};
-  }
+  static Answer no_such_path(const std::string& path) { return {404, html_error(404, "Not Found", path), ""}; }
   static std::string html_error(int status, const std::string& reason, const std::string& uri) {
     std::string code = std::to_string(status);
     return "<html>\n<head>\n<meta http-equiv=\"Content-Type\" content=\"text/html;charset=ISO-8859-1\"/>\n"
-           "<title>Error " + code + " " + reason + "</title>\n</head>\n<body><h2>HTTP ERROR " + code + " " +
-           reason + "</h2>\n<table>\n<tr><th>URI:</th><td>" + uri + "</td></tr>\n<tr><th>STATUS:</th><td>" +
-           code + "</td></tr>\n</table>\n\n</body>\n</html>\n";
+           "<title>Error " +
+           code + " " + reason + "</title>\n</head>\n<body><h2>HTTP ERROR " + code + " " + reason +
+           "</h2>\n<table>\n<tr><th>URI:</th><td>" + uri + "</td></tr>\n<tr><th>STATUS:</th><td>" + code +
+           "</td></tr>\n</table>\n\n</body>\n</html>\n";
   }
 
   static Answer method_not_allowed(const httplib::Request& q) {
@@ -668,8 +666,7 @@ class YarnEmulator {
     }
     static const std::vector<std::string> kGone = {"LOST", "SHUTDOWN", "DECOMMISSIONED", "REBOOTED"};
     if (std::find(kGone.begin(), kGone.end(), n.state) != kGone.end()) {
-      return {500, remote_exception("YarnRuntimeException", "Failed to update the node resource " + n.id + "."),
-              ""};
+      return {500, remote_exception("YarnRuntimeException", "Failed to update the node resource " + n.id + "."), ""};
     }
     // The answer: the total read before the queued update is applied.
     json before = {{"resourceInfo", resource_json(n.total, n.others)}};
@@ -773,8 +770,7 @@ class YarnEmulator {
         }
       } else if (f.force_status != 0 || (f.post_status != 0 && (q.method == "POST" || q.method == "PUT"))) {
         int st = f.force_status != 0 ? f.force_status : f.post_status;
-        a = {st, remote_exception(reason_exception(st), "forced HTTP " + std::to_string(st) + " by the emulator"),
-             ""};
+        a = {st, remote_exception(reason_exception(st), "forced HTTP " + std::to_string(st) + " by the emulator"), ""};
       } else if (f.hadoop2 && q.path.size() > 9 && q.path.compare(q.path.size() - 9, 9, "/resource") == 0) {
         a = {404,
              {{"RemoteException",
@@ -802,9 +798,9 @@ class YarnEmulator {
     if (f.truncated_json) body = body.substr(0, body.size() / 2);
     res.status = a.status;
     if (!a.location.empty()) res.set_header("Location", a.location);
-    res.set_content(body, a.status == 307               ? "text/plain"
+    res.set_content(body, a.status == 307                                      ? "text/plain"
                           : a.body.is_string() && body.rfind("<html>", 0) == 0 ? "text/html;charset=iso-8859-1"
-                                                                              : "application/json");
+                                                                               : "application/json");
   }
 
   const bool ha_;

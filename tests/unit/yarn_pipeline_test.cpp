@@ -68,9 +68,9 @@ TEST(YarnCandidates, ActiveUnkilledWithQueueAmAndStart) {
                     {"container_1_0002_01_000003", "RUNNING", "u", {1, 1024}, "", ""}};
   inv.apps["application_1_0001"] = YarnApp{"application_1_0001", "root.low", 0, 0, "", ""};
   inv.am_of_app["application_1_0002"] = YarnAmAttempt{1, "container_1_0002_01_000002"};
-  auto out = yarn_reclaim_candidates(inv, {"container_1_0002_01_000003"}, {{"low", -5}},
-                                     {{"container_1_0001_01_000002", 7}},
-                                     [](const std::string& id) -> uint64_t { return id.back() == '2' ? 42 : 0; });
+  auto out =
+      yarn_reclaim_candidates(inv, {"container_1_0002_01_000003"}, {{"low", -5}}, {{"container_1_0001_01_000002", 7}},
+                              [](const std::string& id) -> uint64_t { return id.back() == '2' ? 42 : 0; });
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[0].id, "container_1_0001_01_000001");
   EXPECT_TRUE(out[0].is_am);  // no attempt read: the first container of its attempt

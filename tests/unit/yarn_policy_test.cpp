@@ -71,20 +71,15 @@ TEST(YarnTarget, RoundingModesAndFloatNoise) {
     int64_t want;
   };
   const Case cases[] = {
-      {3.4, 1, "down", 3},
-      {3.4, 1, "up", 4},
-      {3.4, 1, "nearest", 3},
-      {3.6, 1, "down", 3},
-      {3.6, 1, "nearest", 4},
-      {3.5, 1, "nearest", 4},
-      {3.0, 1, "up", 3},
-      {2.0, 1.5, "down", 3},
-      {2.5, 1.5, "down", 3},  // 3.75
-      {2.5, 1.5, "up", 4},
-      {2.9999999999, 1, "down", 3},  // noise below an integer
-      {3.0000000001, 1, "up", 3},    // noise above an integer
-      {0.29, 100, "down", 29},       // 28.999999999999996
-      {1.1, 100, "up", 110},         // 110.00000000000001
+      {3.4, 1, "down", 3},        {3.4, 1, "up", 4},
+      {3.4, 1, "nearest", 3},     {3.6, 1, "down", 3},
+      {3.6, 1, "nearest", 4},     {3.5, 1, "nearest", 4},
+      {3.0, 1, "up", 3},          {2.0, 1.5, "down", 3},
+      {2.5, 1.5, "down", 3},                                     // 3.75
+      {2.5, 1.5, "up", 4},        {2.9999999999, 1, "down", 3},  // noise below an integer
+      {3.0000000001, 1, "up", 3},                                // noise above an integer
+      {0.29, 100, "down", 29},                                   // 28.999999999999996
+      {1.1, 100, "up", 110},                                     // 110.00000000000001
   };
   for (const auto& c : cases) {
     YarnConfig cfg = yarn_cfg();
@@ -103,23 +98,22 @@ TEST(YarnTarget, ReserveMinAndConfiguredClamps) {
     int64_t want;
   };
   const Case cases[] = {
-      {6, 0, 1, 16, 6},
-      {6, 2, 1, 16, 4},       // reserve
-      {1, 2, 1, 16, 1},       // reserve below zero: the minimum
-      {0, 0, 1, 16, 1},       // no budget: the minimum
-      {2, 0, 4, 16, 4},       // min_vcores
-      {2, 0, 4, 3, 3},        // configured below min_vcores: configured
-      {100, 0, 1, 16, 16},    // capped at configured
-      {100, 4, 1, 16, 16},    // reserve applies before the cap
-      {0, 0, 0, 16, 0},       // min_vcores 0 allows 0
+      {6, 0, 1, 16, 6},    {6, 2, 1, 16, 4},  // reserve
+      {1, 2, 1, 16, 1},                       // reserve below zero: the minimum
+      {0, 0, 1, 16, 1},                       // no budget: the minimum
+      {2, 0, 4, 16, 4},                       // min_vcores
+      {2, 0, 4, 3, 3},                        // configured below min_vcores: configured
+      {100, 0, 1, 16, 16},                    // capped at configured
+      {100, 4, 1, 16, 16},                    // reserve applies before the cap
+      {0, 0, 0, 16, 0},                       // min_vcores 0 allows 0
   };
   for (const auto& c : cases) {
     YarnConfig cfg = yarn_cfg();
     cfg.reserve_vcores = c.reserve;
     cfg.min_vcores = c.min_vcores;
     EXPECT_EQ(yarn_target(c.budget, {c.configured, 8192}, cfg).vcores, c.want)
-        << "budget " << c.budget << " reserve " << c.reserve << " min " << c.min_vcores
-        << " configured " << c.configured;
+        << "budget " << c.budget << " reserve " << c.reserve << " min " << c.min_vcores << " configured "
+        << c.configured;
   }
 }
 
@@ -206,9 +200,8 @@ TEST(YarnCapacity, DeadbandBothDirections) {
     YarnCapacityAction want;
   };
   const Case cases[] = {
-      {8, YarnCapacityAction::Hold},      {7, YarnCapacityAction::Deadband},
-      {9, YarnCapacityAction::Deadband},  {6, YarnCapacityAction::Shrink},
-      {10, YarnCapacityAction::WaitStable},
+      {8, YarnCapacityAction::Hold},   {7, YarnCapacityAction::Deadband},    {9, YarnCapacityAction::Deadband},
+      {6, YarnCapacityAction::Shrink}, {10, YarnCapacityAction::WaitStable},
   };
   for (const auto& k : cases) {
     Cap c;
@@ -269,7 +262,7 @@ TEST(YarnCapacity, SecondGrowWaitsForTheInterval) {
   uint64_t grew = c.now;
   ASSERT_EQ(c.in.advertised.vcores, 8);
   EXPECT_EQ(c.step(12).action, YarnCapacityAction::WaitStable);  // grew + 1s
-  auto w = c.step(12, 30 * kS);                                     // stable, 31s after the grow
+  auto w = c.step(12, 30 * kS);                                  // stable, 31s after the grow
   EXPECT_EQ(w.action, YarnCapacityAction::WaitInterval);
   EXPECT_FALSE(w.post);
   EXPECT_TRUE(c.st.grow_pending);
@@ -379,10 +372,10 @@ TEST(YarnCapacity, ZeroStableAndIntervalGrowAtOnce) {
 
 TEST(YarnRank, WholeOrder) {
   const std::vector<YarnContainerInfo> cs = {
-      ctr("container_1_0001_01_000001", 0, true, 0, 100),         // AM, queue 0
+      ctr("container_1_0001_01_000001", 0, true, 0, 100),  // AM, queue 0
       ctr("container_1_0001_01_000002", 0, false, 0, 200),
-      ctr("container_1_0001_01_000003", 0, false, 0, 200),        // same age: higher id first
-      ctr("container_1_0002_01_000002", 0, false, 5 * kMs, 150),  // interferes
+      ctr("container_1_0001_01_000003", 0, false, 0, 200),          // same age: higher id first
+      ctr("container_1_0002_01_000002", 0, false, 5 * kMs, 150),    // interferes
       ctr("container_1_0003_01_000002", 10, false, 50 * kMs, 300),  // kept queue
       ctr("container_1_0003_01_000001", 10, true, 0, 50),           // AM in the kept queue
       ctr("container_1_0004_01_000002", -5, false, 0, 0),           // cheap queue
@@ -408,17 +401,15 @@ TEST(YarnRank, AmGoesLastEvenIfItInterferesMost) {
       ctr("container_1_0001_01_000002", 0, false, 0, 100),
       ctr("container_1_0001_01_000003", 0, false, 1 * kMs, 100),
   };
-  EXPECT_EQ(ranked_ids(cs), (Ids{"container_1_0001_01_000003", "container_1_0001_01_000002",
-                                 "container_1_0001_01_000001"}));
+  EXPECT_EQ(ranked_ids(cs),
+            (Ids{"container_1_0001_01_000003", "container_1_0001_01_000002", "container_1_0001_01_000001"}));
 }
 
 TEST(YarnRank, IdTieBreakComparesNumbers) {
   // The sequence number is padded to six digits but may grow wider.
   const std::vector<YarnContainerInfo> cs = {
-      ctr("container_e17_1700000000000_0001_01_999999"),
-      ctr("container_e17_1700000000000_0001_01_1000000"),
-      ctr("container_e17_1700000000000_0001_01_000002"),
-      ctr("container_e17_1700000000000_9999_01_000001"),
+      ctr("container_e17_1700000000000_0001_01_999999"),  ctr("container_e17_1700000000000_0001_01_1000000"),
+      ctr("container_e17_1700000000000_0001_01_000002"),  ctr("container_e17_1700000000000_9999_01_000001"),
       ctr("container_e17_1700000000000_10000_01_000001"),
   };
   EXPECT_EQ(ranked_ids(cs), (Ids{
@@ -482,9 +473,9 @@ TEST(Reclaim, VictimsUntilTheRestFits) {
       {"vcores only", {4, 65536}, {"container_1_0001_01_000004", "container_1_0001_01_000003"}},
       {"memory only", {64, 5000}, {"container_1_0001_01_000004", "container_1_0001_01_000003"}},
       {"memory only, one", {64, 6144}, {"container_1_0001_01_000004"}},
-      {"both", {5, 3000},
-       {"container_1_0001_01_000004", "container_1_0001_01_000003", "container_1_0001_01_000002"}},
-      {"nothing left", {0, 0},
+      {"both", {5, 3000}, {"container_1_0001_01_000004", "container_1_0001_01_000003", "container_1_0001_01_000002"}},
+      {"nothing left",
+       {0, 0},
        {"container_1_0001_01_000004", "container_1_0001_01_000003", "container_1_0001_01_000002",
         "container_1_0001_01_000001"}},
   };
@@ -517,8 +508,7 @@ TEST(Reclaim, MixedSizesStopWhenBothDimensionsFit) {
   auto d = reclaim_step(in, cfg, st);
   EXPECT_EQ(d.used, (YarnResource{8, 13312}));
   EXPECT_EQ(d.victims, (Ids{"x", "y"}));  // after x: 7/7168 (memory fits), after y: 4/6144
-  EXPECT_NE(d.reason.find("used 8 vcores/13312 MB over capacity 4 vcores/8192 MB: 2 victims"),
-            std::string::npos)
+  EXPECT_NE(d.reason.find("used 8 vcores/13312 MB over capacity 4 vcores/8192 MB: 2 victims"), std::string::npos)
       << d.reason;
 }
 
@@ -608,9 +598,9 @@ TEST(Reclaim, ReclaimOffNeverKills) {
 TEST(Reclaim, EmergencyKillsTheTopInterferingVictimAtOnce) {
   auto containers = [] {
     return std::vector<YarnContainerInfo>{
-        ctr("cheap-quiet", -1, false, 0, 100, {2, 2048}),       // first victim, no interference
-        ctr("noisy", 0, false, 10 * kMs, 100, {2, 2048}),        // second victim
-        ctr("noisier-am", 0, true, 90 * kMs, 100, {2, 2048}),    // AM: not a victim
+        ctr("cheap-quiet", -1, false, 0, 100, {2, 2048}),      // first victim, no interference
+        ctr("noisy", 0, false, 10 * kMs, 100, {2, 2048}),      // second victim
+        ctr("noisier-am", 0, true, 90 * kMs, 100, {2, 2048}),  // AM: not a victim
         ctr("quiet", 0, false, 0, 100, {2, 2048}),
     };
   };
@@ -634,8 +624,7 @@ TEST(Reclaim, EmergencyKillsTheTopInterferingVictimAtOnce) {
     in.containers = containers();
     in.emergency = c.in_emergency;
     auto d = reclaim_step(in, cfg, st);
-    EXPECT_EQ(d.victims, (Ids{"cheap-quiet", "noisy"}))
-        << c.cfg_emergency << c.in_emergency;
+    EXPECT_EQ(d.victims, (Ids{"cheap-quiet", "noisy"})) << c.cfg_emergency << c.in_emergency;
     EXPECT_EQ(d.kill, c.want_kill) << c.cfg_emergency << c.in_emergency;
   }
 }

@@ -174,8 +174,8 @@ TEST(YarnParse, NodesMissingOrMistypedFieldsAreEproto) {
 
 TEST(YarnParse, MalformedAndTruncatedJsonAreEproto) {
   std::string full = kNodes;
-  for (const std::string& doc : {std::string("<html>Standby</html>"), std::string(""),
-                                 full.substr(0, full.size() / 2), full.substr(0, full.size() - 1)}) {
+  for (const std::string& doc : {std::string("<html>Standby</html>"), std::string(""), full.substr(0, full.size() / 2),
+                                 full.substr(0, full.size() - 1)}) {
     auto r = parse_yarn_nodes(doc);
     ASSERT_FALSE(r.ok()) << doc;
     EXPECT_EQ(r.error().err, EPROTO);
@@ -226,8 +226,8 @@ TEST(YarnParse, NmContainers) {
     ASSERT_TRUE(e.ok()) << doc;
     EXPECT_TRUE(e->empty());
   }
-  auto one = parse_nm_containers(
-      R"({"containers":{"container":{"id":"container_1_0001_01_000001","state":"RUNNING"}}})");
+  auto one =
+      parse_nm_containers(R"({"containers":{"container":{"id":"container_1_0001_01_000001","state":"RUNNING"}}})");
   ASSERT_TRUE(one.ok()) << one.error().str();
   EXPECT_EQ(one->size(), 1u);
 
@@ -235,8 +235,7 @@ TEST(YarnParse, NmContainers) {
   ASSERT_FALSE(nostate.ok());
   EXPECT_EQ(nostate.error().err, EPROTO);
   EXPECT_NE(nostate.error().message.find("state"), std::string::npos) << nostate.error().message;
-  EXPECT_NE(nostate.error().message.find("container_1_0001_01_000001"), std::string::npos)
-      << nostate.error().message;
+  EXPECT_NE(nostate.error().message.find("container_1_0001_01_000001"), std::string::npos) << nostate.error().message;
 
   auto badmem = parse_nm_containers(
       R"({"containers":{"container":[{"id":"c","state":"RUNNING","totalMemoryNeededMB":"lots"}]}})");
@@ -311,12 +310,12 @@ TEST(YarnParse, AppOfContainer) {
   EXPECT_EQ(app_of_container("container_1700000000000_0001_01_000002"), "application_1700000000000_0001");
   EXPECT_EQ(app_of_container("container_e17_1700000000000_0042_01_000001"), "application_1700000000000_0042");
   EXPECT_EQ(app_of_container("container_e1_1_2_3_4"), "application_1_2");
-  for (const char* bad : {"", "container_", "container_1700000000000_0001_01",
-                          "container_1700000000000_0001_01_000002_9", "container_e_1700000000000_0001_01_000002",
-                          "container_ex7_1700000000000_0001_01_000002", "container_eX_1700000000000_0001_01_000002",
-                          "container_1700000000000_00x1_01_000002",
-                          "application_1700000000000_0001", "Container_1700000000000_0001_01_000002",
-                          "container__0001_01_000002", "xcontainer_1700000000000_0001_01_000002"}) {
+  for (const char* bad :
+       {"", "container_", "container_1700000000000_0001_01", "container_1700000000000_0001_01_000002_9",
+        "container_e_1700000000000_0001_01_000002", "container_ex7_1700000000000_0001_01_000002",
+        "container_eX_1700000000000_0001_01_000002", "container_1700000000000_00x1_01_000002",
+        "application_1700000000000_0001", "Container_1700000000000_0001_01_000002", "container__0001_01_000002",
+        "xcontainer_1700000000000_0001_01_000002"}) {
     EXPECT_EQ(app_of_container(bad), "") << bad;
   }
 }
@@ -339,8 +338,7 @@ TEST(YarnParse, MatchNode) {
     return n;
   };
   std::vector<YarnNodeReport> nodes = {mk("worker1.example.com:45454", "worker1.example.com"),
-                                       mk("worker2.example.com:45454", "worker2.example.com"),
-                                       mk("db1:45454", "db1")};
+                                       mk("worker2.example.com:45454", "worker2.example.com"), mk("db1:45454", "db1")};
   auto exact = match_node(nodes, {"worker2.example.com"});
   ASSERT_TRUE(exact.ok()) << exact.error().str();
   EXPECT_EQ(exact->id, "worker2.example.com:45454");

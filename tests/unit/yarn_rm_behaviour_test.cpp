@@ -354,7 +354,9 @@ TEST(YarnRmBehaviour, AMissingUserIsA401PageAndAMissingEndpointIsNotAnUnknownNod
   ASSERT_FALSE(old.ok());
   EXPECT_EQ(old.error().err, EOPNOTSUPP) << old.error().message;
   EXPECT_EQ(hadoop_http_error(404, R"({"RemoteException":{"exception":"NotFoundException",
-      "message":"null for uri: http://rm:8088/ws/v1/cluster/nodes/h:1/resource"}})").err, EOPNOTSUPP);
+      "message":"null for uri: http://rm:8088/ws/v1/cluster/nodes/h:1/resource"}})")
+                .err,
+            EOPNOTSUPP);
   // A Hadoop 3 server without the path: an HTML 404 page.
   HttpClientOptions no;
   no.base_urls = {emu.nm_url()};
@@ -376,14 +378,14 @@ TEST(YarnRmBehaviour, AMissingUserIsA401PageAndAMissingEndpointIsNotAnUnknownNod
 
 TEST(YarnRmBehaviour, QueuePriorityMatchesLeafOrFullPath) {
   std::map<std::string, int> p = {{"low", -5}, {"root.prod", 10}, {"a.batch", 3}, {"root.b.batch", 7}};
-  EXPECT_EQ(queue_priority_for("root.prod", p), 10);   // exact
-  EXPECT_EQ(queue_priority_for("prod", p), 10);        // leaf against a full-path key
-  EXPECT_EQ(queue_priority_for("root.low", p), -5);    // full path against a leaf key
+  EXPECT_EQ(queue_priority_for("root.prod", p), 10);  // exact
+  EXPECT_EQ(queue_priority_for("prod", p), 10);       // leaf against a full-path key
+  EXPECT_EQ(queue_priority_for("root.low", p), -5);   // full path against a leaf key
   EXPECT_EQ(queue_priority_for("root.x.low", p), -5);
-  EXPECT_EQ(queue_priority_for("root.a.batch", p), 3);   // longest dotted suffix
-  EXPECT_EQ(queue_priority_for("root.b.batch", p), 7);   // exact
-  EXPECT_EQ(queue_priority_for("batch", p), 3);          // ambiguous leaf: the lowest
-  EXPECT_EQ(queue_priority_for("root.slow", p), 0);      // not a dotted suffix
+  EXPECT_EQ(queue_priority_for("root.a.batch", p), 3);  // longest dotted suffix
+  EXPECT_EQ(queue_priority_for("root.b.batch", p), 7);  // exact
+  EXPECT_EQ(queue_priority_for("batch", p), 3);         // ambiguous leaf: the lowest
+  EXPECT_EQ(queue_priority_for("root.slow", p), 0);     // not a dotted suffix
   EXPECT_EQ(queue_priority_for("", p), 0);
   EXPECT_EQ(queue_priority_for("root.prod", {}), 0);
 }

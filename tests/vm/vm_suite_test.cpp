@@ -6,8 +6,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sched.h>
-#include <sys/socket.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -126,8 +126,8 @@ TEST(VmSuite, FentryThrottlingAgreesWithCpuStat) {
   double k_events = static_cast<double>(s1["nr_throttled"] - s0["nr_throttled"]);
   double k_ns = static_cast<double>(s1["throttled_usec"] - s0["throttled_usec"]) * 1000;
   std::printf("throttling over 5 s: khagent (fentry) %llu events %.1f ms | cpu.stat %.0f periods %.1f ms\n",
-              static_cast<unsigned long long>(ours.events), static_cast<double>(ours.throttled_ns) / 1e6,
-              k_events, k_ns / 1e6);
+              static_cast<unsigned long long>(ours.events), static_cast<double>(ours.throttled_ns) / 1e6, k_events,
+              k_ns / 1e6);
   ASSERT_GT(k_events, 20) << "the hog was not throttled";
   EXPECT_NEAR(static_cast<double>(ours.events) / k_events, 1.0, 0.10);
   EXPECT_NEAR(static_cast<double>(ours.throttled_ns) / k_ns, 1.0, 0.10);
@@ -146,7 +146,8 @@ TEST(VmSuite, WritesTakeEffect) {
                          {cg.rel, CgroupFile::CpuWeight, "50"},
                          {cg.rel, CgroupFile::CpusetCpus, "1"}},
                         mono_ns());
-  for (const auto& r : recs) EXPECT_EQ(r.outcome, ActionOutcome::Written) << cgroup_file_name(r.file) << ": " << r.message;
+  for (const auto& r : recs)
+    EXPECT_EQ(r.outcome, ActionOutcome::Written) << cgroup_file_name(r.file) << ": " << r.message;
   EXPECT_EQ(read_file(cg.dir() + "/cpu.max"), "30000 100000\n");
   EXPECT_EQ(read_file(cg.dir() + "/cpu.weight"), "50\n");
   EXPECT_EQ(read_file(cg.dir() + "/cpuset.cpus.effective"), "1\n");
@@ -201,7 +202,8 @@ struct Probe {
   };
   Shared* shm = nullptr;
   Probe() {
-    shm = static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    shm =
+        static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
     shm->n = 0;
   }
   ~Probe() { munmap(shm, sizeof(Shared)); }
@@ -325,7 +327,8 @@ WaitSummary online_wait_summary(const std::string& before, const std::string& af
   return w;
 }
 
-const std::string kPod = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b2c3d_0000_4000_8000_000000000001.slice";
+const std::string kPod =
+    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b2c3d_0000_4000_8000_000000000001.slice";
 const std::string kCtr = kPod + "/cri-containerd-0123456789abcdef0123456789abcdef.scope";
 const std::string kYarn = "/hadoop-yarn";
 
@@ -344,9 +347,10 @@ void write_agent_config(const std::string& path, const std::string& extra = "") 
 TEST(VmSuite, AgentProtectsTheOnlineProbe) {
   require_guest();
   CgroupStack cgs;
-  for (const std::string& p : std::vector<std::string>{"/kubepods.slice", "/kubepods.slice/kubepods-burstable.slice", kPod, kCtr, kYarn,
-                              kYarn + "/container_e01_1700000000000_0001_01_000002",
-                              kYarn + "/container_e01_1700000000000_0001_01_000003"})
+  for (const std::string& p :
+       std::vector<std::string>{"/kubepods.slice", "/kubepods.slice/kubepods-burstable.slice", kPod, kCtr, kYarn,
+                                kYarn + "/container_e01_1700000000000_0001_01_000002",
+                                kYarn + "/container_e01_1700000000000_0001_01_000003"})
     cgs.add(kRoot, p);
   const std::string y1 = kRoot + kYarn + "/container_e01_1700000000000_0001_01_000002";
   const std::string y2 = kRoot + kYarn + "/container_e01_1700000000000_0001_01_000003";
@@ -380,8 +384,9 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
     auto st = probe.stats(from);
     double offline_s = static_cast<double>(cpu_stat(kRoot + kYarn)["usage_usec"] - u0) / 1e6;
     double agent_s = proc_cpu_s(agent_pid) - a0;
-    std::printf("%-24s probe p50 %6.0f us  p99 %7.0f us  max %7.0f us  (%zu wakeups)  offline CPU %.2f s  agent CPU %.2f s\n",
-                name, st.p50, st.p99, st.max, st.n, offline_s, agent_s);
+    std::printf(
+        "%-24s probe p50 %6.0f us  p99 %7.0f us  max %7.0f us  (%zu wakeups)  offline CPU %.2f s  agent CPU %.2f s\n",
+        name, st.p50, st.p99, st.max, st.n, offline_s, agent_s);
     last_offline_s = offline_s;
     return st;
   };
@@ -409,8 +414,7 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
     Kind kind = Kind::Defaults;
   };
   std::vector<Profile> profiles;
-  if (const char* own = std::getenv("KHAGENT_VM_E2E_CONFIG"))
-    profiles.push_back({"custom", "", own, Kind::Custom});
+  if (const char* own = std::getenv("KHAGENT_VM_E2E_CONFIG")) profiles.push_back({"custom", "", own, Kind::Custom});
   else
     profiles = {{"defaults", "", "", Kind::Defaults},
                 {"quota", "ladder:\n  always: [quota]\n", "", Kind::Quota},
@@ -426,10 +430,8 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
   static int port = 19464;  // a new port each run (--gtest_repeat)
   for (const Profile& pr : profiles) {
     const std::string cfg = "/tmp/kh-vm-e2e-" + pr.name + ".yaml";
-    if (!pr.own.empty())
-      std::ofstream(cfg) << pr.own;
-    else
-      write_agent_config(cfg, pr.extra);
+    if (!pr.own.empty()) std::ofstream(cfg) << pr.own;
+    else write_agent_config(cfg, pr.extra);
     const std::string state = "/tmp/kh-vm-e2e-" + pr.name + "-state.json";
     ::unlink(state.c_str());
     ++port;
@@ -445,11 +447,15 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
     // own CPUs and no quota.
     const bool cpuset = pr.kind == Kind::Cpuset;
     const bool quota = pr.kind == Kind::Quota;
-    ASSERT_TRUE(wait_for([&] {
-      return read_file(kRoot + kYarn + "/cpu.idle") == "1\n" &&
-             (!cpuset || read_file(kRoot + kYarn + "/cpuset.cpus") != "\n") &&
-             (!quota || read_file(kRoot + kYarn + "/cpu.max") != "max 100000\n");
-    }, 20)) << "the agent never set the offline levers\n" << agent.text();
+    ASSERT_TRUE(wait_for(
+        [&] {
+          return read_file(kRoot + kYarn + "/cpu.idle") == "1\n" &&
+                 (!cpuset || read_file(kRoot + kYarn + "/cpuset.cpus") != "\n") &&
+                 (!quota || read_file(kRoot + kYarn + "/cpu.max") != "max 100000\n");
+        },
+        20))
+        << "the agent never set the offline levers\n"
+        << agent.text();
     ::kill(online.pid, SIGCONT);
     agent_pid = agent.pid;
     Result res;
@@ -485,8 +491,10 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
     std::smatch m;
     std::regex re(R"(reaction ([0-9.]+) ms from the first over-threshold wait)");
     if (std::regex_search(log, m, re))
-      std::printf("khagent %s: reaction: hogs started -> first cpu.max cut %.1f ms (guest clock); wait event -> cpu.max "
-                  "write %s ms (khagent's own)\n", pr.name.c_str(), res.reaction_ms, m[1].str().c_str());
+      std::printf(
+          "khagent %s: reaction: hogs started -> first cpu.max cut %.1f ms (guest clock); wait event -> cpu.max "
+          "write %s ms (khagent's own)\n",
+          pr.name.c_str(), res.reaction_ms, m[1].str().c_str());
     if (quota) {
       EXPECT_NE(log.find("decrease"), std::string::npos) << log;
     }
@@ -509,7 +517,8 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
   };
   row("alone", alone, 0);
   row("hogs, khagent off", off, off_offline_s);
-  for (size_t i = 0; i < profiles.size(); i++) row("hogs, khagent on (" + profiles[i].name + ")", results[i].on, results[i].offline_s);
+  for (size_t i = 0; i < profiles.size(); i++)
+    row("hogs, khagent on (" + profiles[i].name + ")", results[i].on, results[i].offline_s);
   for (size_t i = 0; i < profiles.size(); i++) {
     const Result& r = results[i];
     bool closer = r.on.p99 - alone.p99 < 0.5 * (off.p99 - alone.p99);
@@ -557,9 +566,13 @@ TEST(VmSuite, RestoreAfterSigtermSigkillAndCorruption) {
   auto squeezed = [&] { return read_file(yarn.dir() + "/cpu.max") != "max 100000\n"; };
   {
     AgentProc a(args, "/tmp/kh-vm-restore-1.log");
-    ASSERT_TRUE(wait_for([&] {
-      return squeezed() && read_file(yarn.dir() + "/cpu.idle") == "1\n" && read_file(yarn.dir() + "/cpuset.cpus") != "\n";
-    }, 20)) << a.text();
+    ASSERT_TRUE(wait_for(
+        [&] {
+          return squeezed() && read_file(yarn.dir() + "/cpu.idle") == "1\n" &&
+                 read_file(yarn.dir() + "/cpuset.cpus") != "\n";
+        },
+        20))
+        << a.text();
     EXPECT_EQ(read_file(yarn.dir() + "/cpu.idle"), "1\n");
     EXPECT_EQ(a.stop(SIGTERM), 0);
     EXPECT_EQ(read_file(yarn.dir() + "/cpu.max"), "max 100000\n") << a.text();
@@ -642,8 +655,9 @@ TEST(VmBench, ReactionTimeDistribution) {
   int cycles = 20;
   if (const char* c = std::getenv("KHAGENT_VM_BENCH_CYCLES")) cycles = std::max(1, std::atoi(c));
   CgroupStack cgs;
-  for (const std::string& p : std::vector<std::string>{"/kubepods.slice", "/kubepods.slice/kubepods-burstable.slice", kPod, kCtr, kYarn,
-                              kYarn + "/container_e01_1700000000000_0001_01_000002"})
+  for (const std::string& p :
+       std::vector<std::string>{"/kubepods.slice", "/kubepods.slice/kubepods-burstable.slice", kPod, kCtr, kYarn,
+                                kYarn + "/container_e01_1700000000000_0001_01_000002"})
     cgs.add(kRoot, p);
   const std::string y1 = kRoot + kYarn + "/container_e01_1700000000000_0001_01_000002";
   Probe probe;
@@ -662,7 +676,8 @@ TEST(VmBench, ReactionTimeDistribution) {
                   "/tmp/kh-vm-bench.log");
   const std::string cpu_max = kRoot + kYarn + "/cpu.max";
   ASSERT_TRUE(wait_for([&] { return read_file(cpu_max) != "max 100000\n"; }, 30))
-      << "the agent never set the offline budget\n" << agent.text();
+      << "the agent never set the offline budget\n"
+      << agent.text();
   sleep_s(2);
   std::string settled = read_file(cpu_max);
 
@@ -700,7 +715,8 @@ TEST(VmBench, ReactionTimeDistribution) {
   // One line each, parsed by scripts/bench.sh.
   std::printf("BENCH reaction guest n=%zu missed=%d p50=%.1f p95=%.1f max=%.1f (ms, hogs start -> first cpu.max cut)\n",
               guest_ms.size(), missed, pct(guest_ms, 0.5), pct(guest_ms, 0.95), pct(guest_ms, 1.0));
-  std::printf("BENCH reaction khagent n=%zu p50=%.2f p95=%.2f max=%.2f (ms, first over-threshold wait -> cgroup write)\n",
-              own_ms.size(), pct(own_ms, 0.5), pct(own_ms, 0.95), pct(own_ms, 1.0));
+  std::printf(
+      "BENCH reaction khagent n=%zu p50=%.2f p95=%.2f max=%.2f (ms, first over-threshold wait -> cgroup write)\n",
+      own_ms.size(), pct(own_ms, 0.5), pct(own_ms, 0.95), pct(own_ms, 1.0));
   EXPECT_FALSE(guest_ms.empty()) << log;
 }

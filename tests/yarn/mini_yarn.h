@@ -46,7 +46,8 @@ class MiniYarn {
                     const std::string& log_file, int timeout_s = 180) {
     if (java.empty()) return "no java found at configure time: install a JDK 17 (scripts/setup.sh)";
     if (!std::filesystem::exists(jar)) {
-      return "the MiniYARNCluster launcher " + jar + " was not built (Maven missing at configure time? run "
+      return "the MiniYARNCluster launcher " + jar +
+             " was not built (Maven missing at configure time? run "
              "scripts/setup.sh, then scripts/build.sh)";
     }
     std::ifstream cpf(classpath_file);
@@ -88,8 +89,8 @@ class MiniYarn {
     from_ = out[0];
     std::string line;
     if (!read_line(line, timeout_s * 1000)) {
-      return "the launcher did not become ready within " + std::to_string(timeout_s) + " s (see " + log_file +
-             " and " + log_file + ".stderr)";
+      return "the launcher did not become ready within " + std::to_string(timeout_s) + " s (see " + log_file + " and " +
+             log_file + ".stderr)";
     }
     if (line.rfind("ready ", 0) != 0) return "unexpected first line from the launcher: " + line;
     json info = json::parse(line.substr(6), nullptr, false);

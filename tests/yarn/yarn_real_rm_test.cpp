@@ -19,13 +19,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
-#include <memory>
-#include <sstream>
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,8 +56,8 @@ class ClusterEnv : public ::testing::Environment {
   void SetUp() override {
     auto t0 = Clock::now();
     cluster_ = std::make_unique<MiniYarn>();
-    g_start_error = cluster_->start(KHAGENT_JAVA, KHAGENT_YARN_MINI_JAR, KHAGENT_YARN_MINI_CLASSPATH,
-                                    KHAGENT_YARN_MINI_LOG);
+    g_start_error =
+        cluster_->start(KHAGENT_JAVA, KHAGENT_YARN_MINI_JAR, KHAGENT_YARN_MINI_CLASSPATH, KHAGENT_YARN_MINI_LOG);
     g_start_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     if (g_start_error.empty()) {
       g_cluster = cluster_.get();
@@ -336,7 +336,12 @@ TEST_F(YarnRealRm, AResizeZeroesOtherTypesWhateverThePostCarries) {
   EXPECT_EQ(node().other_resources.at("yarn.io/gpu"), 0) << "the RM kept the GPUs: update docs/yarn.md";
   // The NodeManager takes the new total with a heartbeat.
   auto t0 = Clock::now();
-  ASSERT_TRUE(wait_for([&] { auto c = rest_->nm_configured(); return c.ok() && c->vcores == 6; }, 5000));
+  ASSERT_TRUE(wait_for(
+      [&] {
+        auto c = rest_->nm_configured();
+        return c.ok() && c->vcores == 6;
+      },
+      5000));
   std::printf("the NodeManager showed 6 vcores %.0f ms after the RM did\n",
               std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   // Back to the full size: the GPUs stay 0, whatever is posted.
@@ -388,8 +393,8 @@ TEST_F(YarnRealRm, ContainersAndApplicationMastersAsTheRmShowsThem) {
 TEST_F(YarnRealRm, TheDownscalerShrinksReclaimsInOrderAndRestores) {
   YarnNodeReport before = node();
   ASSERT_EQ(before.total, (YarnResource{8, 8192}));
-  json low = submit("low", 3, 512, 1);   // AM + 3 workers, 4 vcores
-  json high = submit("high", 2, 512, 1); // AM + 2 workers, 3 vcores
+  json low = submit("low", 3, 512, 1);    // AM + 3 workers, 4 vcores
+  json high = submit("high", 2, 512, 1);  // AM + 2 workers, 3 vcores
   const std::string low_app = low["app"], high_app = high["app"];
   std::vector<std::string> low_workers = strings(low["status"]["running"]);
   ASSERT_EQ(low_workers.size(), 3u);
@@ -436,7 +441,12 @@ TEST_F(YarnRealRm, TheDownscalerShrinksReclaimsInOrderAndRestores) {
   ds.stop(true);
   ASSERT_TRUE(wait_for([&] { return node().total == before.total; }, 5000));
   EXPECT_EQ(node().other_resources, before.other_resources);
-  ASSERT_TRUE(wait_for([&] { auto c = rest_->nm_configured(); return c.ok() && *c == before.total; }, 5000));
+  ASSERT_TRUE(wait_for(
+      [&] {
+        auto c = rest_->nm_configured();
+        return c.ok() && *c == before.total;
+      },
+      5000));
   kill_app(low_app);
   kill_app(high_app);
   ASSERT_TRUE(wait_for([&] { return containers().empty(); }, 15000));
@@ -463,8 +473,8 @@ TEST_F(YarnRealRm, OverCommitAsTheRmDoesIt) {
   auto done = completed(status(id));
   EXPECT_EQ(done.at(workers[2]), kPreempted);
   EXPECT_EQ(done.at(workers[1]), kPreempted);
-  std::printf("overCommitTimeout 2 s: AM notified after %.1f s, 2 containers preempted after %.1f s\n",
-              noticed_s, killed_s);
+  std::printf("overCommitTimeout 2 s: AM notified after %.1f s, 2 containers preempted after %.1f s\n", noticed_s,
+              killed_s);
   // -1 does not clear the deadline set before: a shrink with -1 is reclaimed
   // by the RM at its next heartbeat.
   t0 = Clock::now();

@@ -70,9 +70,9 @@ std::vector<ActionRecord> Actuator::apply(const std::vector<DesiredValue>& want,
     auto cur = fs_.read(d.cgroup, d.file);
     auto now_set = cur ? parse_cpu_list(*cur) : Result<CpuSet>(CpuSet{});
     auto want_set = parse_cpu_list(d.value);
-    bool is_widen = now_set && want_set &&
-                    (now_set->empty() ||
-                     std::includes(want_set->begin(), want_set->end(), now_set->begin(), now_set->end()));
+    bool is_widen =
+        now_set && want_set &&
+        (now_set->empty() || std::includes(want_set->begin(), want_set->end(), now_set->begin(), now_set->end()));
     (is_widen ? widen : narrow).push_back(d);
   }
   std::stable_sort(widen.begin(), widen.end(),
@@ -135,8 +135,8 @@ ActionRecord Actuator::apply_checked(const DesiredValue& d, uint64_t now_ns, boo
       rec.message = hierarchy_of(d.file) == Hierarchy::Unified
                         ? std::string(cgroup_file_name(d.file)) + " missing in " + d.cgroup +
                               ": the controller is not enabled for it (cgroup.subtree_control of its parent)"
-                        : d.cgroup + " exists in cgroup2 but not in the v1 hierarchy of " +
-                              cgroup_file_name(d.file) + " (whoever made it did not create it there)";
+                        : d.cgroup + " exists in cgroup2 but not in the v1 hierarchy of " + cgroup_file_name(d.file) +
+                              " (whoever made it did not create it there)";
       return rec;
     }
     if (rec.outcome == ActionOutcome::Gone && store_.has(d.cgroup, d.file)) {
@@ -170,8 +170,8 @@ ActionRecord Actuator::apply_checked(const DesiredValue& d, uint64_t now_ns, boo
     // We wrote lw->second and it now reads differently: another writer (the
     // kubelet re-applying its settings, an operator). Report, do not fight.
     rec.outcome = ActionOutcome::Reverted;
-    rec.message = "changed by someone else from '" + lw->second + "' to '" + now_norm +
-                  "'; not rewriting for " + std::to_string(backoff_ns_ / 1'000'000'000ULL) + "s";
+    rec.message = "changed by someone else from '" + lw->second + "' to '" + now_norm + "'; not rewriting for " +
+                  std::to_string(backoff_ns_ / 1'000'000'000ULL) + "s";
     backoff_until_[key] = now_ns + backoff_ns_;
     last_written_.erase(lw);
     return rec;

@@ -50,8 +50,7 @@ bool populated(const std::string& dir) {
 
 }  // namespace
 
-Result<CgroupKillResult> kill_cgroup(const std::string& mount, const std::string& rel,
-                                     const CgroupKillOptions& opts) {
+Result<CgroupKillResult> kill_cgroup(const std::string& mount, const std::string& rel, const CgroupKillOptions& opts) {
   auto confined = confine_cgroup_path(mount, rel);
   if (!confined && rel.find("..") == std::string::npos && rel.find_first_not_of("/.") == std::string::npos)
     return make_error(EPERM, "refusing to kill the root cgroup of " + mount);
@@ -60,7 +59,7 @@ Result<CgroupKillResult> kill_cgroup(const std::string& mount, const std::string
     return make_error(EPERM, "refusing to kill the root cgroup of " + mount);
   }
   const std::string dir = mount + confined.value();
-  struct stat st {};
+  struct stat st{};
   if (::stat(dir.c_str(), &st) != 0) return make_error(errno, "cgroup " + dir);
   if (!S_ISDIR(st.st_mode)) return make_error(ENOTDIR, "cgroup " + dir);
 

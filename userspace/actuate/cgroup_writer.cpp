@@ -46,8 +46,9 @@ bool two_words(const std::string& v, std::string& a, std::string& b) {
 
 Result<CgroupBackend> choose_backend(const CgroupRoots& roots, const std::string& controllers) {
   if (roots.unified.empty())
-    return make_error(ENOTSUP, "no cgroup2 file system is mounted: khagent measures by cgroup v2 ids and "
-                               "does not support pure cgroup v1 hosts");
+    return make_error(ENOTSUP,
+                      "no cgroup2 file system is mounted: khagent measures by cgroup v2 ids and "
+                      "does not support pure cgroup v1 hosts");
   if (has_word(controllers, "cpu")) return CgroupBackend::V2;
   if (!roots.cpu_v1.empty()) return CgroupBackend::V1Hybrid;
   return make_error(ENOTSUP, "the cpu controller is neither enabled in cgroup2 at " + roots.unified +
@@ -122,8 +123,7 @@ Result<void> validate_cgroup_value(CgroupFile f, const std::string& value, const
     case CgroupFile::V1CpuCfs: {
       std::string quota, period;
       uint64_t q = 0, p = 0;
-      if (!two_words(v, quota, period) || period.empty())
-        return make_error(EINVAL, what + ": want '-1|QUOTA PERIOD'");
+      if (!two_words(v, quota, period) || period.empty()) return make_error(EINVAL, what + ": want '-1|QUOTA PERIOD'");
       if (quota != "-1" && (!parse_u64(quota, q) || q < 1000))
         return make_error(EINVAL, what + ": quota must be -1 or at least 1000 us");
       if (!parse_u64(period, p) || p < 1000 || p > 1000000)
@@ -233,8 +233,7 @@ Result<std::string> confine_cgroup_path(const std::string& mount, const std::str
   return rel;
 }
 
-RealCgroupFs::RealCgroupFs(CgroupRoots roots, bool use_openat2)
-    : roots_(std::move(roots)), use_openat2_(use_openat2) {}
+RealCgroupFs::RealCgroupFs(CgroupRoots roots, bool use_openat2) : roots_(std::move(roots)), use_openat2_(use_openat2) {}
 
 RealCgroupFs::~RealCgroupFs() {
   for (int fd : root_fd_)
@@ -269,8 +268,7 @@ Result<int> RealCgroupFs::open_beneath(Hierarchy h, const std::string& rel, int 
     size_t end = inner.find('/', start);
     bool last = end == std::string::npos;
     std::string part = inner.substr(start, last ? std::string::npos : end - start);
-    int next = ::openat(dir, part.c_str(),
-                        (last ? flags : O_PATH | O_DIRECTORY) | O_NOFOLLOW | O_CLOEXEC);
+    int next = ::openat(dir, part.c_str(), (last ? flags : O_PATH | O_DIRECTORY) | O_NOFOLLOW | O_CLOEXEC);
     int err = errno;
     ::close(dir);
     if (next < 0) return make_error(err, "cannot open " + root + rel);

@@ -24,13 +24,13 @@ uint32_t checksum_of(const nlohmann::json& entries) {
 }
 
 constexpr size_t kMaxStateBytes = 4u << 20;  // thousands of entries fit in far less
-constexpr int kMaxDepth = 8;                  // {"entries":[{...}]} is 3 deep
+constexpr int kMaxDepth = 8;                 // {"entries":[{...}]} is 3 deep
 
 // Reads a regular file (no symlink, no FIFO) of at most kMaxStateBytes.
 Result<std::string> slurp(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return make_error(errno, "cannot read " + path);
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     return make_error(EBADMSG, path + " is not a regular file");
@@ -101,15 +101,15 @@ Result<void> write_atomically(const std::string& path, const std::string& text) 
 std::string StateStore::serialize() const {
   nlohmann::json entries = nlohmann::json::array();
   for (const auto& [key, value] : values_)
-    entries.push_back({{"cgroup", key.first},
-                       {"file", cgroup_file_name(static_cast<CgroupFile>(key.second))},
-                       {"original", value}});
+    entries.push_back(
+        {{"cgroup", key.first}, {"file", cgroup_file_name(static_cast<CgroupFile>(key.second))}, {"original", value}});
   nlohmann::json doc = {{"version", kVersion}, {"entries", entries}, {"checksum", checksum_of(entries)}};
   return doc.dump(1) + "\n";
 }
 
 Result<ParsedState> StateStore::parse(const std::string& text) {
-  if (text.size() > kMaxStateBytes) return make_error(EFBIG, "larger than " + std::to_string(kMaxStateBytes) + " bytes");
+  if (text.size() > kMaxStateBytes)
+    return make_error(EFBIG, "larger than " + std::to_string(kMaxStateBytes) + " bytes");
   if (json_depth(text) > kMaxDepth)
     return make_error(EBADMSG, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
   nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
@@ -135,7 +135,8 @@ Result<ParsedState> StateStore::parse(const std::string& text) {
     auto f = cgroup_file_from_name(name);
     std::string why;
     if (!f) why = "not a file khagent writes";
-    else if (cg == "/" || !is_clean_cgroup_path(cg)) why = "not a cgroup path below the root (no '..', '.', '//' or control characters)";
+    else if (cg == "/" || !is_clean_cgroup_path(cg))
+      why = "not a cgroup path below the root (no '..', '.', '//' or control characters)";
     else if (auto v = validate_cgroup_value(*f, value, {}); !v) why = v.error().message;
     if (!why.empty()) {
       out.refused.push_back("entry " + e.dump() + " refused: " + why);
@@ -157,7 +158,7 @@ Result<void> StateStore::load() {
     if (!parsed) return make_error(EBADMSG, p + ": " + parsed.error().message);
     return parsed;
   };
-  struct stat st {};
+  struct stat st{};
   if (::lstat(path_.c_str(), &st) != 0) {
     if (errno != ENOENT) return make_error(errno, "cannot access state file " + path_);
     note_ = "no state file: nothing to restore";
@@ -171,11 +172,11 @@ Result<void> StateStore::load() {
   } else {
     auto prev = try_one(path_ + ".prev");
     if (!prev)
-      return make_error(EBADMSG, "state file " + main.error().message +
-                                     "; no intact previous generation (" + prev.error().message + ")");
+      return make_error(EBADMSG, "state file " + main.error().message + "; no intact previous generation (" +
+                                     prev.error().message + ")");
     got = std::move(prev.value());
-    note_ = "state file " + main.error().message + "; using the previous generation " + path_ +
-            ".prev (" + std::to_string(got.entries.size()) + " original values)";
+    note_ = "state file " + main.error().message + "; using the previous generation " + path_ + ".prev (" +
+            std::to_string(got.entries.size()) + " original values)";
   }
   for (const auto& v : got.entries) values_[{v.cgroup, static_cast<int>(v.file)}] = v.value;
   refused_ = std::move(got.refused);
@@ -212,9 +213,7 @@ void StateStore::record(const std::string& cgroup, CgroupFile f, const std::stri
   values_.emplace(std::make_pair(cgroup, static_cast<int>(f)), value);
 }
 
-void StateStore::forget(const std::string& cgroup, CgroupFile f) {
-  values_.erase({cgroup, static_cast<int>(f)});
-}
+void StateStore::forget(const std::string& cgroup, CgroupFile f) { values_.erase({cgroup, static_cast<int>(f)}); }
 
 void StateStore::forget_cgroup(const std::string& cgroup) {
   for (auto it = values_.begin(); it != values_.end();)
@@ -223,8 +222,7 @@ void StateStore::forget_cgroup(const std::string& cgroup) {
 
 std::vector<OriginalValue> StateStore::entries() const {
   std::vector<OriginalValue> out;
-  for (const auto& [key, value] : values_)
-    out.push_back({key.first, static_cast<CgroupFile>(key.second), value});
+  for (const auto& [key, value] : values_) out.push_back({key.first, static_cast<CgroupFile>(key.second), value});
   return out;
 }
 

@@ -15,10 +15,10 @@ YarnKillOutcome kill_yarn_container(const std::string& id, const std::string& mo
     spdlog::error("yarn: killing {} (cgroup {}) failed: {}", id, rel, k.error().str());
     return YarnKillOutcome::Failed;
   }
-  spdlog::warn("yarn: killed {} (cgroup {}, {}): {}", id, rel,
-               k.value().used_cgroup_kill ? "cgroup.kill"
-                                          : std::to_string(k.value().signalled) + " processes SIGKILLed",
-               reason);
+  spdlog::warn(
+      "yarn: killed {} (cgroup {}, {}): {}", id, rel,
+      k.value().used_cgroup_kill ? "cgroup.kill" : std::to_string(k.value().signalled) + " processes SIGKILLed",
+      reason);
   return YarnKillOutcome::Killed;
 }
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <utility>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "khagent/util/curl_util.h"
 #include "khagent/util/hadoop_error.h"
@@ -41,9 +41,9 @@ std::string node_resource_body(const YarnResource& r, const std::map<std::string
 Result<YarnResource> parse_resource_info(const std::string& text) {
   auto parsed = parse_json_bounded(text, kAnswerLimits);
   if (!parsed) {
-    return make_error(parsed.error().err == E2BIG ? E2BIG : EPROTO,
-                      "update-resource answer: " + parsed.error().message + " (starts \"" +
-                          body_excerpt(text, 80) + "\")");
+    return make_error(
+        parsed.error().err == E2BIG ? E2BIG : EPROTO,
+        "update-resource answer: " + parsed.error().message + " (starts \"" + body_excerpt(text, 80) + "\")");
   }
   const json& doc = parsed.value();
   if (!doc.is_object()) {
@@ -61,15 +61,14 @@ Result<YarnResource> parse_resource_info(const std::string& text) {
   auto vc = json_int_in_range(*v, 0, kYarnMaxVcores);
   auto mb = json_int_in_range(*m, 0, kYarnMaxMemoryMb);
   if (!vc || !mb) {
-    return make_error(ERANGE, "update-resource answer: " + v->dump() + " vcores/" + m->dump() +
-                                  " MB out of range");
+    return make_error(ERANGE, "update-resource answer: " + v->dump() + " vcores/" + m->dump() + " MB out of range");
   }
   return YarnResource{*vc, *mb};
 }
 
 Result<YarnResource> post_node_resource(HttpClient& rm, const std::string& node_id, const YarnResource& r,
-                                        const std::map<std::string, int64_t>& others,
-                                        int64_t over_commit_timeout_ms, const std::atomic<bool>* abort) {
+                                        const std::map<std::string, int64_t>& others, int64_t over_commit_timeout_ms,
+                                        const std::atomic<bool>* abort) {
   // The range of `r` is the caller's to check (app/yarn_downscaler does,
   // before every POST); the RM answers a negative one with a 400.
   if (node_id.empty()) return make_error(EINVAL, "POST resource: empty node id");
@@ -99,11 +98,12 @@ bool restore_node_resource(HttpClientOptions rm, const std::string& node_id, con
   std::atomic<bool> no_abort{false};
   auto r = post_node_resource(client, node_id, configured, others, over_commit_timeout_ms, &no_abort);
   if (r) {
-    spdlog::info("yarn: restored {} to its configured {}{} (the RM answered with {}, its total before or "
-                 "after the update)",
-                 node_id, yarn_resource_str(configured),
-                 others.empty() ? "" : " and " + std::to_string(others.size()) + " other resource types",
-                 yarn_resource_str(r.value()));
+    spdlog::info(
+        "yarn: restored {} to its configured {}{} (the RM answered with {}, its total before or "
+        "after the update)",
+        node_id, yarn_resource_str(configured),
+        others.empty() ? "" : " and " + std::to_string(others.size()) + " other resource types",
+        yarn_resource_str(r.value()));
     return true;
   }
   spdlog::error("yarn: could not restore {} to {}: {}", node_id, yarn_resource_str(configured), r.error().str());

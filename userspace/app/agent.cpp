@@ -3,16 +3,16 @@
 
 #include <unistd.h>
 
+#include <dirent.h>
 #include <algorithm>
 #include <cmath>
 #include <ctime>
-#include <dirent.h>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <ranges>
 #include <set>
-#include <filesystem>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
@@ -41,8 +41,8 @@ namespace {
 
 bool under(const std::string& path, const std::string& parent) {
   if (parent == "/") return true;
-  return path == parent || (path.size() > parent.size() && path.compare(0, parent.size(), parent) == 0 &&
-                            path[parent.size()] == '/');
+  return path == parent ||
+         (path.size() > parent.size() && path.compare(0, parent.size(), parent) == 0 && path[parent.size()] == '/');
 }
 
 // Subdirectories of a cgroup (one level), as cgroup paths.
@@ -59,7 +59,6 @@ std::vector<std::string> child_cgroups(const std::string& root, const std::strin
   std::sort(out.begin(), out.end());
   return out;
 }
-
 
 // Whether the kernel has cpu.idle (cgroup SCHED_IDLE, 5.15+): the v1 cpu
 // root has it; in v2 the root has no cpu files, so look at a child with the
@@ -91,8 +90,7 @@ NodeIdentity node_identity(const CliOptions& o) {
 
 Result<Config> effective_config(const CliOptions& o) {
   NodeIdentity node = node_identity(o);
-  Result<Config> c = o.config_path.empty() ? Result<Config>(default_config())
-                                           : load_config_file(o.config_path, node);
+  Result<Config> c = o.config_path.empty() ? Result<Config>(default_config()) : load_config_file(o.config_path, node);
   if (!c) return c;
   if (o.dry_run) c->dry_run = true;
   if (!o.state_file.empty()) c->state_file = o.state_file;
@@ -106,8 +104,7 @@ int run_config_check(const CliOptions& o) {
     std::cerr << "khagent: " << c.error().message << "\n";
     return 2;
   }
-  std::cout << "# " << o.config_path << ": OK (node " << node_identity(o).name << ")\n"
-            << config_to_yaml(*c);
+  std::cout << "# " << o.config_path << ": OK (node " << node_identity(o).name << ")\n" << config_to_yaml(*c);
   return 0;
 }
 
@@ -135,8 +132,8 @@ int run_restore(const CliOptions& o) {
   int failed = 0;
   for (const auto& r : act.restore()) {
     if (r.outcome == ActionOutcome::Rejected) failed++;
-    spdlog::info("{} {} {}: '{}' -> '{}' {}", outcome_name(r.outcome), r.cgroup, cgroup_file_name(r.file),
-                 r.from, r.to, r.message);
+    spdlog::info("{} {} {}: '{}' -> '{}' {}", outcome_name(r.outcome), r.cgroup, cgroup_file_name(r.file), r.from, r.to,
+                 r.message);
   }
   return failed || !store.refused().empty() ? 1 : 0;
 }
@@ -188,7 +185,7 @@ class Agent {
   uint64_t fast_breaches_ = 0;  // since the last tick
   std::unordered_map<uint64_t, CgroupClass> class_of_;
   std::vector<kh_wait_event> pending_;
-  uint64_t last_scan_ns_ = 0;  // mono_ns of the last scan for waits still going on
+  uint64_t last_scan_ns_ = 0;                     // mono_ns of the last scan for waits still going on
   std::map<std::string, uint64_t> quota_warned_;  // pod -> last log
   std::map<std::string, uint64_t> warned_;        // problem -> last log (one a minute)
   std::optional<CpuSet> exclusive_cpus_;          // from the tick's cpu_manager_state read
@@ -215,8 +212,8 @@ int Agent::run() {
     return 1;
   }
   topo_ = *topo;
-  spdlog::info("node: {} CPUs ({} threads per core), cgroup2 at {}", topo_.cpus.size(),
-               topo_.threads_per_core(), mounts_.cgroup2);
+  spdlog::info("node: {} CPUs ({} threads per core), cgroup2 at {}", topo_.cpus.size(), topo_.threads_per_core(),
+               mounts_.cgroup2);
   const CgroupRoots roots{mounts_.cgroup2, mounts_.cpu_v1, mounts_.cpuset_v1};
   auto be = detect_backend(roots);  // pure v1 hosts are refused here
   if (!be) {
@@ -231,8 +228,10 @@ int Agent::run() {
     spdlog::info("cgroup backend: {}: measuring by cgroup2 ids in {}, writing cpu in {} and cpuset in {}",
                  backend_name(backend_), mounts_.cgroup2, mounts_.cpu_v1,
                  mounts_.cpuset_v1.empty() ? "(none)" : mounts_.cpuset_v1);
-  spdlog::info("levers: {} on offline targets{}; ladder [{}] on a lasting breach", 
-               !cfg_.offline.idle ? "no idle lever" : idle_supported_ ? "cpu.idle=1" : "minimum weight (no cpu.idle in this kernel)",
+  spdlog::info("levers: {} on offline targets{}; ladder [{}] on a lasting breach",
+               !cfg_.offline.idle ? "no idle lever"
+               : idle_supported_  ? "cpu.idle=1"
+                                  : "minimum weight (no cpu.idle in this kernel)",
                lever(Lever::Cpuset) && lever(Lever::Quota) ? ", cpuset and quota always"
                : lever(Lever::Cpuset)                      ? ", cpuset always"
                : lever(Lever::Quota)                       ? ", quota always"
@@ -301,8 +300,10 @@ int Agent::run() {
     // Both generations damaged: keep the file for an operator and start a new
     // record; the values now in place are taken as the originals.
     std::string aside = cfg_.state_file + ".corrupt-" + std::to_string(time(nullptr));
-    spdlog::error("{}; moved to {} and starting a new state file (originals recorded there may "
-                  "include values khagent wrote before)", r.error().str(), aside);
+    spdlog::error(
+        "{}; moved to {} and starting a new state file (originals recorded there may "
+        "include values khagent wrote before)",
+        r.error().str(), aside);
     if (::rename(cfg_.state_file.c_str(), aside.c_str()) != 0)
       spdlog::error("cannot move {} aside: {}", cfg_.state_file, std::strerror(errno));
   } else {
@@ -352,8 +353,8 @@ int Agent::run() {
   // resources back; this may wait on the ResourceManager.
   if (yarn_) yarn_->stop(true);
   if (reactions_)
-    spdlog::info("fast path: {} reactions, mean {:.2f} ms, max {:.2f} ms (wait event to cgroup write)",
-                 reactions_, reaction_sum_ms_ / static_cast<double>(reactions_), reaction_max_ms_);
+    spdlog::info("fast path: {} reactions, mean {:.2f} ms, max {:.2f} ms (wait event to cgroup write)", reactions_,
+                 reaction_sum_ms_ / static_cast<double>(reactions_), reaction_max_ms_);
   spdlog::info("stopped after {} ticks{}", ticks_, failed ? "; some originals could not be restored" : "");
   return failed ? 1 : 0;
 }
@@ -434,9 +435,8 @@ std::vector<DesiredValue> Agent::desired(const Decision& d, bool fast) {
   }
   auto want = offline_writes(li, cfg_);
   if (fast) {  // the fast path moves the budget only: quota and cpuset
-    std::erase_if(want, [](const DesiredValue& v) {
-      return v.file != CgroupFile::CpuMax && v.file != CgroupFile::CpusetCpus;
-    });
+    std::erase_if(
+        want, [](const DesiredValue& v) { return v.file != CgroupFile::CpuMax && v.file != CgroupFile::CpusetCpus; });
   }
   std::vector<DesiredValue> out;
   for (auto& v : want) {
@@ -472,8 +472,7 @@ void Agent::ladder(const Decision& d, const ControllerInput& in) {
   LadderDecision ld = ladder_step(li, cfg_.ladder, ladder_);
   if (metrics_) {
     std::vector<std::pair<std::string, bool>> act = {{"idle", cfg_.offline.idle}};
-    for (Lever l : {Lever::Cpuset, Lever::Quota})
-      act.emplace_back(lever_name(l), lever(l));
+    for (Lever l : {Lever::Cpuset, Lever::Quota}) act.emplace_back(lever_name(l), lever(l));
     metrics_->record_levers(act);
   }
   if (ld.action == LadderAction::Hold) return;
@@ -481,18 +480,15 @@ void Agent::ladder(const Decision& d, const ControllerInput& in) {
   if (metrics_)
     metrics_->record_ladder_step(ld.lever, ladder_action_name(ld.action), ld.before_rate / 1e9, ld.after_rate / 1e9,
                                  verdict);
-  if (ld.action == LadderAction::Undone)
-    spdlog::warn("ladder: {}", ld.reason);
-  else
-    spdlog::info("ladder {}: {}", ladder_action_name(ld.action), ld.reason);
+  if (ld.action == LadderAction::Undone) spdlog::warn("ladder: {}", ld.reason);
+  else spdlog::info("ladder {}: {}", ladder_action_name(ld.action), ld.reason);
 }
 
 void Agent::log_records(const std::vector<ActionRecord>& recs, const std::string& why) {
   for (const auto& r : recs) {
     switch (r.outcome) {
       case ActionOutcome::Unchanged:
-      case ActionOutcome::Backoff:
-        break;
+      case ActionOutcome::Backoff: break;
       case ActionOutcome::Written:
         spdlog::info("{} {}: '{}' -> '{}' ({})", r.cgroup, cgroup_file_name(r.file), r.from, r.to, why);
         break;
@@ -500,8 +496,8 @@ void Agent::log_records(const std::vector<ActionRecord>& recs, const std::string
         // Nothing is written, so the same change comes back every tick:
         // logged once, and again when what is there or wanted changes.
         if (r.repeat) break;
-        spdlog::info("dry run: would write {} {}: '{}' -> '{}' ({})", r.cgroup, cgroup_file_name(r.file),
-                     r.from, r.to, why);
+        spdlog::info("dry run: would write {} {}: '{}' -> '{}' ({})", r.cgroup, cgroup_file_name(r.file), r.from, r.to,
+                     why);
         break;
       default: {
         // The same problem every tick is logged once a minute.

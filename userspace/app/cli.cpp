@@ -51,7 +51,8 @@ CliParse parse_cli(const std::vector<std::string>& args) {
   std::string interval = "1s";
   observe->add_option("-i,--interval", interval, "refresh interval (e.g. 500ms, 1s)");
   observe->add_option("-c,--count", o.count, "stop after this many intervals (0: run until interrupted)");
-  observe->add_option("--cgroup", o.cgroup_prefix, "only cgroups at or below this path (relative to the cgroup2 mount)");
+  observe->add_option("--cgroup", o.cgroup_prefix,
+                      "only cgroups at or below this path (relative to the cgroup2 mount)");
   observe->add_flag("--json", o.json, "one JSON object per line per interval");
   observe->add_option("--limit", o.limit, "table rows")->check(CLI::PositiveNumber);
 
@@ -85,8 +86,9 @@ CliParse parse_cli(const std::vector<std::string>& args) {
       ->check(CLI::ExistingFile);
   top->add_option("--cgroup", o.cgroup_prefix, "only cgroups at or below this path (relative to the cgroup2 mount)");
   top->add_flag("--online-only", o.online_only, "start showing online cgroups only (key o toggles)");
-  top->footer("Keys: q quit (also Ctrl-C), o online only on/off, s sort by p99 -> wait -> cpu.\n"
-              "Needs a terminal; for pipes and files use `khagent observe` (or --json).");
+  top->footer(
+      "Keys: q quit (also Ctrl-C), o online only on/off, s sort by p99 -> wait -> cpu.\n"
+      "Needs a terminal; for pipes and files use `khagent observe` (or --json).");
 
   auto* status = app.add_subcommand("status", "what a running agent sees (its pinned maps) and what it changed");
   status->add_option("--config", o.config_path, "YAML configuration (for state_file and offline targets)")

@@ -83,8 +83,7 @@ std::string find_yarn(const std::string& cgroup2, const std::string& name) {
       it.disable_recursion_pending();
       continue;
     }
-    if (it->path().filename() == name && it->is_directory(ec))
-      return it->path().string().substr(cgroup2.size());
+    if (it->path().filename() == name && it->is_directory(ec)) return it->path().string().substr(cgroup2.size());
   }
   return "";
 }
@@ -121,15 +120,11 @@ std::vector<DoctorCheck> doctor_checks(const DoctorEnv& env, const BpfProbe& bpf
   if (sscanf(release.c_str(), "%d.%d", &major, &minor) != 2)
     add(L::Warn, "kernel", "cannot parse the kernel release '" + release + "' (khagent needs 5.13 or newer)");
   else if (major < 5 || (major == 5 && minor < 13))
-    add(L::Fail, "kernel",
-        release + " is too old: khagent needs 5.13 or newer (BPF task storage in tracing programs)");
-  else
-    add(L::Ok, "kernel", release + " (>= 5.13)");
+    add(L::Fail, "kernel", release + " is too old: khagent needs 5.13 or newer (BPF task storage in tracing programs)");
+  else add(L::Ok, "kernel", release + " (>= 5.13)");
   std::string btf = "/sys/kernel/btf/vmlinux";
-  if (::access(at(btf).c_str(), R_OK) == 0)
-    add(L::Ok, "btf", btf + " present");
-  else
-    add(L::Fail, "btf", btf + " missing: use a kernel built with CONFIG_DEBUG_INFO_BTF=y");
+  if (::access(at(btf).c_str(), R_OK) == 0) add(L::Ok, "btf", btf + " present");
+  else add(L::Fail, "btf", btf + " missing: use a kernel built with CONFIG_DEBUG_INFO_BTF=y");
 
   // BPF program types, hooks and maps.
   if (!bpf.attempted) {
@@ -142,23 +137,19 @@ std::vector<DoctorCheck> doctor_checks(const DoctorEnv& env, const BpfProbe& bpf
           "tp_btf sched_* programs refused: " + bpf.load_error + " (run with --log-level debug for the verifier log)");
     if (bpf.fentry)
       add(L::Ok, "throttle hooks", "fentry on throttle_cfs_rq/unthrottle_cfs_rq: throttling measured in the kernel");
-    else
-      add(L::Warn, "throttle hooks", "fentry refused: throttling read from cpu.stat");
+    else add(L::Warn, "throttle hooks", "fentry refused: throttling read from cpu.stat");
     std::vector<std::string> missing;
     if (!bpf.ringbuf) missing.push_back("ring buffer (5.8+)");
     if (!bpf.task_storage) missing.push_back("task storage (5.13+)");
-    if (missing.empty())
-      add(L::Ok, "bpf maps", "ring buffer and task storage supported");
-    else
-      add(L::Fail, "bpf maps", fmt::format("not supported by this kernel: {}", fmt::join(missing, ", ")));
+    if (missing.empty()) add(L::Ok, "bpf maps", "ring buffer and task storage supported");
+    else add(L::Fail, "bpf maps", fmt::format("not supported by this kernel: {}", fmt::join(missing, ", ")));
   }
 
   std::string mountinfo = read_text_file(at("/proc/self/mountinfo"));
   const auto entries = parse_mount_entries(mountinfo);
   bool bpffs = std::any_of(entries.begin(), entries.end(),
                            [&](const MountEntry& e) { return e.fstype == "bpf" && e.mountpoint == env.bpffs_dir; });
-  if (bpffs)
-    add(L::Ok, "bpffs", "mounted at " + env.bpffs_dir);
+  if (bpffs) add(L::Ok, "bpffs", "mounted at " + env.bpffs_dir);
   else
     add(L::Warn, "bpffs",
         "not mounted at " + env.bpffs_dir + ": khagent mounts it to pin its maps (or: mount -t bpf bpf " +
@@ -182,8 +173,7 @@ std::vector<DoctorCheck> doctor_checks(const DoctorEnv& env, const BpfProbe& bpf
     auto controller = [&](const std::string& c, const std::string& file, L missing, const std::string& why) {
       std::string name = c + " controller";
       std::string v1 = c == "cpu" ? m.cpu_v1 : m.cpuset_v1;
-      if (has_word(subtree, c))
-        add(L::Ok, name, "enabled for child cgroups (" + file + " writable)");
+      if (has_word(subtree, c)) add(L::Ok, name, "enabled for child cgroups (" + file + " writable)");
       else if (has_word(controllers, c))
         add(missing, name,
             "available but not enabled for child cgroups (" + why + "): echo +" + c + " > " + m.cgroup2 +
@@ -191,17 +181,15 @@ std::vector<DoctorCheck> doctor_checks(const DoctorEnv& env, const BpfProbe& bpf
       else if (!v1.empty())
         add(L::Ok, name,
             "hybrid host: on cgroup v1 at " + v1 + "; khagent measures by cgroup2 ids and writes the v1 " + c +
-                " files at the same relative path (" + (c == "cpu" ? "cpu.cfs_quota_us/cfs_period_us, cpu.shares, cpu.idle" : "cpuset.cpus") + ")");
-      else
-        add(missing, name, "not in " + m.cgroup2 + "/cgroup.controllers (" + why + ")");
+                " files at the same relative path (" +
+                (c == "cpu" ? "cpu.cfs_quota_us/cfs_period_us, cpu.shares, cpu.idle" : "cpuset.cpus") + ")");
+      else add(missing, name, "not in " + m.cgroup2 + "/cgroup.controllers (" + why + ")");
     };
     {
       CgroupRoots roots{m.cgroup2, m.cpu_v1, m.cpuset_v1};
       auto b = choose_backend(roots, controllers);
-      if (b)
-        add(L::Ok, "cgroup backend", std::string(backend_name(*b)));
-      else
-        add(L::Fail, "cgroup backend", b.error().message);
+      if (b) add(L::Ok, "cgroup backend", std::string(backend_name(*b)));
+      else add(L::Fail, "cgroup backend", b.error().message);
     }
     controller("cpu", "cpu.max", L::Fail, "it measures but cannot limit offline CPU");
     controller("cpuset", "cpuset.cpus", cfg.cpuset.enabled ? L::Fail : L::Warn,
@@ -209,17 +197,15 @@ std::vector<DoctorCheck> doctor_checks(const DoctorEnv& env, const BpfProbe& bpf
 
     // Kubernetes: the kubelet's cgroup driver, from its layout.
     std::string kube;
-    if (fs::is_directory(at(m.cgroup2 + "/kubepods.slice")))
-      kube = "/kubepods.slice";
-    else if (fs::is_directory(at(m.cgroup2 + "/kubepods")))
-      kube = "/kubepods";
+    if (fs::is_directory(at(m.cgroup2 + "/kubepods.slice"))) kube = "/kubepods.slice";
+    else if (fs::is_directory(at(m.cgroup2 + "/kubepods"))) kube = "/kubepods";
     if (!kube.empty()) {
       size_t pods = count_pods(at(m.cgroup2), kube);
       add(L::Ok, "kubelet",
-          fmt::format("{} cgroup driver ({}, {} pod{})", kube == "/kubepods.slice" ? "systemd" : "cgroupfs", kube,
-                      pods, pods == 1 ? "" : "s"));
-    } else if (!m.cpu_v1.empty() && (fs::is_directory(at(m.cpu_v1 + "/kubepods.slice")) ||
-                                     fs::is_directory(at(m.cpu_v1 + "/kubepods")))) {
+          fmt::format("{} cgroup driver ({}, {} pod{})", kube == "/kubepods.slice" ? "systemd" : "cgroupfs", kube, pods,
+                      pods == 1 ? "" : "s"));
+    } else if (!m.cpu_v1.empty() &&
+               (fs::is_directory(at(m.cpu_v1 + "/kubepods.slice")) || fs::is_directory(at(m.cpu_v1 + "/kubepods")))) {
       add(L::Warn, "kubelet",
           "kubelet pods only in cgroup v1 (" + m.cpu_v1 +
               "): khagent classifies cgroup v2 paths and will not see them; use the systemd cgroup driver or "
@@ -248,8 +234,9 @@ std::vector<DoctorCheck> doctor_checks(const DoctorEnv& env, const BpfProbe& bpf
         bool cpu_max = ::access(at(m.cgroup2 + y + "/cpu.max").c_str(), F_OK) == 0;
         add(cpu_max ? L::Ok : L::Warn, "yarn",
             fmt::format("hierarchy {} ({} container{}){}", y, containers, containers == 1 ? "" : "s",
-                        cpu_max ? "" : "; it has no cpu.max: enable the cpu controller in its parent's "
-                                       "cgroup.subtree_control"));
+                        cpu_max ? ""
+                                : "; it has no cpu.max: enable the cpu controller in its parent's "
+                                  "cgroup.subtree_control"));
       }
     }
   }

@@ -98,8 +98,7 @@ int run_observe(const khagent::CliOptions& o) {
     }
     shown++;
   }
-  spdlog::info("stopping after {} intervals; {} map entries of removed cgroups deleted", shown,
-               collector.forgotten());
+  spdlog::info("stopping after {} intervals; {} map entries of removed cgroups deleted", shown, collector.forgotten());
   return 0;
 }
 
@@ -133,7 +132,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   if (o.command == khagent::Command::Run || o.command == khagent::Command::Observe ||
       o.command == khagent::Command::Top) {
-    struct sigaction sa {};
+    struct sigaction sa{};
     sa.sa_handler = on_signal;
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaction(sig, &sa, nullptr);
   }

@@ -157,8 +157,7 @@ std::vector<StatusProcess> processes_using(const std::set<uint32_t>& map_ids) {
   std::error_code ec;
   for (const auto& p : fs::directory_iterator("/proc", ec)) {
     std::string pid = p.path().filename();
-    if (pid.empty() || !std::all_of(pid.begin(), pid.end(), [](unsigned char c) { return std::isdigit(c); }))
-      continue;
+    if (pid.empty() || !std::all_of(pid.begin(), pid.end(), [](unsigned char c) { return std::isdigit(c); })) continue;
     if (std::stol(pid) == getpid()) continue;
     std::error_code ec2;
     for (const auto& f : fs::directory_iterator(p.path() / "fd", ec2)) {
@@ -226,14 +225,16 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
     fds.emplace(name, Fd(fd));
   }
   if (fds.empty()) {
-    r.agent_problem = open_error.empty() ? "no pinned maps (is khagent running, with pinning on, and this --pin-dir?)"
-                                         : open_error;
+    r.agent_problem =
+        open_error.empty() ? "no pinned maps (is khagent running, with pinning on, and this --pin-dir?)" : open_error;
   } else {
     r.programs = programs_using(ids);
     r.processes = processes_using(ids);
     if (r.programs.empty()) {
-      r.agent_problem = "maps are pinned but no loaded BPF program uses them: stale pins of an agent that did "
-                        "not exit cleanly (remove them: rm -r " + r.pin_dir + ")";
+      r.agent_problem =
+          "maps are pinned but no loaded BPF program uses them: stale pins of an agent that did "
+          "not exit cleanly (remove them: rm -r " +
+          r.pin_dir + ")";
     } else if ((r.abi_version = running_abi_version(ids)) != KH_RUNQ_ABI_VERSION) {
       r.agent_problem = fmt::format(
           "the running agent's maps have layout version {}, this khagent reads version {}: run the status "
@@ -279,13 +280,11 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
     RealCgroupFs cgfs(roots);
     for (const auto& e : store.entries()) {
       StatusEntry s{e.cgroup, cgroup_file_name(e.file), e.value, std::nullopt, ""};
-      if (auto v = cgfs.read(e.cgroup, e.file))
-        s.current = *v;
-      else if (v.error().err != ENOENT)
-        s.current_error = v.error().str();
+      if (auto v = cgfs.read(e.cgroup, e.file)) s.current = *v;
+      else if (v.error().err != ENOENT) s.current_error = v.error().str();
       else
-        s.current_error = cgfs.exists(e.cgroup) ? "no " + s.file + " (its controller is not enabled there)"
-                                                : "cgroup gone";
+        s.current_error =
+            cgfs.exists(e.cgroup) ? "no " + s.file + " (its controller is not enabled there)" : "cgroup gone";
       r.entries.push_back(std::move(s));
     }
   }
@@ -301,8 +300,8 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
         st.cpu_max = as_max;
         st.cores = cpu_max_cores(as_max);
       } else {
-        st.error = v.error().err == ENOENT ? "no cpu.max: the cpu controller is not enabled for this cgroup"
-                                           : v.error().str();
+        st.error =
+            v.error().err == ENOENT ? "no cpu.max: the cpu controller is not enabled for this cgroup" : v.error().str();
       }
       r.targets.push_back(std::move(st));
     }

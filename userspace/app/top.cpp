@@ -81,7 +81,7 @@ class TerminalSession {
       }
       keys_ = true;
     }
-    struct sigaction sa {};
+    struct sigaction sa{};
     sa.sa_handler = on_fatal_signal;
     for (int s : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(s, &sa, nullptr);
     sa.sa_handler = on_stop_signal;  // no SA_RESTART: poll() returns at once
@@ -120,10 +120,8 @@ class TerminalSession {
     std::string line;
     for (int i = 0; std::getline(in, line); i++) {
       if (i) out += "\r\n";
-      if (i == kTopColumnHeaderLine)
-        out += "\033[7m" + pad_right(line, static_cast<size_t>(cols)) + "\033[0m";
-      else
-        out += line + "\033[K";
+      if (i == kTopColumnHeaderLine) out += "\033[7m" + pad_right(line, static_cast<size_t>(cols)) + "\033[0m";
+      else out += line + "\033[K";
     }
     out += "\033[J";
     write_all(out);
@@ -237,9 +235,19 @@ int run_top(const CliOptions& o) {
           ssize_t got = ::read(STDIN_FILENO, buf, sizeof(buf));
           for (ssize_t i = 0; i < got; i++) {
             switch (buf[i]) {
-              case 'q': case 'Q': case 0x03: g_stop = 1; break;  // 0x03: Ctrl-C with ISIG off
-              case 'o': case 'O': model.online_only = !model.online_only; redraw = true; break;
-              case 's': case 'S': model.sort = next_top_sort(model.sort); redraw = true; break;
+              case 'q':
+              case 'Q':
+              case 0x03: g_stop = 1; break;  // 0x03: Ctrl-C with ISIG off
+              case 'o':
+              case 'O':
+                model.online_only = !model.online_only;
+                redraw = true;
+                break;
+              case 's':
+              case 'S':
+                model.sort = next_top_sort(model.sort);
+                redraw = true;
+                break;
               default: break;
             }
           }

@@ -26,13 +26,11 @@ YarnDownscaler::YarnDownscaler(YarnConfig cfg, bool dry_run, std::string cgroup_
     : cfg_(std::move(cfg)), dry_run_(dry_run), mount_(std::move(cgroup_mount)), max_file_(std::move(max_file)) {
   if (auto rec = load_yarn_max_record(max_file_)) {
     max_ = std::move(*rec);
-    spdlog::info("yarn: NodeManager {} had at most {} (from {})", max_.node_id, yarn_resource_str(max_.max),
-                 max_file_);
+    spdlog::info("yarn: NodeManager {} had at most {} (from {})", max_.node_id, yarn_resource_str(max_.max), max_file_);
   }
   reader_ = std::make_unique<YarnNodeReader>(
       cfg_, std::move(hostnames),
-      [this](const std::string& cause, int err, const std::string& what) { note_error(cause, err, what); },
-      &stopping_);
+      [this](const std::string& cause, int err, const std::string& what) { note_error(cause, err, what); }, &stopping_);
   status_.enabled = true;
   status_.dry_run = dry_run_;
   status_.node_id = cfg_.node_id;
@@ -237,17 +235,16 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
   const std::optional<YarnPendingPost> posted = pending_post_;
   switch (yarn_settle_post(pending_post_, rm_total, now_ns, cfg_.refresh_interval_ns)) {
     case YarnPostSeen::NotYet:
-      spdlog::debug("yarn: the RM still shows {} for {}, posted {}: not applied yet", yarn_resource_str(rm_total),
-                    id, yarn_resource_str(posted->resource));
+      spdlog::debug("yarn: the RM still shows {} for {}, posted {}: not applied yet", yarn_resource_str(rm_total), id,
+                    yarn_resource_str(posted->resource));
       rm_total = posted->resource;
       break;
     case YarnPostSeen::Dropped:
-      spdlog::warn("yarn: the RM shows {} for {} since the update to {}: taking the RM's",
-                   yarn_resource_str(rm_total), id, yarn_resource_str(posted->resource));
+      spdlog::warn("yarn: the RM shows {} for {} since the update to {}: taking the RM's", yarn_resource_str(rm_total),
+                   id, yarn_resource_str(posted->resource));
       break;
     case YarnPostSeen::None:
-    case YarnPostSeen::Applied:
-      break;
+    case YarnPostSeen::Applied: break;
   }
   status_.advertised = dry_advertised_ ? *dry_advertised_ : rm_total;
   status_.advertised_known = true;
@@ -294,8 +291,8 @@ void YarnDownscaler::capacity(const YarnOffer& o) {
   // The last guard before the RM: nothing outside the node's own size.
   if (!yarn_resource_within(d.resource, st.configured)) {
     note_error("resize range", ERANGE,
-               "not resizing " + st.node_id + " to " + yarn_resource_str(d.resource) +
-                   ": out of range (node has " + yarn_resource_str(st.configured) + ")");
+               "not resizing " + st.node_id + " to " + yarn_resource_str(d.resource) + ": out of range (node has " +
+                   yarn_resource_str(st.configured) + ")");
     return;
   }
   if (dry_run_) {
@@ -311,8 +308,8 @@ void YarnDownscaler::capacity(const YarnOffer& o) {
     return;
   }
   posted_ = true;
-  auto r = post_node_resource(reader_->rm(), st.node_id, d.resource, max_.others,
-                              yarn_posted_over_commit_timeout(cfg_), &stopping_);
+  auto r = post_node_resource(reader_->rm(), st.node_id, d.resource, max_.others, yarn_posted_over_commit_timeout(cfg_),
+                              &stopping_);
   if (r) {
     post_retry_ns_ = 0;
     post_error_.clear();
@@ -408,18 +405,14 @@ void YarnDownscaler::reclaim(const YarnOffer& o, bool fresh) {
     YarnKillOutcome k = kill_yarn_container(id, mount_, seen->second.path, dry_run_, d.reason, kill_);
     std::lock_guard<std::mutex> lk(mu_);
     switch (k) {
-      case YarnKillOutcome::DryRun:
-        status_.kills_dry_run++;
-        break;
+      case YarnKillOutcome::DryRun: status_.kills_dry_run++; break;
       case YarnKillOutcome::Killed:
         status_.kills_ok++;
         reclaim_state_.marked_ns.erase(id);
         kill_tried_ns_.erase(id);
         killed_.insert(id);  // until the NodeManager stops listing it
         break;
-      case YarnKillOutcome::Failed:
-        status_.kills_failed++;
-        break;
+      case YarnKillOutcome::Failed: status_.kills_failed++; break;
     }
   }
 }

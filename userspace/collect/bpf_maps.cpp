@@ -38,8 +38,7 @@ Result<void> for_each_entry(int fd, bool& batch_ok, BatchBuffers<K, V>& buf,
     for (;;) {
       uint32_t n = chunk;
       LIBBPF_OPTS(bpf_map_batch_opts, opts);
-      int err = bpf_map_lookup_batch(fd, first ? nullptr : &in, &out, keys.data(), vals.data(), &n,
-                                     &opts);
+      int err = bpf_map_lookup_batch(fd, first ? nullptr : &in, &out, keys.data(), vals.data(), &n, &opts);
       if (err && errno == ENOSPC && n == 0) {  // a bucket larger than the chunk
         chunk *= 2;
         keys.resize(chunk);
@@ -48,8 +47,7 @@ Result<void> for_each_entry(int fd, bool& batch_ok, BatchBuffers<K, V>& buf,
       }
       if (err && errno != ENOENT) {
         if (first && (errno == EINVAL || errno == ENOTSUP || errno == EOPNOTSUPP)) {
-          spdlog::info("map batch lookup unsupported ({}), iterating key by key",
-                       std::strerror(errno));
+          spdlog::info("map batch lookup unsupported ({}), iterating key by key", std::strerror(errno));
           batch_ok = false;
           break;
         }
@@ -103,8 +101,7 @@ Result<void> BpfMapSource::read_into(RawMaps& raw) {
         CgroupCounters& c = it->second;
         if (!added) {
           kept++;
-          if (c.waits == s.waits && c.cpu_ns == s.cpu_ns && c.wait_ns == s.wait_ns &&
-              c.preemptions == s.preemptions)
+          if (c.waits == s.waits && c.cpu_ns == s.cpu_ns && c.wait_ns == s.wait_ns && c.preemptions == s.preemptions)
             return;
         }
         c.wait_ns = s.wait_ns;
@@ -125,34 +122,31 @@ Result<void> BpfMapSource::read_into(RawMaps& raw) {
   }
 
   raw.pairs.clear();
-  r = for_each_entry<kh_pair, kh_pair_stats>(
-      fds_.interference, batch_ok_, pair_buf_, [&](const kh_pair& k, const kh_pair_stats& v) {
-        raw.pairs.push_back(RawPair{k.victim, k.aggressor, v.wait_ns, v.count});
-      });
+  r = for_each_entry<kh_pair, kh_pair_stats>(fds_.interference, batch_ok_, pair_buf_,
+                                             [&](const kh_pair& k, const kh_pair_stats& v) {
+                                               raw.pairs.push_back(RawPair{k.victim, k.aggressor, v.wait_ns, v.count});
+                                             });
   if (!r) return make_error(r.error().err, "reading interference: " + r.error().message);
 
   raw.throttle.clear();
   if (fds_.throttle_stats >= 0) {
-    r = for_each_entry<uint64_t, kh_throttle_stats>(
-        fds_.throttle_stats, batch_ok_, throttle_buf_,
-        [&](const uint64_t& id, const kh_throttle_stats& v) {
-          raw.throttle[id] = ThrottleCounters{v.events, v.throttled_ns};
-        });
+    r = for_each_entry<uint64_t, kh_throttle_stats>(fds_.throttle_stats, batch_ok_, throttle_buf_,
+                                                    [&](const uint64_t& id, const kh_throttle_stats& v) {
+                                                      raw.throttle[id] = ThrottleCounters{v.events, v.throttled_ns};
+                                                    });
     if (!r) return make_error(r.error().err, "reading throttle_stats: " + r.error().message);
   }
 
   counter_vals_.resize(static_cast<size_t>(ncpus_));
   raw.counters.fill(0);
   for (uint32_t k = 0; k < KH_NR_COUNTERS; k++) {
-    if (bpf_map_lookup_elem(fds_.counters, &k, counter_vals_.data()) != 0)
-      return make_error(errno, "reading counters");
+    if (bpf_map_lookup_elem(fds_.counters, &k, counter_vals_.data()) != 0) return make_error(errno, "reading counters");
     for (auto v : counter_vals_) raw.counters[k] += v;
   }
   return {};
 }
 
-void BpfMapSource::forget(const std::vector<uint64_t>& ids,
-                          const std::vector<std::pair<uint64_t, uint64_t>>& pairs) {
+void BpfMapSource::forget(const std::vector<uint64_t>& ids, const std::vector<std::pair<uint64_t, uint64_t>>& pairs) {
   for (uint64_t id : ids) {
     bpf_map_delete_elem(fds_.cgroup_stats, &id);
     if (fds_.throttle_stats >= 0) bpf_map_delete_elem(fds_.throttle_stats, &id);

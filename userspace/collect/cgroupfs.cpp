@@ -89,8 +89,7 @@ Result<Mounts> find_mounts(const std::string& mountinfo_path) {
   std::stringstream ss;
   ss << f.rdbuf();
   Mounts m = parse_mountinfo(ss.str());
-  if (m.cgroup2.empty())
-    return make_error(ENOENT, "no cgroup2 file system is mounted (see " + mountinfo_path + ")");
+  if (m.cgroup2.empty()) return make_error(ENOENT, "no cgroup2 file system is mounted (see " + mountinfo_path + ")");
   return m;
 }
 
@@ -124,13 +123,13 @@ int CgroupIndex::open_id(uint64_t id, int& err) {
 
 bool CgroupIndex::handles() {
   if (handles_ < 0) {
-    struct stat st {};
+    struct stat st{};
     handles_ = 0;
     if (::stat(root_.c_str(), &st) == 0) {
       int err = 0;
       int fd = open_id(st.st_ino, err);
       if (fd >= 0) {
-        struct stat st2 {};
+        struct stat st2{};
         handles_ = ::fstat(fd, &st2) == 0 && st2.st_ino == st.st_ino ? 1 : 0;
         ::close(fd);
       }
@@ -172,7 +171,7 @@ CgroupIndex::Liveness CgroupIndex::alive(uint64_t id) {
 
 Result<size_t> CgroupIndex::rescan() {
   std::unordered_map<uint64_t, std::string> found;
-  struct stat st {};
+  struct stat st{};
   if (::stat(root_.c_str(), &st) != 0) return make_error(errno, "cannot stat " + root_);
   found[st.st_ino] = "/";
 

@@ -27,13 +27,10 @@ ThrottleCounters throttle_delta(const ThrottleCounters& now, const ThrottleCount
 
 }  // namespace
 
-Collector::Collector(MapSource& maps, CgroupIndex& index, ThrottleStatReader* cpu_stat,
-                     ThrottleSource source)
+Collector::Collector(MapSource& maps, CgroupIndex& index, ThrottleStatReader* cpu_stat, ThrottleSource source)
     : maps_(maps), index_(index), cpu_stat_(cpu_stat), source_(source) {}
 
-Result<Sample> Collector::tick() {
-  return tick_at(clock_ns(CLOCK_MONOTONIC), clock_ns(CLOCK_REALTIME));
-}
+Result<Sample> Collector::tick() { return tick_at(clock_ns(CLOCK_MONOTONIC), clock_ns(CLOCK_REALTIME)); }
 
 Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
   if (auto r = maps_.read_into(raw_); !r) {
@@ -57,10 +54,10 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
   last_full_ = full;
   if (filling && (!last_full_warn_ || mono_ns - *last_full_warn_ >= kFullWarnPeriodNs)) {
     last_full_warn_ = mono_ns;
-    spdlog::warn("BPF maps full: {} cgroup and {} pair inserts failed since start ({} cgroups "
-                 "tracked); raise --max-cgroups if this node has that many live cgroups",
-                 raw->counters[KH_CNT_STATS_FULL], raw->counters[KH_CNT_PAIRS_FULL],
-                 raw->cgroups.size());
+    spdlog::warn(
+        "BPF maps full: {} cgroup and {} pair inserts failed since start ({} cgroups "
+        "tracked); raise --max-cgroups if this node has that many live cgroups",
+        raw->counters[KH_CNT_STATS_FULL], raw->counters[KH_CNT_PAIRS_FULL], raw->cgroups.size());
   }
 
   // Removed cgroups the kernel reported: deleted now, whether or not they
@@ -140,8 +137,8 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     cs.id = id;
     cs.path = st.path;
     // Most cgroups of a big node did nothing this tick: no histogram work.
-    if (now.waits != st.last_raw.waits || now.cpu_ns != st.last_raw.cpu_ns ||
-        now.wait_ns != st.last_raw.wait_ns || now.preemptions != st.last_raw.preemptions) {
+    if (now.waits != st.last_raw.waits || now.cpu_ns != st.last_raw.cpu_ns || now.wait_ns != st.last_raw.wait_ns ||
+        now.preemptions != st.last_raw.preemptions) {
       cs.interval = counters_delta(now, st.last_raw);
       st.last_raw = now;
       counters_add(st.total, cs.interval);
@@ -155,8 +152,7 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
         cs.throttle_interval = throttle_delta(t->second, st.thr_last);
         st.thr_last = t->second;
       }
-    } else if (source_ == ThrottleSource::CpuStat && cpu_stat_ &&
-               (active || st.active_prev || !st.thr_seen)) {
+    } else if (source_ == ThrottleSource::CpuStat && cpu_stat_ && (active || st.active_prev || !st.thr_seen)) {
       if (auto t = cpu_stat_->read(st.path)) {
         // cpu.stat counts from the cgroup's creation: the first reading is the base.
         if (st.thr_seen) cs.throttle_interval = throttle_delta(*t, st.thr_last);

@@ -73,11 +73,8 @@ std::optional<std::string> v1_cpu_path(const std::string& text) {
   return std::nullopt;
 }
 
-CpuStatThrottleReader::CpuStatThrottleReader(std::string cgroup2_root, std::string cpu_v1_root,
-                                             std::string proc_root)
-    : v2_root_(std::move(cgroup2_root)),
-      v1_root_(std::move(cpu_v1_root)),
-      proc_root_(std::move(proc_root)) {}
+CpuStatThrottleReader::CpuStatThrottleReader(std::string cgroup2_root, std::string cpu_v1_root, std::string proc_root)
+    : v2_root_(std::move(cgroup2_root)), v1_root_(std::move(cpu_v1_root)), proc_root_(std::move(proc_root)) {}
 
 const std::string* CpuStatThrottleReader::v1_stat_file(const std::string& path) {
   auto now = std::chrono::steady_clock::now();

@@ -74,7 +74,7 @@ TokenRead read_token(const std::string& path, std::string& token, std::string& w
     int fd;
     ~FdCloser() { ::close(fd); }
   } closer{fd};
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) return TokenRead::Absent;
   if (!S_ISREG(st.st_mode)) {
     why = "it is not a regular file";
@@ -97,8 +97,7 @@ TokenRead read_token(const std::string& path, std::string& token, std::string& w
   auto b = text.find_first_not_of(ws);
   if (b == std::string::npos) return TokenRead::Absent;
   token = text.substr(b, text.find_last_not_of(ws) - b + 1);
-  bool printable = std::all_of(token.begin(), token.end(),
-                               [](unsigned char c) { return c > 0x20 && c < 0x7f; });
+  bool printable = std::all_of(token.begin(), token.end(), [](unsigned char c) { return c > 0x20 && c < 0x7f; });
   if (!printable) {
     why = "it holds characters not allowed in a bearer token";
     return TokenRead::Invalid;
@@ -120,8 +119,7 @@ Result<PodMetaMap> parse_pod_list(const std::string& text, const JsonLimits& lim
   // A Go nil slice is serialized as null: no pods.
   if (items == doc.end() || items->is_null()) return pods;
   if (!items->is_array()) {
-    return make_error(EINVAL, std::string("pod list: \"items\" is not an array but ") +
-                                  items->type_name());
+    return make_error(EINVAL, std::string("pod list: \"items\" is not an array but ") + items->type_name());
   }
   for (const auto& item : *items) {
     if (!item.is_object()) continue;
@@ -143,8 +141,8 @@ Result<PodMetaMap> parse_pod_list(const std::string& text, const JsonLimits& lim
 }
 
 bool pods_equal(const PodMeta& a, const PodMeta& b) {
-  return a.name == b.name && a.ns == b.ns && a.priority_class == b.priority_class &&
-         a.labels == b.labels && a.annotations == b.annotations;
+  return a.name == b.name && a.ns == b.ns && a.priority_class == b.priority_class && a.labels == b.labels &&
+         a.annotations == b.annotations;
 }
 
 bool pods_equal(const PodMetaMap& a, const PodMetaMap& b) {
@@ -163,9 +161,10 @@ KubeletPodsClient::KubeletPodsClient(KubeletPodsOptions opts) : opts_(std::move(
   std::string token, why;
   if (has_scheme(opts_.url, "http://") && read_token(opts_.token_file, token, why) != TokenRead::Absent) {
     warned_clear_token_ = true;
-    spdlog::warn("kubelet pod list {}: plain http: the bearer token from {} is sent in clear text "
-                 "(use https://, or kubelet_token_file: \"\" for the read-only port)",
-                 opts_.url, opts_.token_file);
+    spdlog::warn(
+        "kubelet pod list {}: plain http: the bearer token from {} is sent in clear text "
+        "(use https://, or kubelet_token_file: \"\" for the read-only port)",
+        opts_.url, opts_.token_file);
   }
 }
 
@@ -194,17 +193,14 @@ Result<PodMetaMap> KubeletPodsClient::fetch(const std::atomic<bool>* abort) {
   };
   std::string token, why;
   switch (read_token(opts_.token_file, token, why)) {
-    case TokenRead::Absent:
-      break;
+    case TokenRead::Absent: break;
     case TokenRead::Ok:
       if (plain_http && !warned_clear_token_.exchange(true)) {
-        spdlog::warn("{}: plain http: the bearer token from {} is sent in clear text", what,
-                     opts_.token_file);
+        spdlog::warn("{}: plain http: the bearer token from {} is sent in clear text", what, opts_.token_file);
       }
       if (!add_header("Authorization: Bearer " + token)) return make_error(ENOMEM, what);
       break;
-    case TokenRead::Invalid:
-      return make_error(EINVAL, what + ": token file " + opts_.token_file + ": " + why);
+    case TokenRead::Invalid: return make_error(EINVAL, what + ": token file " + opts_.token_file + ": " + why);
   }
   if (!add_header("Accept: application/json")) return make_error(ENOMEM, what);
 
@@ -233,8 +229,8 @@ Result<PodMetaMap> KubeletPodsClient::fetch(const std::atomic<bool>* abort) {
   // Timeouts without SIGALRM: we run on a thread of a multi-threaded process.
   set(curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L));
   set(curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, opts_.timeout_ms));
-  long connect_ms = opts_.connect_timeout_ms > 0 ? std::min(opts_.connect_timeout_ms, opts_.timeout_ms)
-                                                 : opts_.timeout_ms;
+  long connect_ms =
+      opts_.connect_timeout_ms > 0 ? std::min(opts_.connect_timeout_ms, opts_.timeout_ms) : opts_.timeout_ms;
   set(curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect_ms));
   if (opts_.insecure_skip_verify) {
     set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L));
@@ -265,9 +261,7 @@ Result<PodMetaMap> KubeletPodsClient::fetch(const std::atomic<bool>* abort) {
     if (rc == CURLE_ABORTED_BY_CALLBACK) return make_error(ECANCELED, what);
     long os_errno = 0;
     curl_easy_getinfo(c, CURLINFO_OS_ERRNO, &os_errno);
-    int err = os_errno != 0 ? static_cast<int>(os_errno)
-              : rc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT
-                                               : EIO;
+    int err = os_errno != 0 ? static_cast<int>(os_errno) : rc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT : EIO;
     std::string msg = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
     while (!msg.empty() && msg.back() == '\n') msg.pop_back();
     return make_error(err, what + ": " + msg);

@@ -52,7 +52,7 @@ Result<std::string> read_regular_file(const std::string& path, size_t max_bytes)
     int fd;
     ~FdCloser() { ::close(fd); }
   } closer{fd};
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) != 0) return make_error(errno, "cannot stat " + path);
   if (S_ISDIR(st.st_mode)) return make_error(EISDIR, "cannot read " + path);
   if (!S_ISREG(st.st_mode)) return make_error(EINVAL, path + " is not a regular file");
@@ -157,8 +157,8 @@ Result<Topology> read_topology(const std::string& sys_cpu_dir, const std::string
     int pkg = *package == -1 ? 0 : *package;
     if (*core < 0 || *core >= kCoresPerPackage || pkg < 0 || pkg >= (1 << 14)) {
       return make_error(ERANGE, "cpu" + std::to_string(id) + ": core_id " + std::to_string(*core) +
-                                    " / physical_package_id " + std::to_string(*package) +
-                                    " out of range in " + sys_cpu_dir);
+                                    " / physical_package_id " + std::to_string(*package) + " out of range in " +
+                                    sys_cpu_dir);
     }
     CpuInfo info;
     info.id = id;

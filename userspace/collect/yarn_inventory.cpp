@@ -6,8 +6,8 @@
 #include <cerrno>
 #include <utility>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 namespace khagent {
 
@@ -26,10 +26,9 @@ HttpClientOptions yarn_client_options(const YarnConfig& c, std::vector<std::stri
 }
 
 uint64_t cgroup_birth_ms(const std::string& dir) {
-  struct stat st {};
+  struct stat st{};
   if (::stat(dir.c_str(), &st) != 0) return 0;
-  return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000 +
-         static_cast<uint64_t>(st.st_mtim.tv_nsec) / 1'000'000;
+  return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000 + static_cast<uint64_t>(st.st_mtim.tv_nsec) / 1'000'000;
 }
 
 YarnNodeReader::YarnNodeReader(YarnConfig cfg, std::vector<std::string> hostnames, YarnErrorFn error,
@@ -62,8 +61,8 @@ std::optional<YarnNodeReport> YarnNodeReader::locate(const std::string& id) {
       error_("node numbers", ERANGE, "node list from the RM: " + node.invalid + "; skipped");
       return std::nullopt;
     }
-    spdlog::info("yarn: this node is NodeManager {} (host {}, web {}) by its host name", node.id,
-                 node.host, node.http_address);
+    spdlog::info("yarn: this node is NodeManager {} (host {}, web {}) by its host name", node.id, node.host,
+                 node.http_address);
   } else {
     auto n = YarnRest(*rm_, *rm_).node(id, abort_);
     if (!n) {
@@ -75,8 +74,7 @@ std::optional<YarnNodeReport> YarnNodeReader::locate(const std::string& id) {
   if (!nm_) {
     if (node.http_address.empty()) {
       error_("nm address", 0,
-             "the RM gives no web address for NodeManager " + node.id + " (state " + node.state +
-                 "); set yarn.nm_url");
+             "the RM gives no web address for NodeManager " + node.id + " (state " + node.state + "); set yarn.nm_url");
       return std::nullopt;
     }
     // The address goes into a URL as it is: only a plain host:port, so an
@@ -205,9 +203,10 @@ void YarnNodeReader::update(std::vector<NmContainer> containers, const YarnResou
     if (a && a.value().attempt >= latest) {
       am[app] = a.value();
       if (a.value().container.empty()) {
-        spdlog::debug("yarn: the RM hides the AM container of {} (no view access?): taking the first "
-                      "container of attempt {}",
-                      app, a.value().attempt);
+        spdlog::debug(
+            "yarn: the RM hides the AM container of {} (no view access?): taking the first "
+            "container of attempt {}",
+            app, a.value().attempt);
       }
     } else {
       if (!a) spdlog::debug("yarn: AM container of {}: {}", app, a.error().str());

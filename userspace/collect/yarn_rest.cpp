@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "khagent/util/curl_util.h"
 #include "khagent/util/hadoop_error.h"
@@ -55,8 +55,7 @@ std::string str(const json& obj, const char* key, const std::string& where, bool
 }
 
 // obj[key] as an integer in [lo, hi] (absent or null: 0, unless required).
-int64_t num(const json& obj, const char* key, const std::string& where, int64_t lo, int64_t hi,
-            bool required = false) {
+int64_t num(const json& obj, const char* key, const std::string& where, int64_t lo, int64_t hi, bool required = false) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) {
     if (required) throw ShapeError{where + ": no \"" + key + "\""};
@@ -65,8 +64,8 @@ int64_t num(const json& obj, const char* key, const std::string& where, int64_t 
   if (!it->is_number()) throw ShapeError{where + ": \"" + key + "\" is not a number"};
   auto v = json_int_in_range(*it, lo, hi);
   if (!v) {
-    throw ShapeError{where + ": \"" + key + "\" " + it->dump() + " is out of range [" + std::to_string(lo) +
-                         ", " + std::to_string(hi) + "]",
+    throw ShapeError{where + ": \"" + key + "\" " + it->dump() + " is out of range [" + std::to_string(lo) + ", " +
+                         std::to_string(hi) + "]",
                      ERANGE};
   }
   return *v;
@@ -309,11 +308,13 @@ Result<std::string> parse_am_container(const std::string& text) {
 }
 
 bool nm_container_active(const std::string& state) {
-  static const std::set<std::string> kDone = {
-      "LOCALIZATION_FAILED",       "EXITED_WITH_SUCCESS",
-      "EXITED_WITH_FAILURE",       "KILLING",
-      "CONTAINER_CLEANEDUP_AFTER_KILL", "CONTAINER_RESOURCES_CLEANINGUP",
-      "DONE"};
+  static const std::set<std::string> kDone = {"LOCALIZATION_FAILED",
+                                              "EXITED_WITH_SUCCESS",
+                                              "EXITED_WITH_FAILURE",
+                                              "KILLING",
+                                              "CONTAINER_CLEANEDUP_AFTER_KILL",
+                                              "CONTAINER_RESOURCES_CLEANINGUP",
+                                              "DONE"};
   return !state.empty() && kDone.count(state) == 0;
 }
 
@@ -373,7 +374,8 @@ bool yarn_http_address_ok(const std::string& a) {
   size_t colon = a.rfind(':');
   if (colon == std::string::npos || colon == 0) return false;
   std::string host = a.substr(0, colon), port = a.substr(colon + 1);
-  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return false;
   int p = std::stoi(port);
   if (p < 1 || p > 65535) return false;
@@ -387,8 +389,7 @@ bool yarn_http_address_ok(const std::string& a) {
   });
 }
 
-Result<YarnNodeReport> match_node(const std::vector<YarnNodeReport>& nodes,
-                                  const std::vector<std::string>& hostnames) {
+Result<YarnNodeReport> match_node(const std::vector<YarnNodeReport>& nodes, const std::vector<std::string>& hostnames) {
   // Nodes that left (a restarted NodeManager with an ephemeral port leaves
   // its old id behind as LOST or SHUTDOWN) are not candidates.
   std::vector<const YarnNodeReport*> hits;
@@ -407,8 +408,8 @@ Result<YarnNodeReport> match_node(const std::vector<YarnNodeReport>& nodes,
   std::string names;
   for (const auto& h : hostnames) names += (names.empty() ? "" : ", ") + h;
   if (hits.empty()) {
-    return make_error(ENOENT, "no NodeManager in the RM's node list runs on this host (" + names +
-                                  "); set yarn.node_id");
+    return make_error(ENOENT,
+                      "no NodeManager in the RM's node list runs on this host (" + names + "); set yarn.node_id");
   }
   if (hits.size() > 1) {
     std::string ids;
@@ -418,8 +419,7 @@ Result<YarnNodeReport> match_node(const std::vector<YarnNodeReport>& nodes,
   return *hits.front();
 }
 
-Result<std::string> YarnRest::get(HttpClient& c, const std::string& path,
-                                  const std::atomic<bool>* abort) {
+Result<std::string> YarnRest::get(HttpClient& c, const std::string& path, const std::atomic<bool>* abort) {
   HttpRequest req;
   req.path = path;
   auto t0 = std::chrono::steady_clock::now();
@@ -430,8 +430,8 @@ Result<std::string> YarnRest::get(HttpClient& c, const std::string& path,
     return r.error();
   }
   const HttpResponse& resp = r.value();
-  spdlog::debug("yarn: GET {}{}: HTTP {}, {} bytes ({:.0f} ms)", resp.base_url, path, resp.status,
-                resp.body.size(), ms);
+  spdlog::debug("yarn: GET {}{}: HTTP {}, {} bytes ({:.0f} ms)", resp.base_url, path, resp.status, resp.body.size(),
+                ms);
   if (resp.status < 200 || resp.status >= 300) {
     HadoopError e = hadoop_http_error(resp.status, resp.body);
     return make_error(e.err, "GET " + resp.base_url + path + ": " + e.message);
@@ -464,8 +464,7 @@ Result<std::vector<YarnApp>> YarnRest::running_apps(const std::atomic<bool>* abo
 
 Result<YarnAmAttempt> YarnRest::am_attempt(const std::string& app_id, const std::atomic<bool>* abort) {
   if (app_id.empty()) return make_error(EINVAL, "RM app attempts: empty application id");
-  return fetch(rm_, "/ws/v1/cluster/apps/" + url_path_segment(app_id) + "/appattempts", parse_am_attempt,
-               abort);
+  return fetch(rm_, "/ws/v1/cluster/apps/" + url_path_segment(app_id) + "/appattempts", parse_am_attempt, abort);
 }
 
 Result<std::vector<NmContainer>> YarnRest::containers(const std::atomic<bool>* abort) {

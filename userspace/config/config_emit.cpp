@@ -29,9 +29,7 @@ void emit_rule(YAML::Emitter& out, const ClassRule& r) {
 
 std::string config_to_yaml(const Config& c) {
   YAML::Emitter out;
-  auto key = [&out](const char* k) -> YAML::Emitter& {
-    return out << YAML::Key << k << YAML::Value;
-  };
+  auto key = [&out](const char* k) -> YAML::Emitter& { return out << YAML::Key << k << YAML::Value; };
   out << YAML::BeginMap;
   key("tick") << format_duration_ns(c.tick_ns);
   key("dry_run") << c.dry_run;

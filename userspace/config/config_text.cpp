@@ -11,7 +11,6 @@ namespace khagent::config_text {
 // ---------------------------------------------------------------------------
 // Numbers and durations as text.
 
-
 // Shortest text that reads back as the same double ("0.5", "2", "1e-05").
 std::string format_double(double v) {
   char buf[64];
@@ -57,8 +56,7 @@ std::string split_duration(std::string_view s, DurationText& out) {
   std::string_view unit = s.substr(i);
   if (unit.empty()) return "duration \"" + std::string(s) + "\" needs a unit" + kHint;
   static const std::pair<std::string_view, uint64_t> kUnits[] = {
-      {"ns", 1},      {"us", kNsPerUs}, {"ms", kNsPerMs},
-      {"s", kNsPerS}, {"m", kNsPerMin}, {"h", kNsPerHour},
+      {"ns", 1}, {"us", kNsPerUs}, {"ms", kNsPerMs}, {"s", kNsPerS}, {"m", kNsPerMin}, {"h", kNsPerHour},
   };
   out.unit_ns = 0;
   for (const auto& [name, ns] : kUnits) {
@@ -136,9 +134,8 @@ std::string format_duration_us(double us) {
   double ns = us * static_cast<double>(kNsPerUs);
   if (std::isfinite(ns) && ns >= 0 && ns < 1.8e19 && ns == std::floor(ns)) {
     auto whole = static_cast<uint64_t>(ns);
-    double back = whole % kNsPerUs == 0
-                      ? static_cast<double>(whole / kNsPerUs)
-                      : static_cast<double>(whole) / static_cast<double>(kNsPerUs);
+    double back = whole % kNsPerUs == 0 ? static_cast<double>(whole / kNsPerUs)
+                                        : static_cast<double>(whole) / static_cast<double>(kNsPerUs);
     if (back == us) return format_duration_ns(whole);
   }
   std::string buf(1100, '\0');  // enough for any double in fixed notation

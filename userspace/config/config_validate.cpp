@@ -47,9 +47,7 @@ std::string check_cgroup_path(const std::string& p) {
 }  // namespace
 
 Result<void> validate_config(const Config& c) {
-  auto bad = [](const std::string& key, const std::string& what) {
-    return make_error(EINVAL, key + ": " + what);
-  };
+  auto bad = [](const std::string& key, const std::string& what) { return make_error(EINVAL, key + ": " + what); };
   const auto& b = c.budget;
   const auto& o = c.online;
 
@@ -66,16 +64,15 @@ Result<void> validate_config(const Config& c) {
   }
 
   if (!(o.wait_p99_target_us > 0)) {
-    return bad("online.wait_p99_target",
-               "must be positive, got " + format_duration_us(o.wait_p99_target_us));
+    return bad("online.wait_p99_target", "must be positive, got " + format_duration_us(o.wait_p99_target_us));
   }
   // A huge target (or one that overflowed to infinity) would turn breach
   // detection off without a word.
   if (!std::isfinite(o.wait_p99_target_us) || o.wait_p99_target_us > 60.0 * 1e6) {
     return bad("online.wait_p99_target",
-               "must be at most 1m, got " +
-                   (std::isfinite(o.wait_p99_target_us) ? format_duration_us(o.wait_p99_target_us)
-                                                       : std::string("a duration too long to represent")));
+               "must be at most 1m, got " + (std::isfinite(o.wait_p99_target_us)
+                                                 ? format_duration_us(o.wait_p99_target_us)
+                                                 : std::string("a duration too long to represent")));
   }
   const std::pair<const char*, double> shares[] = {
       {"online.interference_share_limit", o.interference_share_limit},
@@ -90,8 +87,7 @@ Result<void> validate_config(const Config& c) {
     return bad("budget.floor", "must not be negative, got " + format_double(b.floor_cores));
   }
   if (b.floor_cores == 0 && !b.allow_zero) {
-    return bad("budget.floor",
-               "0 lets offline work starve; set budget.allow_zero: true if that is intended");
+    return bad("budget.floor", "0 lets offline work starve; set budget.allow_zero: true if that is intended");
   }
   if (!(b.reserve_cores >= 0)) {
     return bad("budget.reserve", "must not be negative, got " + format_double(b.reserve_cores));
@@ -99,24 +95,22 @@ Result<void> validate_config(const Config& c) {
   if (!std::isfinite(b.initial_cores)) return bad("budget.initial", "must be a number");
   if (b.initial_cores >= 0 && b.initial_cores < b.floor_cores) {
     return bad("budget.initial", format_double(b.initial_cores) + " is below budget.floor (" +
-                                     format_double(b.floor_cores) +
-                                     "); use a negative value to start at the ceiling");
+                                     format_double(b.floor_cores) + "); use a negative value to start at the ceiling");
   }
   if (!(b.decrease_factor > 0 && b.decrease_factor < 1)) {
     return bad("budget.decrease_factor",
                "must be between 0 and 1 (exclusive), got " + format_double(b.decrease_factor));
   }
   if (!(b.increase_step_cores > 0)) {
-    return bad("budget.increase_step",
-               "must be positive, got " + format_double(b.increase_step_cores));
+    return bad("budget.increase_step", "must be positive, got " + format_double(b.increase_step_cores));
   }
   if (!(b.deadband_cores >= 0)) {
     return bad("budget.deadband", "must not be negative, got " + format_double(b.deadband_cores));
   }
   // The kernel accepts cpu.max periods of 1ms to 1s.
   if (b.cpu_max_period_us < 1000 || b.cpu_max_period_us > 1'000'000) {
-    return bad("budget.cpu_max_period", "must be between 1ms and 1s (kernel limits), got " +
-                                            format_duration_us(b.cpu_max_period_us));
+    return bad("budget.cpu_max_period",
+               "must be between 1ms and 1s (kernel limits), got " + format_duration_us(b.cpu_max_period_us));
   }
 
   if (auto cpus = parse_cpu_list(c.cpuset.reserved_cpus); !cpus.ok()) {
@@ -125,20 +119,19 @@ Result<void> validate_config(const Config& c) {
 
   for (size_t i = 0; i < c.offline.targets.size(); i++) {
     if (auto err = check_cgroup_path(c.offline.targets[i]); !err.empty()) {
-      return bad("offline.targets[" + std::to_string(i) + "]",
-                 "\"" + c.offline.targets[i] + "\" " + err);
+      return bad("offline.targets[" + std::to_string(i) + "]", "\"" + c.offline.targets[i] + "\" " + err);
     }
   }
   // The YARN hierarchy is a name or path relative to the cgroup2 mount.
-  if (auto err = check_cgroup_path("/" + c.offline.yarn_hierarchy); !err.empty() ||
-      c.offline.yarn_hierarchy.empty() || c.offline.yarn_hierarchy.front() == '/') {
+  if (auto err = check_cgroup_path("/" + c.offline.yarn_hierarchy);
+      !err.empty() || c.offline.yarn_hierarchy.empty() || c.offline.yarn_hierarchy.front() == '/') {
     return bad("offline.yarn_hierarchy",
                "\"" + c.offline.yarn_hierarchy + "\" " +
                    (err.empty() ? std::string("must be a path relative to the cgroup2 mount, like hadoop-yarn") : err));
   }
   if (c.offline.weight > 10000) {  // 0 = leave cpu.weight alone
-    return bad("offline.weight", "must be 0 (leave as is) or between 1 and 10000, got " +
-                                     std::to_string(c.offline.weight));
+    return bad("offline.weight",
+               "must be 0 (leave as is) or between 1 and 10000, got " + std::to_string(c.offline.weight));
   }
   if (c.offline.idle && c.offline.weight != 0) {
     // The kernel ignores (and refuses writes to) cpu.weight of idle cgroups.
@@ -146,7 +139,8 @@ Result<void> validate_config(const Config& c) {
   }
 
   if (!(c.ladder.min_improvement >= 0 && c.ladder.min_improvement < 1)) {
-    return bad("ladder.min_improvement", "must be at least 0 and below 1, got " + format_double(c.ladder.min_improvement));
+    return bad("ladder.min_improvement",
+               "must be at least 0 and below 1, got " + format_double(c.ladder.min_improvement));
   }
 
   if (c.fast_path.enabled && c.fast_path.wait_threshold_ns == 0) {
@@ -161,8 +155,8 @@ Result<void> validate_config(const Config& c) {
     for (auto& ch : scheme) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if ((scheme != "http://" && scheme != "https://") || c.kubelet_pods_url.size() <= scheme.size() ||
         c.kubelet_pods_url.find_first_of(" \t\r\n") != std::string::npos) {
-      return bad("kubelet_pods_url",
-                 "\"" + c.kubelet_pods_url + "\" must be an http:// or https:// URL, like https://127.0.0.1:10250/pods");
+      return bad("kubelet_pods_url", "\"" + c.kubelet_pods_url +
+                                         "\" must be an http:// or https:// URL, like https://127.0.0.1:10250/pods");
     }
   }
 

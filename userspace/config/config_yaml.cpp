@@ -55,12 +55,8 @@ struct Where {
   std::string path;
   YAML::Mark mark = YAML::Mark::null_mark();
 
-  Where key(const std::string& k, const YAML::Mark& m) const {
-    return {path.empty() ? k : path + "." + k, m};
-  }
-  Where item(size_t i, const YAML::Mark& m) const {
-    return {path + "[" + std::to_string(i) + "]", m};
-  }
+  Where key(const std::string& k, const YAML::Mark& m) const { return {path.empty() ? k : path + "." + k, m}; }
+  Where item(size_t i, const YAML::Mark& m) const { return {path + "[" + std::to_string(i) + "]", m}; }
 };
 
 // A null value (`floor:` with nothing after it) carries the mark of whatever
@@ -238,8 +234,7 @@ class Loader {
     return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = duration_ns(n, at); }};
   }
   Field us(const char* key, uint64_t& dst) const {
-    return {key,
-            [this, &dst](const YAML::Node& n, const Where& at) { dst = duration_whole_us(n, at); }};
+    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = duration_whole_us(n, at); }};
   }
   Field us(const char* key, double& dst) const {
     return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = duration_us(n, at); }};
@@ -256,9 +251,7 @@ class Loader {
   template <typename T>
   Field optional(const char* key, std::optional<T>& dst,
                  T (Loader::*read)(const YAML::Node&, const Where&) const) const {
-    return {key, [this, &dst, read](const YAML::Node& n, const Where& at) {
-              dst = (this->*read)(n, at);
-            }};
+    return {key, [this, &dst, read](const YAML::Node& n, const Where& at) { dst = (this->*read)(n, at); }};
   }
 
   // --- The schema ----------------------------------------------------------
@@ -266,25 +259,24 @@ class Loader {
   ClassRule rule(const YAML::Node& n, const Where& at) const {
     ClassRule r;
     bool has_class = false;
-    section(
-        n, at,
-        {{"class",
-          [&](const YAML::Node& v, const Where& w) {
-            r.cls = cls(v, w);
-            has_class = true;
-          }},
-         {"qos",
-          [&](const YAML::Node& v, const Where& w) {
-            r.qos = string(v, w);
-            if (!known_qos(*r.qos)) {
-              fail(w, "unknown qos " + describe(v) + " (known: guaranteed, burstable, besteffort)");
-            }
-          }},
-         optional("path", r.path_glob, &Loader::string),
-         optional("priority_class", r.priority_class, &Loader::string),
-         dict("labels", r.labels),
-         dict("annotations", r.annotations),
-         optional("yarn", r.yarn, &Loader::boolean)});
+    section(n, at,
+            {{"class",
+              [&](const YAML::Node& v, const Where& w) {
+                r.cls = cls(v, w);
+                has_class = true;
+              }},
+             {"qos",
+              [&](const YAML::Node& v, const Where& w) {
+                r.qos = string(v, w);
+                if (!known_qos(*r.qos)) {
+                  fail(w, "unknown qos " + describe(v) + " (known: guaranteed, burstable, besteffort)");
+                }
+              }},
+             optional("path", r.path_glob, &Loader::string),
+             optional("priority_class", r.priority_class, &Loader::string),
+             dict("labels", r.labels),
+             dict("annotations", r.annotations),
+             optional("yarn", r.yarn, &Loader::boolean)});
     if (!has_class) fail(at, "a rule needs a class (online, offline or system)");
     return r;
   }
@@ -322,71 +314,79 @@ class Loader {
   }
 
   void yarn(const YAML::Node& n, const Where& at, YarnConfig& y) const {
-    section(
-        n, at,
-        {flag("enabled", y.enabled), strings("rm_urls", y.rm_urls), text("node_id", y.node_id),
-         text("nm_url", y.nm_url),
-         {"auth",
-          [&](const YAML::Node& v, const Where& w) {
-            y.auth = string(v, w);
-            if (y.auth != "none" && y.auth != "simple" && y.auth != "kerberos") {
-              fail(w, "unknown auth " + describe(v) + " (known: none, simple, kerberos)");
-            }
-          }},
-         text("user", y.user), text("ca_file", y.ca_file),
-         flag("insecure_skip_verify", y.insecure_skip_verify),
-         {"request_timeout",
-          [&](const YAML::Node& v, const Where& w) { y.request_timeout_ms = duration_ns(v, w) / kNsPerMs; }},
-         {"connect_timeout",
-          [&](const YAML::Node& v, const Where& w) { y.connect_timeout_ms = duration_ns(v, w) / kNsPerMs; }},
-         whole("retries", y.retries),
-         {"retry_backoff",
-          [&](const YAML::Node& v, const Where& w) { y.retry_backoff_ms = duration_ns(v, w) / kNsPerMs; }},
-         ns("refresh_interval", y.refresh_interval_ns), num("vcores_per_core", y.vcores_per_core),
-         {"rounding",
-          [&](const YAML::Node& v, const Where& w) {
-            y.rounding = string(v, w);
-            if (y.rounding != "down" && y.rounding != "nearest" && y.rounding != "up") {
-              fail(w, "unknown rounding " + describe(v) + " (known: down, nearest, up)");
-            }
-          }},
-         whole("reserve_vcores", y.reserve_vcores), whole("min_vcores", y.min_vcores),
-         whole("memory_mb", y.memory_mb), flag("memory_follows_cpu", y.memory_follows_cpu),
-         whole("deadband_vcores", y.deadband_vcores), ns("grow_stable", y.grow_stable_ns),
-         ns("grow_interval", y.grow_interval_ns),
-         {"over_commit_timeout",
-          [&](const YAML::Node& v, const Where& w) {
-            // "never" is the RM's -1: it does not preempt on its own.
-            if (v.IsScalar() && v.Scalar() == "never") {
-              y.over_commit_timeout_ms = -1;
-              return;
-            }
-            uint64_t ns = duration_ns(v, w);
-            if (ns % kNsPerMs != 0) fail(w, "must be a whole number of milliseconds, got " + v.Scalar());
-            y.over_commit_timeout_ms = static_cast<int64_t>(ns / kNsPerMs);
-          }},
-         flag("resize_with_other_resources", y.resize_with_other_resources),
-         {"reclaimer",
-          [&](const YAML::Node& v, const Where& w) {
-            y.reclaimer = string(v, w);
-            if (y.reclaimer != "khagent" && y.reclaimer != "rm") {
-              fail(w, "unknown reclaimer " + describe(v) + " (known: khagent, rm)");
-            }
-          }},
-         flag("reclaim", y.reclaim), ns("reclaim_grace", y.reclaim_grace_ns),
-         {"queue_priority",
-          [&](const YAML::Node& v, const Where& w) {
-            y.queue_priority.clear();
-            for (const auto& [queue, text] : string_map(v, w)) {
-              int prio = 0;
-              auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), prio);
-              if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
-                fail(w.key(queue, w.mark), "expected a whole number (may be negative), got \"" + text + "\"");
-              }
-              y.queue_priority[queue] = prio;
-            }
-          }},
-         flag("emergency", y.emergency), num("emergency_p99_factor", y.emergency_p99_factor)});
+    section(n, at,
+            {flag("enabled", y.enabled),
+             strings("rm_urls", y.rm_urls),
+             text("node_id", y.node_id),
+             text("nm_url", y.nm_url),
+             {"auth",
+              [&](const YAML::Node& v, const Where& w) {
+                y.auth = string(v, w);
+                if (y.auth != "none" && y.auth != "simple" && y.auth != "kerberos") {
+                  fail(w, "unknown auth " + describe(v) + " (known: none, simple, kerberos)");
+                }
+              }},
+             text("user", y.user),
+             text("ca_file", y.ca_file),
+             flag("insecure_skip_verify", y.insecure_skip_verify),
+             {"request_timeout",
+              [&](const YAML::Node& v, const Where& w) { y.request_timeout_ms = duration_ns(v, w) / kNsPerMs; }},
+             {"connect_timeout",
+              [&](const YAML::Node& v, const Where& w) { y.connect_timeout_ms = duration_ns(v, w) / kNsPerMs; }},
+             whole("retries", y.retries),
+             {"retry_backoff",
+              [&](const YAML::Node& v, const Where& w) { y.retry_backoff_ms = duration_ns(v, w) / kNsPerMs; }},
+             ns("refresh_interval", y.refresh_interval_ns),
+             num("vcores_per_core", y.vcores_per_core),
+             {"rounding",
+              [&](const YAML::Node& v, const Where& w) {
+                y.rounding = string(v, w);
+                if (y.rounding != "down" && y.rounding != "nearest" && y.rounding != "up") {
+                  fail(w, "unknown rounding " + describe(v) + " (known: down, nearest, up)");
+                }
+              }},
+             whole("reserve_vcores", y.reserve_vcores),
+             whole("min_vcores", y.min_vcores),
+             whole("memory_mb", y.memory_mb),
+             flag("memory_follows_cpu", y.memory_follows_cpu),
+             whole("deadband_vcores", y.deadband_vcores),
+             ns("grow_stable", y.grow_stable_ns),
+             ns("grow_interval", y.grow_interval_ns),
+             {"over_commit_timeout",
+              [&](const YAML::Node& v, const Where& w) {
+                // "never" is the RM's -1: it does not preempt on its own.
+                if (v.IsScalar() && v.Scalar() == "never") {
+                  y.over_commit_timeout_ms = -1;
+                  return;
+                }
+                uint64_t ns = duration_ns(v, w);
+                if (ns % kNsPerMs != 0) fail(w, "must be a whole number of milliseconds, got " + v.Scalar());
+                y.over_commit_timeout_ms = static_cast<int64_t>(ns / kNsPerMs);
+              }},
+             flag("resize_with_other_resources", y.resize_with_other_resources),
+             {"reclaimer",
+              [&](const YAML::Node& v, const Where& w) {
+                y.reclaimer = string(v, w);
+                if (y.reclaimer != "khagent" && y.reclaimer != "rm") {
+                  fail(w, "unknown reclaimer " + describe(v) + " (known: khagent, rm)");
+                }
+              }},
+             flag("reclaim", y.reclaim),
+             ns("reclaim_grace", y.reclaim_grace_ns),
+             {"queue_priority",
+              [&](const YAML::Node& v, const Where& w) {
+                y.queue_priority.clear();
+                for (const auto& [queue, text] : string_map(v, w)) {
+                  int prio = 0;
+                  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), prio);
+                  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+                    fail(w.key(queue, w.mark), "expected a whole number (may be negative), got \"" + text + "\"");
+                  }
+                  y.queue_priority[queue] = prio;
+                }
+              }},
+             flag("emergency", y.emergency),
+             num("emergency_p99_factor", y.emergency_p99_factor)});
   }
 
   // Everything but `nodes`, which only the base document may have.
@@ -399,30 +399,26 @@ class Loader {
         text("kubelet_token_file", c.kubelet_token_file),
         text("kubelet_ca_file", c.kubelet_ca_file),
         flag("kubelet_insecure_skip_verify", c.kubelet_insecure_skip_verify),
-        {"classes",
-         [this, &c](const YAML::Node& n, const Where& at) { classes(n, at, c.classes); }},
+        {"classes", [this, &c](const YAML::Node& n, const Where& at) { classes(n, at, c.classes); }},
         {"online",
          [this, &c](const YAML::Node& n, const Where& at) {
            auto& o = c.online;
            section(n, at,
                    {us("wait_p99_target", o.wait_p99_target_us),
                     num("interference_share_limit", o.interference_share_limit),
-                    num("min_offline_share", o.min_offline_share),
-                    num("self_throttle_share", o.self_throttle_share),
+                    num("min_offline_share", o.min_offline_share), num("self_throttle_share", o.self_throttle_share),
                     whole("min_waits", o.min_waits)});
          }},
         {"budget",
          [this, &c](const YAML::Node& n, const Where& at) {
            auto& b = c.budget;
-           section(n, at,
-                   {num("floor", b.floor_cores), flag("allow_zero", b.allow_zero),
-                    num("reserve", b.reserve_cores), num("initial", b.initial_cores),
-                    num("decrease_factor", b.decrease_factor),
-                    ns("min_decrease_interval", b.min_decrease_interval_ns),
-                    num("increase_step", b.increase_step_cores),
-                    ns("increase_interval", b.increase_interval_ns),
-                    ns("calm_period", b.calm_period_ns), num("deadband", b.deadband_cores),
-                    us("cpu_max_period", b.cpu_max_period_us)});
+           section(
+               n, at,
+               {num("floor", b.floor_cores), flag("allow_zero", b.allow_zero), num("reserve", b.reserve_cores),
+                num("initial", b.initial_cores), num("decrease_factor", b.decrease_factor),
+                ns("min_decrease_interval", b.min_decrease_interval_ns), num("increase_step", b.increase_step_cores),
+                ns("increase_interval", b.increase_interval_ns), ns("calm_period", b.calm_period_ns),
+                num("deadband", b.deadband_cores), us("cpu_max_period", b.cpu_max_period_us)});
          }},
         {"cpuset",
          [this, &c](const YAML::Node& n, const Where& at) {
@@ -435,9 +431,8 @@ class Loader {
          [this, &c](const YAML::Node& n, const Where& at) {
            auto& o = c.offline;
            section(n, at,
-                   {strings("targets", o.targets), flag("besteffort", o.besteffort),
-                    flag("yarn", o.yarn), text("yarn_hierarchy", o.yarn_hierarchy),
-                    flag("idle", o.idle), whole("weight", o.weight)});
+                   {strings("targets", o.targets), flag("besteffort", o.besteffort), flag("yarn", o.yarn),
+                    text("yarn_hierarchy", o.yarn_hierarchy), flag("idle", o.idle), whole("weight", o.weight)});
          }},
         {"fast_path",
          [this, &c](const YAML::Node& n, const Where& at) {
@@ -452,8 +447,10 @@ class Loader {
            section(n, at,
                    {{"rungs", [&](const YAML::Node& v, const Where& w) { levers(v, w, l.rungs); }},
                     {"always", [&](const YAML::Node& v, const Where& w) { levers(v, w, l.always); }},
-                    ns("escalate_after", l.escalate_after_ns), ns("verify_window", l.verify_window_ns),
-                    num("min_improvement", l.min_improvement), ns("retry_after", l.retry_after_ns),
+                    ns("escalate_after", l.escalate_after_ns),
+                    ns("verify_window", l.verify_window_ns),
+                    num("min_improvement", l.min_improvement),
+                    ns("retry_after", l.retry_after_ns),
                     ns("relax_after", l.relax_after_ns)});
          }},
         {"yarn", [this, &c](const YAML::Node& n, const Where& at) { yarn(n, at, c.yarn); }},
@@ -488,22 +485,21 @@ class Loader {
       if (!entry.IsMap()) fail(here, "expected a map with match and set, got " + describe(entry));
       Override o;
       bool has_match = false, has_set = false;
-      section(
-          entry, here,
-          {{"match",
-            [&](const YAML::Node& v, const Where& w) {
-              has_match = true;
-              section(v, w, {optional("name", o.name, &Loader::string), dict("labels", o.labels)});
-              if (!o.name && o.labels.empty()) {
-                fail(w, "empty match would apply to every node (give name and/or labels)");
-              }
-            }},
-           {"set", [&](const YAML::Node& v, const Where& w) {
-              has_set = true;
-              Config scratch = default_config();  // only for the key and type checks
-              section(v, w, top_fields(scratch));
-              o.set = v.IsNull() ? YAML::Node(YAML::NodeType::Map) : v;
-            }}});
+      section(entry, here,
+              {{"match",
+                [&](const YAML::Node& v, const Where& w) {
+                  has_match = true;
+                  section(v, w, {optional("name", o.name, &Loader::string), dict("labels", o.labels)});
+                  if (!o.name && o.labels.empty()) {
+                    fail(w, "empty match would apply to every node (give name and/or labels)");
+                  }
+                }},
+               {"set", [&](const YAML::Node& v, const Where& w) {
+                  has_set = true;
+                  Config scratch = default_config();  // only for the key and type checks
+                  section(v, w, top_fields(scratch));
+                  o.set = v.IsNull() ? YAML::Node(YAML::NodeType::Map) : v;
+                }}});
       if (!has_match) fail(here, "missing match (give name and/or labels)");
       if (!has_set) fail(here, "missing set");
       out.push_back(std::move(o));
@@ -540,8 +536,7 @@ YAML::Node merge(const YAML::Node& base, const YAML::Node& over) {
 
 }  // namespace
 
-Result<Config> load_config_text(const std::string& text, const std::string& source,
-                                const NodeIdentity& node) {
+Result<Config> load_config_text(const std::string& text, const std::string& source, const NodeIdentity& node) {
   Loader loader(source);
   try {
     std::vector<YAML::Node> docs;
@@ -551,8 +546,7 @@ Result<Config> load_config_text(const std::string& text, const std::string& sour
       loader.fail({"", e.mark}, "YAML syntax error: " + e.msg);
     }
     if (docs.size() > 1) {
-      loader.fail({"", docs[1].Mark()},
-                  "expected one YAML document, found " + std::to_string(docs.size()));
+      loader.fail({"", docs[1].Mark()}, "expected one YAML document, found " + std::to_string(docs.size()));
     }
     // Nothing (or only comments) is an empty map: all defaults.
     YAML::Node doc = docs.empty() || docs[0].IsNull() ? YAML::Node(YAML::NodeType::Map) : docs[0];
@@ -564,9 +558,7 @@ Result<Config> load_config_text(const std::string& text, const std::string& sour
     Config checked = default_config();
     std::vector<Loader::Override> overrides;
     std::vector<Field> fields = loader.top_fields(checked);
-    fields.push_back({"nodes", [&](const YAML::Node& n, const Where& at) {
-                        overrides = loader.overrides(n, at);
-                      }});
+    fields.push_back({"nodes", [&](const YAML::Node& n, const Where& at) { overrides = loader.overrides(n, at); }});
     loader.section(doc, {}, fields);
 
     // Then merge the matching overrides into the document, in order, and
@@ -631,7 +623,8 @@ class ConfigShapeScan final : public YAML::EventHandler {
   void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, const std::string& value) override {
     leaf(anchor, &value);
   }
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, YAML::EmitterStyle::value) override {
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
     open(anchor, false);
   }
   void OnSequenceEnd() override { close(); }
@@ -653,8 +646,7 @@ class ConfigShapeScan final : public YAML::EventHandler {
   void grow(size_t n) {
     expanded_ += n;
     if (expanded_ > kMaxConfigExpandedNodes) {
-      throw Limit{"more than " + std::to_string(kMaxConfigExpandedNodes) +
-                  " YAML nodes with its aliases expanded"};
+      throw Limit{"more than " + std::to_string(kMaxConfigExpandedNodes) + " YAML nodes with its aliases expanded"};
     }
   }
 
@@ -769,15 +761,15 @@ Result<Config> load_config_file(const std::string& path, const NodeIdentity& nod
     int fd;
     ~FdCloser() { ::close(fd); }
   } closer{fd};
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) != 0) return sys_error(errno, "stat");
   if (!S_ISREG(st.st_mode)) {
     int err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
     return make_error(err, "config file " + path + " is " + file_kind(st.st_mode) + ", not a regular file");
   }
   auto too_big = [&path] {
-    return make_error(EFBIG, "config file " + path + " is larger than " + std::to_string(kMaxConfigBytes >> 10) +
-                                 " KiB");
+    return make_error(EFBIG,
+                      "config file " + path + " is larger than " + std::to_string(kMaxConfigBytes >> 10) + " KiB");
   };
   if (st.st_size > static_cast<off_t>(kMaxConfigBytes)) return too_big();
   std::string text;
@@ -808,9 +800,10 @@ Result<Config> load_config_bounded(const std::string& text, const std::string& s
     const YAML::Node doc = YAML::Load(text);
     size_t applying = applying_overrides(doc, node);
     if (applying > 1 && applying * scan.expanded() > kMaxMergeWork) {
-      return make_error(EINVAL, source + ": " + std::to_string(applying) + " entries of nodes apply to this node in a document of " +
-                                    std::to_string(scan.expanded()) + " YAML nodes, more than the loader merges in good time (" +
-                                    std::to_string(kMaxMergeWork) + " for the product); combine them into fewer entries");
+      return make_error(
+          EINVAL, source + ": " + std::to_string(applying) + " entries of nodes apply to this node in a document of " +
+                      std::to_string(scan.expanded()) + " YAML nodes, more than the loader merges in good time (" +
+                      std::to_string(kMaxMergeWork) + " for the product); combine them into fewer entries");
     }
   } catch (const ConfigShapeScan::Limit& l) {
     return make_error(EINVAL, source + ": " + l.what);

@@ -48,22 +48,20 @@ constexpr size_t kClasses = 3;           // CgroupClass values, index = enum val
 // khagent_runq_wait_seconds bounds in ns (integers, so kernel bucket edges
 // compare exactly). No 1 us bound: the kernel's first bucket already reaches
 // 1.024 us, so it would always be empty.
-constexpr std::array<uint64_t, 19> kWaitBoundsNs = {
-    2'000,      5'000,      10'000,      20'000,      50'000,        100'000,      200'000,
-    500'000,    1'000'000,  2'000'000,   5'000'000,   10'000'000,    20'000'000,   50'000'000,
-    100'000'000, 200'000'000, 500'000'000, 1'000'000'000, 10'000'000'000};
+constexpr std::array<uint64_t, 19> kWaitBoundsNs = {2'000,       5'000,       10'000,        20'000,        50'000,
+                                                    100'000,     200'000,     500'000,       1'000'000,     2'000'000,
+                                                    5'000'000,   10'000'000,  20'000'000,    50'000'000,    100'000'000,
+                                                    200'000'000, 500'000'000, 1'000'000'000, 10'000'000'000};
 
-const std::vector<double> kReactionBounds = {0.001, 0.002, 0.005, 0.01, 0.02,
-                                             0.05,  0.1,   0.2,   0.5,  1.0};
+const std::vector<double> kReactionBounds = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0};
 
 static_assert(KH_NR_WAIT_CAUSES == 4, "new wait cause: name it in kCauseNames");
-constexpr std::array<const char*, KH_NR_WAIT_CAUSES> kCauseNames = {
-    "throttled", "same_cgroup", "other_cgroup", "unattributed"};
+constexpr std::array<const char*, KH_NR_WAIT_CAUSES> kCauseNames = {"throttled", "same_cgroup", "other_cgroup",
+                                                                    "unattributed"};
 
-
-constexpr std::array<BudgetAction, 6> kBudgetActions = {
-    BudgetAction::Hold,     BudgetAction::Init,    BudgetAction::Decrease,
-    BudgetAction::Increase, BudgetAction::Ceiling, BudgetAction::Floor};
+constexpr std::array<BudgetAction, 6> kBudgetActions = {BudgetAction::Hold,     BudgetAction::Init,
+                                                        BudgetAction::Decrease, BudgetAction::Increase,
+                                                        BudgetAction::Ceiling,  BudgetAction::Floor};
 
 double secs(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
 
@@ -197,9 +195,9 @@ struct Metrics::Impl {
     CgroupClass cls = CgroupClass::Online;
     Histogram* hist = nullptr;
   };
-  std::map<std::string, PodSeries> pods;           // by uid
-  std::array<Histogram*, kClasses> pod_other{};    // pod_uid="other", per class
-  std::map<std::string, Counter*> aggressors;      // by YARN container
+  std::map<std::string, PodSeries> pods;         // by uid
+  std::array<Histogram*, kClasses> pod_other{};  // pod_uid="other", per class
+  std::map<std::string, Counter*> aggressors;    // by YARN container
   Counter* aggressor_other = nullptr;
 
   // YARN downscaler series, registered on the first update_yarn().
@@ -208,7 +206,7 @@ struct Metrics::Impl {
     Gauge* active = nullptr;
     Gauge* victims = nullptr;
     Gauge* up = nullptr;
-    std::map<std::string, CumulativeCounter> updates, kills;  // by outcome
+    std::map<std::string, CumulativeCounter> updates, kills;      // by outcome
     std::map<std::string, CumulativeCounter> requests, failures;  // by peer
     CumulativeCounter failovers;
   };
@@ -243,13 +241,15 @@ void Metrics::Impl::build() {
                     .Register(r);
   pod_wait = &prometheus::BuildHistogram()
                   .Name("khagent_pod_runq_wait_seconds")
-                  .Help("Run-queue wait of the tasks of a pod; the pods with most wait get a series, "
-                        "the rest are summed under pod_uid=\"other\"")
+                  .Help(
+                      "Run-queue wait of the tasks of a pod; the pods with most wait get a series, "
+                      "the rest are summed under pod_uid=\"other\"")
                   .Register(r);
   auto& cause_f = prometheus::BuildCounter()
                       .Name("khagent_runq_wait_by_cause_seconds_total")
-                      .Help("Run-queue wait by cause: throttled by its own quota, behind the same "
-                            "cgroup, behind another cgroup, or not attributed")
+                      .Help(
+                          "Run-queue wait by cause: throttled by its own quota, behind the same "
+                          "cgroup, behind another cgroup, or not attributed")
                       .Register(r);
   auto& interf_f = prometheus::BuildCounter()
                        .Name("khagent_interference_seconds_total")
@@ -257,8 +257,9 @@ void Metrics::Impl::build() {
                        .Register(r);
   aggressor = &prometheus::BuildCounter()
                    .Name("khagent_aggressor_interference_seconds_total")
-                   .Help("Run-queue wait of online tasks while a YARN container held the CPU; the "
-                         "top containers get a series, the rest are summed under aggressor=\"other\"")
+                   .Help(
+                       "Run-queue wait of online tasks while a YARN container held the CPU; the "
+                       "top containers get a series, the rest are summed under aggressor=\"other\"")
                    .Register(r);
   auto& thr_f = prometheus::BuildCounter()
                     .Name("khagent_throttled_seconds_total")
@@ -289,10 +290,10 @@ void Metrics::Impl::build() {
                  .Register(r)
                  .Add({});
   floor_cores = &prometheus::BuildGauge()
-               .Name("khagent_offline_cpu_floor_cores")
-               .Help("Smallest offline budget")
-               .Register(r)
-               .Add({});
+                     .Name("khagent_offline_cpu_floor_cores")
+                     .Help("Smallest offline budget")
+                     .Register(r)
+                     .Add({});
   auto& dec_f = prometheus::BuildCounter()
                     .Name("khagent_budget_decisions_total")
                     .Help("Controller steps by the action taken on the offline budget")
@@ -304,8 +305,9 @@ void Metrics::Impl::build() {
                  .Register(r);
   lever_active = &prometheus::BuildGauge()
                       .Name("khagent_lever_active")
-                      .Help("1 while a lever restrains the offline side (idle is the base lever; cpuset and "
-                            "quota are ladder rungs)")
+                      .Help(
+                          "1 while a lever restrains the offline side (idle is the base lever; cpuset and "
+                          "quota are ladder rungs)")
                       .Register(r);
   ladder_steps = &prometheus::BuildCounter()
                       .Name("khagent_ladder_steps_total")
@@ -313,8 +315,9 @@ void Metrics::Impl::build() {
                       .Register(r);
   lever_effect = &prometheus::BuildGauge()
                       .Name("khagent_lever_effect_offline_wait_ratio")
-                      .Help("Online run-queue wait behind offline work (seconds per second) over the window "
-                            "before and after the last step of a lever")
+                      .Help(
+                          "Online run-queue wait behind offline work (seconds per second) over the window "
+                          "before and after the last step of a lever")
                       .Register(r);
   reaction = &prometheus::BuildHistogram()
                   .Name("khagent_reaction_seconds")
@@ -332,8 +335,9 @@ void Metrics::Impl::build() {
                    .Register(r);
   auto& ev_f = prometheus::BuildCounter()
                    .Name("khagent_bpf_events_total")
-                   .Help("Counters of the BPF side: events seen and failures (storage_miss, "
-                         "ring_overflow, stats_full, pairs_full, events_dropped, removals_lost)")
+                   .Help(
+                       "Counters of the BPF side: events seen and failures (storage_miss, "
+                       "ring_overflow, stats_full, pairs_full, events_dropped, removals_lost)")
                    .Register(r);
   for (size_t i = 0; i < KH_NR_COUNTERS; i++) bpf_events[i].counter = &ev_f.Add({{"counter", kBpfCounterNames[i]}});
 
@@ -354,8 +358,9 @@ void Metrics::Impl::build_yarn() {
   yarn = std::make_unique<Yarn>();
   auto& vc = prometheus::BuildGauge()
                  .Name("khagent_yarn_node_vcores")
-                 .Help("vcores of this NodeManager: configured (its own), advertised (what the RM "
-                       "has) and target (what the offline budget asks for)")
+                 .Help(
+                     "vcores of this NodeManager: configured (its own), advertised (what the RM "
+                     "has) and target (what the offline budget asks for)")
                  .Register(r);
   auto& mem = prometheus::BuildGauge()
                   .Name("khagent_yarn_node_memory_bytes")
@@ -630,8 +635,7 @@ void Metrics::update(const NodeSignals& node, const Sample& sample) {
       const auto& cs = node.classes[c];
       observe_waits(*m.class_wait_h[c], cs.interval.hist, cs.interval.wait_ns);
       for (size_t k = 0; k < KH_NR_WAIT_CAUSES; k++) m.cause[c][k]->Increment(secs(cs.interval.cause_ns[k]));
-      for (size_t a = 0; a < kClasses; a++)
-        m.interference[c][a]->Increment(secs(cs.wait_by_aggressor_class_ns[a]));
+      for (size_t a = 0; a < kClasses; a++) m.interference[c][a]->Increment(secs(cs.wait_by_aggressor_class_ns[a]));
       m.cpu[c]->Increment(secs(cs.interval.cpu_ns));
     }
     m.update_pods(node.pods);

@@ -50,19 +50,22 @@ std::string observe_json(const Signals& s, const ObserveView& v) {
   bool first = true;
   for (const auto& c : s.cgroups) {
     if (!path_matches(c.path, v.prefix)) continue;
-    fmt::format_to(std::back_inserter(out), "{}{{\"cpu_ns_total\":{},\"id\":{},\"interval\":{{\"cpu_ns\":{},\"runq_wait_ns\":{},"
+    fmt::format_to(std::back_inserter(out),
+                   "{}{{\"cpu_ns_total\":{},\"id\":{},\"interval\":{{\"cpu_ns\":{},\"runq_wait_ns\":{},"
                    "\"runq_waits\":{}}},\"path\":",
                    first ? "" : ",", c.total.cpu_ns, c.id, c.interval.cpu_ns, c.interval.wait_ns, c.interval.waits);
     first = false;
     str(c.path);
-    fmt::format_to(std::back_inserter(out), ",\"preemptions_total\":{},\"runq_wait_ns_total\":{},\"runq_wait_p50_us\":",
-                   c.total.preemptions, c.total.wait_ns);
+    fmt::format_to(std::back_inserter(out),
+                   ",\"preemptions_total\":{},\"runq_wait_ns_total\":{},\"runq_wait_p50_us\":", c.total.preemptions,
+                   c.total.wait_ns);
     num(c.wait_p50_us);
     fmt::format_to(std::back_inserter(out), ",\"runq_wait_p99_us\":");
     num(c.wait_p99_us);
-    fmt::format_to(std::back_inserter(out),
-                   ",\"runq_waits_total\":{},\"throttle_events_total\":{},\"throttled_ns_total\":{},\"top_aggressors\":[",
-                   c.total.waits, c.throttle_total.events, c.throttle_total.throttled_ns);
+    fmt::format_to(
+        std::back_inserter(out),
+        ",\"runq_waits_total\":{},\"throttle_events_total\":{},\"throttled_ns_total\":{},\"top_aggressors\":[",
+        c.total.waits, c.throttle_total.events, c.throttle_total.throttled_ns);
     bool first_agg = true;
     for (const auto& a : c.top_aggressors) {
       fmt::format_to(std::back_inserter(out), "{}{{\"id\":{},\"path\":", first_agg ? "" : ",", a.id);
@@ -70,10 +73,11 @@ std::string observe_json(const Signals& s, const ObserveView& v) {
       str(a.path);
       fmt::format_to(std::back_inserter(out), ",\"wait_ns_total\":{}}}", a.wait_ns_total);
     }
-    fmt::format_to(std::back_inserter(out),
-                   "],\"wait_ns_total\":{{\"other_cgroup\":{},\"same_cgroup\":{},\"throttled\":{},\"unattributed\":{}}}}}",
-                   c.total.cause_ns[KH_WAIT_OTHER_CGROUP], c.total.cause_ns[KH_WAIT_SAME_CGROUP],
-                   c.total.cause_ns[KH_WAIT_THROTTLED], c.total.cause_ns[KH_WAIT_UNATTRIBUTED]);
+    fmt::format_to(
+        std::back_inserter(out),
+        "],\"wait_ns_total\":{{\"other_cgroup\":{},\"same_cgroup\":{},\"throttled\":{},\"unattributed\":{}}}}}",
+        c.total.cause_ns[KH_WAIT_OTHER_CGROUP], c.total.cause_ns[KH_WAIT_SAME_CGROUP],
+        c.total.cause_ns[KH_WAIT_THROTTLED], c.total.cause_ns[KH_WAIT_UNATTRIBUTED]);
   }
   fmt::format_to(std::back_inserter(out), "],\"interval_ns\":{},\"throttle_source\":", s.interval_ns);
   str(throttle_source_name(s.throttle_source));
@@ -91,13 +95,11 @@ std::string observe_table(const Signals& s, const ObserveView& v) {
     return a->path < b->path;
   });
 
-  std::string out = fmt::format(
-      "khagent observe  interval {}  throttling from {}  cgroups {}\n",
-      human_ns(static_cast<double>(s.interval_ns)), throttle_source_name(s.throttle_source),
-      rows.size());
-  out += fmt::format("{:<44} {:>6} {:>8} {:>8} {:>9} {:>5} {:>5} {:>5} {:>7} {:>9}  {}\n", "CGROUP",
-                     "CPU%", "WAIT_P50", "WAIT_P99", "WAIT", "THR", "SAME", "OTHER", "PREEMPT",
-                     "THROTTLED", "TOP AGGRESSOR");
+  std::string out =
+      fmt::format("khagent observe  interval {}  throttling from {}  cgroups {}\n",
+                  human_ns(static_cast<double>(s.interval_ns)), throttle_source_name(s.throttle_source), rows.size());
+  out += fmt::format("{:<44} {:>6} {:>8} {:>8} {:>9} {:>5} {:>5} {:>5} {:>7} {:>9}  {}\n", "CGROUP", "CPU%", "WAIT_P50",
+                     "WAIT_P99", "WAIT", "THR", "SAME", "OTHER", "PREEMPT", "THROTTLED", "TOP AGGRESSOR");
   size_t n = 0;
   for (const auto* c : rows) {
     if (n++ >= v.limit) break;
@@ -108,13 +110,12 @@ std::string observe_table(const Signals& s, const ObserveView& v) {
       agg = fmt::format("{} ({})", a.path.empty() ? std::to_string(a.id) : shorten(a.path, 40),
                         human_ns(static_cast<double>(a.wait_ns_total)));
     }
-    out += fmt::format(
-        "{:<44} {:>6.1f} {:>8} {:>8} {:>9} {:>5} {:>5} {:>5} {:>7} {:>9}  {}\n",
-        shorten(c->path, 44), c->cpu_pct, i.waits ? human_ns(c->wait_p50_us * 1e3) : "-",
-        i.waits ? human_ns(c->wait_p99_us * 1e3) : "-", human_ns(static_cast<double>(i.wait_ns)),
-        pct(i.cause_ns[KH_WAIT_THROTTLED], i.wait_ns), pct(i.cause_ns[KH_WAIT_SAME_CGROUP], i.wait_ns),
-        pct(i.cause_ns[KH_WAIT_OTHER_CGROUP], i.wait_ns), i.preemptions,
-        human_ns(static_cast<double>(c->throttle_interval.throttled_ns)), agg);
+    out += fmt::format("{:<44} {:>6.1f} {:>8} {:>8} {:>9} {:>5} {:>5} {:>5} {:>7} {:>9}  {}\n", shorten(c->path, 44),
+                       c->cpu_pct, i.waits ? human_ns(c->wait_p50_us * 1e3) : "-",
+                       i.waits ? human_ns(c->wait_p99_us * 1e3) : "-", human_ns(static_cast<double>(i.wait_ns)),
+                       pct(i.cause_ns[KH_WAIT_THROTTLED], i.wait_ns), pct(i.cause_ns[KH_WAIT_SAME_CGROUP], i.wait_ns),
+                       pct(i.cause_ns[KH_WAIT_OTHER_CGROUP], i.wait_ns), i.preemptions,
+                       human_ns(static_cast<double>(c->throttle_interval.throttled_ns)), agg);
   }
   if (rows.size() > v.limit)
     out += fmt::format("… {} more (narrow with --cgroup, or use --json)\n", rows.size() - v.limit);

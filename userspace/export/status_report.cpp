@@ -88,11 +88,11 @@ std::string format_status(const StatusReport& r) {
     w = std::min<size_t>(w, 64);
     out += fmt::format("  {:<{}}  {:<12} {:<18} {}\n", "CGROUP", w, "FILE", "ORIGINAL", "CURRENT");
     for (const auto& e : r.entries) {
-      std::string cur = !e.current                ? "unreadable: " + e.current_error
+      std::string cur = !e.current                 ? "unreadable: " + e.current_error
                         : *e.current == e.original ? "'" + *e.current + "' (the original)"
                                                    : "'" + *e.current + "'";
-      out += fmt::format("  {:<{}}  {:<12} {:<18} {}\n", shorten_left(e.cgroup, w), w, e.file,
-                         "'" + e.original + "'", cur);
+      out += fmt::format("  {:<{}}  {:<12} {:<18} {}\n", shorten_left(e.cgroup, w), w, e.file, "'" + e.original + "'",
+                         cur);
     }
   }
 
@@ -103,7 +103,8 @@ std::string format_status(const StatusReport& r) {
     bool readable = std::any_of(r.targets.begin(), r.targets.end(), [](const StatusTarget& t) { return t.cpu_max; });
     const char* plural = r.targets.size() == 1 ? "" : "s";
     if (sum)
-      out += fmt::format("offline budget: {:.2f} cores (cpu.max of {} offline target{})\n", *sum, r.targets.size(), plural);
+      out += fmt::format("offline budget: {:.2f} cores (cpu.max of {} offline target{})\n", *sum, r.targets.size(),
+                         plural);
     else if (readable)
       out += fmt::format("offline budget: unlimited (no quota in the cpu.max of {} offline target{})\n",
                          r.targets.size(), plural);
@@ -111,8 +112,7 @@ std::string format_status(const StatusReport& r) {
       out += fmt::format("offline budget: unknown (the cpu.max of {} offline target{} cannot be read)\n",
                          r.targets.size(), plural);
     for (const auto& t : r.targets) {
-      if (!t.cpu_max)
-        out += fmt::format("  {}  cpu.max unreadable: {}\n", t.cgroup, t.error);
+      if (!t.cpu_max) out += fmt::format("  {}  cpu.max unreadable: {}\n", t.cgroup, t.error);
       else
         out += fmt::format("  {}  cpu.max '{}'{}\n", t.cgroup, *t.cpu_max,
                            t.cores ? fmt::format(" = {:.2f} cores", *t.cores) : " (no limit)");

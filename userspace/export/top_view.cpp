@@ -28,8 +28,8 @@ TopSort next_top_sort(TopSort s) {
   return TopSort::P99;
 }
 
-TopModel make_top_model(const Signals& sig, const NodeSignals& node, Classifier& classifier,
-                        size_t node_cpus, const std::string& prefix) {
+TopModel make_top_model(const Signals& sig, const NodeSignals& node, Classifier& classifier, size_t node_cpus,
+                        const std::string& prefix) {
   TopModel m;
   m.node_cpus = node_cpus;
   m.throttle_source = throttle_source_name(sig.throttle_source);
@@ -74,8 +74,7 @@ std::vector<const TopRow*> top_sorted_rows(const TopModel& m) {
     if (!m.online_only || r.cls == CgroupClass::Online) rows.push_back(&r);
   auto key = [&](const TopRow* r) -> std::pair<double, double> {
     switch (m.sort) {
-      case TopSort::P99:
-        return {r->waits ? r->wait_p99_us : -1.0, static_cast<double>(r->wait_ns)};
+      case TopSort::P99: return {r->waits ? r->wait_p99_us : -1.0, static_cast<double>(r->wait_ns)};
       case TopSort::Wait: return {static_cast<double>(r->wait_ns), r->waits ? r->wait_p99_us : -1.0};
       case TopSort::Cpu: return {r->cpu_pct, static_cast<double>(r->wait_ns)};
     }
@@ -108,8 +107,8 @@ std::string render_top(const TopModel& m, int rows_i, int cols_i) {
                               top_sort_name(m.sort)));
   for (CgroupClass c : {CgroupClass::Online, CgroupClass::Offline, CgroupClass::System}) {
     const auto& s = m.classes[static_cast<size_t>(c)];
-    lines.push_back(fmt::format("{:<8} cpu {:>6.2f} cores   wait p99 {:>8}   waits {:>8}", class_name(c),
-                                s.cpu_cores, s.waits ? human_ns(s.wait_p99_us * 1e3) : "-", s.waits));
+    lines.push_back(fmt::format("{:<8} cpu {:>6.2f} cores   wait p99 {:>8}   waits {:>8}", class_name(c), s.cpu_cores,
+                                s.waits ? human_ns(s.wait_p99_us * 1e3) : "-", s.waits));
   }
   lines.push_back("");
 
@@ -167,8 +166,8 @@ std::string render_top(const TopModel& m, int rows_i, int cols_i) {
       shown++;
     }
   }
-  std::string footer = fmt::format("q quit  o online only: {}  s sort: {}   {} of {} cgroups", m.online_only ? "on" : "off",
-                                   top_sort_name(m.sort), shown, sorted.size());
+  std::string footer = fmt::format("q quit  o online only: {}  s sort: {}   {} of {} cgroups",
+                                   m.online_only ? "on" : "off", top_sort_name(m.sort), shown, sorted.size());
   if (!m.note.empty()) footer += "  | " + m.note;
   lines.push_back(footer);
 

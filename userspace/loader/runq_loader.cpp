@@ -55,9 +55,8 @@ void route_libbpf_logs(bool verbose) {
 
 Result<void> preflight(const std::string& btf_path) {
   if (geteuid() != 0)
-    return make_error(EPERM,
-                      "khagent must run as root (it loads BPF programs and reads every cgroup)");
-  struct utsname u {};
+    return make_error(EPERM, "khagent must run as root (it loads BPF programs and reads every cgroup)");
+  struct utsname u{};
   if (uname(&u) == 0) {
     int major = 0, minor = 0;
     if (sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
@@ -198,19 +197,19 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   self->scan_ = o.event_min_ns != UINT64_MAX && o.scan_waits && percpu_lookup;
   if (!self->scan_)
     leave_out(s->progs.scan_waits, o.event_min_ns == UINT64_MAX ? "fast path off (fast_path.enabled: false)"
-                                   : !o.scan_waits             ? "fast_path.scan_interval is 0"
-                                                               : no_percpu_lookup);
+                                   : !o.scan_waits              ? "fast_path.scan_interval is 0"
+                                                                : no_percpu_lookup);
   if (o.event_min_ns != UINT64_MAX)
     spdlog::info("fast path: waits over their threshold reported when they end{}",
                  self->scan_ ? ", and while they last (a task iterator, every fast_path.scan_interval)"
                              : "; not while they last (no bpf_map_lookup_percpu_elem before 5.19)");
   self->throttle_source_ = fentry ? ThrottleSource::Fentry : ThrottleSource::CpuStat;
-  spdlog::info("throttled waits: {}",
-               kernel_clock ? "split by the kernel's throttled clock (cfs_rq, 6.6+)"
-               : fentry     ? "split by a throttled clock kept by fentry (a cfs_rq's own throttling; an "
-                              "ancestor's: throttled as a whole if they began throttled)"
-                            : "throttled as a whole if they began throttled (no throttled clock before "
-                              "6.6 without fentry: approximate)");
+  spdlog::info("throttled waits: {}", kernel_clock ? "split by the kernel's throttled clock (cfs_rq, 6.6+)"
+                                      : fentry
+                                          ? "split by a throttled clock kept by fentry (a cfs_rq's own throttling; an "
+                                            "ancestor's: throttled as a whole if they began throttled)"
+                                          : "throttled as a whole if they began throttled (no throttled clock before "
+                                            "6.6 without fentry: approximate)");
 
   if (o.before_load) o.before_load(s->obj, left_out);
   if (int err = runq_bpf__load(s); err)
@@ -223,10 +222,10 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   if (auto r = self->attach(); !r) return r.error();
   uint64_t mem = 0;
   for (const auto& m : self->map_memory()) mem += m.memlock;
-  spdlog::info("BPF maps: {:.1f} MiB (memlock, {} possible CPUs; cgroup_stats {} entries, "
-               "interference {})",
-               static_cast<double>(mem) / (1 << 20), libbpf_num_possible_cpus(), o.max_cgroups,
-               o.max_pairs);
+  spdlog::info(
+      "BPF maps: {:.1f} MiB (memlock, {} possible CPUs; cgroup_stats {} entries, "
+      "interference {})",
+      static_cast<double>(mem) / (1 << 20), libbpf_num_possible_cpus(), o.max_cgroups, o.max_pairs);
   spdlog::info("throttling source: {}{}", throttle_source_name(self->throttle_source_),
                fentry ? " (fentry on throttle_cfs_rq/unthrottle_cfs_rq)"
                       : " (fentry unavailable on this kernel; reading cpu.stat each tick)");
@@ -257,10 +256,9 @@ Result<void> RunqBpf::attach() {
     *p.link = bpf_program__attach(p.prog);
     if (*p.link) continue;
     int err = errno;
-    if (p.required)
-      return make_error(err, std::string("attaching ") + bpf_program__name(p.prog));
-    spdlog::warn("attaching {} failed ({}); throttling falls back to cpu.stat",
-                 bpf_program__name(p.prog), std::strerror(err));
+    if (p.required) return make_error(err, std::string("attaching ") + bpf_program__name(p.prog));
+    spdlog::warn("attaching {} failed ({}); throttling falls back to cpu.stat", bpf_program__name(p.prog),
+                 std::strerror(err));
     fentry_ok = false;
   }
   // Removed cgroups reported by the kernel: without it, the collector checks
@@ -268,17 +266,20 @@ Result<void> RunqBpf::attach() {
   removals_ = false;
   if (bpf_program__autoload(s->progs.handle_cgroup_rmdir)) {
     s->links.handle_cgroup_rmdir = bpf_program__attach(s->progs.handle_cgroup_rmdir);
-    if (s->links.handle_cgroup_rmdir)
-      removals_ = true;
+    if (s->links.handle_cgroup_rmdir) removals_ = true;
     else
-      spdlog::warn("attaching handle_cgroup_rmdir failed ({}); removed cgroups are found by checking "
-                   "idle ones every few seconds", std::strerror(errno));
+      spdlog::warn(
+          "attaching handle_cgroup_rmdir failed ({}); removed cgroups are found by checking "
+          "idle ones every few seconds",
+          std::strerror(errno));
   }
   if (scan_) {
     s->links.scan_waits = bpf_program__attach_iter(s->progs.scan_waits, nullptr);
     if (!s->links.scan_waits) {
-      spdlog::warn("attaching the scan_waits task iterator failed ({}); long waits are reported only "
-                   "when they end", std::strerror(errno));
+      spdlog::warn(
+          "attaching the scan_waits task iterator failed ({}); long waits are reported only "
+          "when they end",
+          std::strerror(errno));
       scan_ = false;
     }
   }
@@ -296,14 +297,12 @@ Result<void> RunqBpf::attach() {
 Result<void> RunqBpf::pin(const std::string& dir) {
   std::error_code ec;
   std::filesystem::path d(dir);
-  struct statfs fs {};
-  if (statfs(d.parent_path().c_str(), &fs) != 0)
-    return make_error(errno, "cannot stat " + d.parent_path().string());
+  struct statfs fs{};
+  if (statfs(d.parent_path().c_str(), &fs) != 0) return make_error(errno, "cannot stat " + d.parent_path().string());
   if (static_cast<unsigned long>(fs.f_type) != BPF_FS_MAGIC) {
     // Like other BPF agents, mount the BPF file system where it is missing.
     if (::mount("bpf", d.parent_path().c_str(), "bpf", 0, "mode=0700") != 0)
-      return make_error(errno, d.parent_path().string() +
-                                   " is not a BPF file system and mounting one there failed");
+      return make_error(errno, d.parent_path().string() + " is not a BPF file system and mounting one there failed");
     spdlog::info("mounted a BPF file system at {}", d.parent_path().string());
   }
   std::filesystem::create_directories(d, ec);
@@ -313,12 +312,11 @@ Result<void> RunqBpf::pin(const std::string& dir) {
     return {};
   }
   bpf_map* maps[] = {skel_->maps.cgroup_stats, skel_->maps.interference, skel_->maps.throttle_stats,
-                     skel_->maps.cpu_state, skel_->maps.counters, skel_->maps.protected_cgroups};
+                     skel_->maps.cpu_state,    skel_->maps.counters,     skel_->maps.protected_cgroups};
   for (bpf_map* m : maps) {
     std::string path = dir + "/" + bpf_map__name(m);
     if (::unlink(path.c_str()) == 0) spdlog::info("replaced stale pin {}", path);
-    if (int err = bpf_map__pin(m, path.c_str()); err)
-      return make_error(err, "pinning " + path);
+    if (int err = bpf_map__pin(m, path.c_str()); err) return make_error(err, "pinning " + path);
     pinned_.push_back(path);
   }
   spdlog::info("maps pinned under {} (bpftool map dump pinned {}/cgroup_stats)", dir, dir);
@@ -329,9 +327,7 @@ RunqMapFds RunqBpf::map_fds() const {
   RunqMapFds f;
   f.cgroup_stats = bpf_map__fd(skel_->maps.cgroup_stats);
   f.interference = bpf_map__fd(skel_->maps.interference);
-  f.throttle_stats = throttle_source_ == ThrottleSource::Fentry
-                         ? bpf_map__fd(skel_->maps.throttle_stats)
-                         : -1;
+  f.throttle_stats = throttle_source_ == ThrottleSource::Fentry ? bpf_map__fd(skel_->maps.throttle_stats) : -1;
   f.counters = bpf_map__fd(skel_->maps.counters);
   f.removed_cgroups = removals_ ? bpf_map__fd(skel_->maps.removed_cgroups) : -1;
   return f;
@@ -365,8 +361,8 @@ std::vector<MapMemory> RunqBpf::map_memory() const {
     bpf_map_info info{};
     __u32 len = sizeof(info);
     if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) continue;
-    out.push_back(MapMemory{bpf_map__name(m), info.type, info.key_size, info.value_size,
-                            info.max_entries, info.map_flags, fdinfo_memlock(fd)});
+    out.push_back(MapMemory{bpf_map__name(m), info.type, info.key_size, info.value_size, info.max_entries,
+                            info.map_flags, fdinfo_memlock(fd)});
   }
   return out;
 }
@@ -414,8 +410,7 @@ Result<void> RunqBpf::sync_protected(const std::unordered_map<uint64_t, uint64_t
     kh_protect v{};
     if (bpf_map_lookup_elem(fd, &id, &v) == 0 && v.threshold_ns == threshold) continue;
     v.threshold_ns = threshold;
-    if (bpf_map_update_elem(fd, &id, &v, BPF_ANY) != 0)
-      return make_error(errno, "updating protected_cgroups");
+    if (bpf_map_update_elem(fd, &id, &v, BPF_ANY) != 0) return make_error(errno, "updating protected_cgroups");
   }
   return {};
 }
@@ -426,8 +421,7 @@ Result<void> RunqBpf::open_events(EventFn on_event) {
   on_event_ = std::move(on_event);
   auto cb = [](void* ctx, void* data, size_t size) -> int {
     auto* self = static_cast<RunqBpf*>(ctx);
-    if (size >= sizeof(kh_wait_event) && self->on_event_)
-      self->on_event_(*static_cast<const kh_wait_event*>(data));
+    if (size >= sizeof(kh_wait_event) && self->on_event_) self->on_event_(*static_cast<const kh_wait_event*>(data));
     return 0;
   };
   ring_buffer* rb = ring_buffer__new(bpf_map__fd(skel_->maps.wait_events), cb, this, nullptr);

@@ -12,9 +12,7 @@ bool yarn_resource_within(const YarnResource& r, const YarnResource& limit) {
   return yarn_resource_sane(r) && r.vcores <= limit.vcores && r.memory_mb <= limit.memory_mb;
 }
 
-std::string yarn_resource_str(const YarnResource& r) {
-  return fmt::format("{} vcores/{} MB", r.vcores, r.memory_mb);
-}
+std::string yarn_resource_str(const YarnResource& r) { return fmt::format("{} vcores/{} MB", r.vcores, r.memory_mb); }
 
 std::string yarn_nonzero_others(const std::map<std::string, int64_t>& others) {
   std::string out;

@@ -50,23 +50,24 @@ PodVerdict judge(const OnlinePodLoad& p, const OnlineConfig& o) {
   if (over && v.throttled_share >= o.self_throttle_share) {
     // Its own CFS quota made it wait: squeezing offline would not help.
     v.kind = PodVerdictKind::SelfThrottled;
-    v.why = fmt::format("p99 {:.0f}us over target {:.0f}us but {:.0f}% of its wait is its own "
-                        "throttling: its CPU limit is too small",
-                        p.wait_p99_us, o.wait_p99_target_us, 100 * v.throttled_share);
+    v.why = fmt::format(
+        "p99 {:.0f}us over target {:.0f}us but {:.0f}% of its wait is its own "
+        "throttling: its CPU limit is too small",
+        p.wait_p99_us, o.wait_p99_target_us, 100 * v.throttled_share);
     return v;
   }
   if (over && v.offline_share >= o.min_offline_share) {
     v.kind = PodVerdictKind::Breach;
-    v.why = fmt::format("p99 {:.0f}us over target {:.0f}us, {:.0f}% of its wait behind offline",
-                        p.wait_p99_us, o.wait_p99_target_us, 100 * v.offline_share);
+    v.why = fmt::format("p99 {:.0f}us over target {:.0f}us, {:.0f}% of its wait behind offline", p.wait_p99_us,
+                        o.wait_p99_target_us, 100 * v.offline_share);
     return v;
   }
   // Interference share alone counts once the latency is at least half way to
   // the target, so a pod with tiny waits does not starve offline for nothing.
   if (v.offline_share > o.interference_share_limit && p.wait_p99_us > o.wait_p99_target_us / 2) {
     v.kind = PodVerdictKind::Breach;
-    v.why = fmt::format("{:.0f}% of its wait behind offline (limit {:.0f}%), p99 {:.0f}us",
-                        100 * v.offline_share, 100 * o.interference_share_limit, p.wait_p99_us);
+    v.why = fmt::format("{:.0f}% of its wait behind offline (limit {:.0f}%), p99 {:.0f}us", 100 * v.offline_share,
+                        100 * o.interference_share_limit, p.wait_p99_us);
     return v;
   }
   v.kind = PodVerdictKind::Ok;
@@ -112,8 +113,8 @@ Decision controller_step(const ControllerInput& in, const Config& cfg, Controlle
     d.budget_cores = next;
     d.changed = true;
     d.action = BudgetAction::Init;
-    d.reason = fmt::format("start at {:.2f} cores (floor {:.2f}, ceiling {:.2f})", next,
-                           d.floor_cores, d.ceiling_cores);
+    d.reason =
+        fmt::format("start at {:.2f} cores (floor {:.2f}, ceiling {:.2f})", next, d.floor_cores, d.ceiling_cores);
     if (!breach) return d;
     prev = next;
   }
@@ -136,18 +137,17 @@ Decision controller_step(const ControllerInput& in, const Config& cfg, Controlle
     next = std::min(d.ceiling_cores, prev + b.increase_step_cores);
     st.last_increase_ns = in.now_ns;
     d.action = BudgetAction::Increase;
-    d.reason = st.last_breach_ns == 0
-                   ? fmt::format("{:.2f} -> {:.2f} cores: no breach since the start", prev, next)
-                   : fmt::format("{:.2f} -> {:.2f} cores: calm for {:.1f}s", prev, next,
-                                 static_cast<double>(in.now_ns - st.last_breach_ns) / 1e9);
+    d.reason = st.last_breach_ns == 0 ? fmt::format("{:.2f} -> {:.2f} cores: no breach since the start", prev, next)
+                                      : fmt::format("{:.2f} -> {:.2f} cores: calm for {:.1f}s", prev, next,
+                                                    static_cast<double>(in.now_ns - st.last_breach_ns) / 1e9);
   }
 
   // The ceiling follows online usage at once, whatever the rate limits say.
   if (next > d.ceiling_cores) {
     next = d.ceiling_cores;
     d.action = BudgetAction::Ceiling;
-    d.reason = fmt::format("{:.2f} -> {:.2f} cores: online uses {:.2f} of {:.0f} CPUs", prev, next,
-                           in.online_cpu_cores, in.node_cpus);
+    d.reason = fmt::format("{:.2f} -> {:.2f} cores: online uses {:.2f} of {:.0f} CPUs", prev, next, in.online_cpu_cores,
+                           in.node_cpus);
   }
   next = std::max(next, d.floor_cores);
 

@@ -45,9 +45,7 @@ std::string fmt_cores(double x) {
 }
 
 // "1 CPU", "4 CPUs".
-std::string count_of(int64_t n, const char* noun) {
-  return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
-}
+std::string count_of(int64_t n, const char* noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
 
 struct Pick {
   CpuSet cpus;
@@ -153,8 +151,8 @@ Partition partition_cpus(const PartitionInput& in) {
     if (tpc > 1) why += fmt::format("; {} threads per core", tpc);
     // Cores needed at full SMT: ceil(budget / threads_per_core).
     out.note = fmt::format("offline budget {} cores needs {}, only {} ({}) can be spared ({})",
-                           fmt_cores(in.offline_budget_cores), count_of((want + tpc - 1) / tpc, "core"),
-                           best.cores, count_of(static_cast<int64_t>(out.offline.size()), "CPU"), why);
+                           fmt_cores(in.offline_budget_cores), count_of((want + tpc - 1) / tpc, "core"), best.cores,
+                           count_of(static_cast<int64_t>(out.offline.size()), "CPU"), why);
   }
   return out;
 }

@@ -95,8 +95,8 @@ std::vector<DesiredValue> offline_writes(const LeverInput& in, const Config& cfg
     if (!takes_limits(t.kind)) continue;
     if (in.cpuset && !in.offline_cpus.empty()) want.push_back({t.path, CgroupFile::CpusetCpus, in.offline_cpus});
     const bool partition_failed = in.cpuset && in.offline_cpus.empty();
-    const bool quota = quota_allowed && (in.quota || (cfg.cpuset.throttle && in.cpuset) ||
-                                         (partition_failed && cfg.cpuset.throttle));
+    const bool quota =
+        quota_allowed && (in.quota || (cfg.cpuset.throttle && in.cpuset) || (partition_failed && cfg.cpuset.throttle));
     if (quota) {
       // Split the budget by recent use, each target keeping a small share.
       double share = limited == 1 ? 1.0
@@ -132,8 +132,7 @@ LadderDecision ladder_step(const LadderInput& in, const LadderConfig& cfg, Ladde
   LadderDecision d;
   st.history.emplace_back(in.now_ns, in.offline_wait_rate);
   // Keep two windows: the one before a step is needed when it is taken.
-  while (!st.history.empty() && in.now_ns - st.history.front().first > 2 * cfg.verify_window_ns)
-    st.history.pop_front();
+  while (!st.history.empty() && in.now_ns - st.history.front().first > 2 * cfg.verify_window_ns) st.history.pop_front();
   if (in.breach) {
     if (st.breach_since_ns == 0) st.breach_since_ns = in.now_ns;
     st.last_breach_ns = in.now_ns;
@@ -165,10 +164,11 @@ LadderDecision ladder_step(const LadderInput& in, const LadderConfig& cfg, Ladde
       st.breach_since_ns = in.breach ? in.now_ns : 0;  // a fresh wait before the next rung
       d.action = LadderAction::Undone;
       d.changed = true;
-      d.reason = fmt::format("{} did not help: online waits behind offline {:.2f} ms/s before, {:.2f} after "
-                             "(needed a {:.0f}% cut); undone, not retried for {:.0f}s",
-                             d.lever, st.before_rate / 1e6, after / 1e6, 100 * cfg.min_improvement,
-                             static_cast<double>(cfg.retry_after_ns) / 1e9);
+      d.reason = fmt::format(
+          "{} did not help: online waits behind offline {:.2f} ms/s before, {:.2f} after "
+          "(needed a {:.0f}% cut); undone, not retried for {:.0f}s",
+          d.lever, st.before_rate / 1e6, after / 1e6, 100 * cfg.min_improvement,
+          static_cast<double>(cfg.retry_after_ns) / 1e9);
     }
     d.level = st.active.size();
     return d;
@@ -200,11 +200,11 @@ LadderDecision ladder_step(const LadderInput& in, const LadderConfig& cfg, Ladde
       d.changed = true;
       d.lever = lever_name(*next);
       d.before_rate = before;
-      d.reason = fmt::format("online in breach for {:.1f}s with cpu.idle{}: adding {} (waits behind offline "
-                             "{:.2f} ms/s before){}",
-                             static_cast<double>(in.now_ns - st.breach_since_ns) / 1e9,
-                             st.active.size() > 1 ? " and the rungs below" : "", d.lever, before / 1e6,
-                             skipped.empty() ? "" : "; skipped " + skipped);
+      d.reason = fmt::format(
+          "online in breach for {:.1f}s with cpu.idle{}: adding {} (waits behind offline "
+          "{:.2f} ms/s before){}",
+          static_cast<double>(in.now_ns - st.breach_since_ns) / 1e9, st.active.size() > 1 ? " and the rungs below" : "",
+          d.lever, before / 1e6, skipped.empty() ? "" : "; skipped " + skipped);
       d.level = st.active.size();
       return d;
     }
@@ -216,8 +216,7 @@ LadderDecision ladder_step(const LadderInput& in, const LadderConfig& cfg, Ladde
     d.action = LadderAction::Relaxed;
     d.changed = true;
     d.lever = lever_name(st.active.back());
-    d.reason = fmt::format("calm for {:.0f}s: removing {}", static_cast<double>(in.now_ns - calm_since) / 1e9,
-                           d.lever);
+    d.reason = fmt::format("calm for {:.0f}s: removing {}", static_cast<double>(in.now_ns - calm_since) / 1e9, d.lever);
     st.active.pop_back();
     st.last_step_ns = in.now_ns;
   }

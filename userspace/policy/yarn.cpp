@@ -127,8 +127,8 @@ bool yarn_max_observe(YarnMaxRecord& rec, const std::string& node_id, const Yarn
   return grew;
 }
 
-YarnPostSeen yarn_settle_post(std::optional<YarnPendingPost>& pending, const YarnResource& rm_total,
-                              uint64_t now_ns, uint64_t refresh_interval_ns) {
+YarnPostSeen yarn_settle_post(std::optional<YarnPendingPost>& pending, const YarnResource& rm_total, uint64_t now_ns,
+                              uint64_t refresh_interval_ns) {
   if (!pending) return YarnPostSeen::None;
   if (rm_total == pending->resource) {
     pending.reset();
@@ -140,8 +140,7 @@ YarnPostSeen yarn_settle_post(std::optional<YarnPendingPost>& pending, const Yar
 }
 
 void yarn_interference_window(const std::map<std::string, uint64_t>& caused_total, bool window_moved,
-                              std::map<std::string, uint64_t>& at_refresh,
-                              std::map<std::string, uint64_t>& window) {
+                              std::map<std::string, uint64_t>& at_refresh, std::map<std::string, uint64_t>& window) {
   for (const auto& [id, total] : caused_total) {
     auto prev = at_refresh.find(id);
     if (prev == at_refresh.end() || window_moved) {
@@ -163,17 +162,15 @@ YarnResource yarn_target(double budget_cores, const YarnResource& configured, co
   return t;
 }
 
-YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnConfig& cfg,
-                                        YarnCapacityState& st) {
+YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnConfig& cfg, YarnCapacityState& st) {
   YarnCapacityDecision d;
   const YarnResource t = yarn_target(in.budget_cores, in.configured, cfg);
   const YarnResource& a = in.advertised;
   d.target = t;
   // With integer vcores a deadband of 0 acts like 1: any change counts.
   const int64_t band = std::max<int64_t>(cfg.deadband_vcores, 1);
-  const std::string head =
-      fmt::format("budget {:.2f} cores -> {}", std::isnan(in.budget_cores) ? 0.0 : in.budget_cores,
-                  yarn_resource_str(t));
+  const std::string head = fmt::format("budget {:.2f} cores -> {}", std::isnan(in.budget_cores) ? 0.0 : in.budget_cores,
+                                       yarn_resource_str(t));
 
   auto post = [&](YarnResource r, YarnCapacityAction action, const std::string& why) {
     d.post = true;
@@ -190,11 +187,11 @@ YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnC
   if (!yarn_resource_sane(in.configured) || (in.known && !yarn_resource_sane(a))) {
     reset_grow(st);
     d.target = {};
-    no_post(YarnCapacityAction::Unknown,
-            fmt::format("configured {}{}: out of range (at most {} vcores/{} MB), nothing posted",
-                        yarn_resource_str(in.configured),
-                        in.known ? ", advertised " + yarn_resource_str(a) : std::string(),
-                        kYarnMaxVcores, kYarnMaxMemoryMb));
+    no_post(
+        YarnCapacityAction::Unknown,
+        fmt::format("configured {}{}: out of range (at most {} vcores/{} MB), nothing posted",
+                    yarn_resource_str(in.configured), in.known ? ", advertised " + yarn_resource_str(a) : std::string(),
+                    kYarnMaxVcores, kYarnMaxMemoryMb));
     return d;
   }
 
@@ -226,8 +223,7 @@ YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnC
   bool grow = t.vcores - a.vcores >= band || (t.vcores == a.vcores && t.memory_mb > a.memory_mb);
   if (!grow) {
     reset_grow(st);
-    no_post(YarnCapacityAction::Deadband,
-            fmt::format("{}: inside the deadband of {} vcores", adv, band));
+    no_post(YarnCapacityAction::Deadband, fmt::format("{}: inside the deadband of {} vcores", adv, band));
     return d;
   }
 
@@ -240,13 +236,11 @@ YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnC
   const uint64_t above_ns = in.now_ns >= st.grow_since_ns ? in.now_ns - st.grow_since_ns : 0;
   if (above_ns < cfg.grow_stable_ns) {
     no_post(YarnCapacityAction::WaitStable,
-            fmt::format("{}: above for {:.1f}s of {:.1f}s (lowest {} vcores)", adv,
-                        static_cast<double>(above_ns) / 1e9,
+            fmt::format("{}: above for {:.1f}s of {:.1f}s (lowest {} vcores)", adv, static_cast<double>(above_ns) / 1e9,
                         static_cast<double>(cfg.grow_stable_ns) / 1e9, st.grow_min_vcores));
     return d;
   }
-  if (st.last_grow_ns != 0 && in.now_ns >= st.last_grow_ns &&
-      in.now_ns - st.last_grow_ns < cfg.grow_interval_ns) {
+  if (st.last_grow_ns != 0 && in.now_ns >= st.last_grow_ns && in.now_ns - st.last_grow_ns < cfg.grow_interval_ns) {
     no_post(YarnCapacityAction::WaitInterval,
             fmt::format("{}: last grow {:.1f}s ago, interval {:.1f}s (lowest {} vcores)", adv,
                         static_cast<double>(in.now_ns - st.last_grow_ns) / 1e9,
@@ -371,9 +365,8 @@ ReclaimDecision reclaim_step(const ReclaimInput& in, const YarnConfig& cfg, Recl
     if (cfg.reclaim && (over || v == urgent)) d.kill.push_back(v->id);
   }
 
-  d.reason = fmt::format("used {} over capacity {}: {} victim{}, {} past the {:g} s grace",
-                         yarn_resource_str(d.used), yarn_resource_str(in.capacity), victims.size(),
-                         victims.size() == 1 ? "" : "s", past_grace,
+  d.reason = fmt::format("used {} over capacity {}: {} victim{}, {} past the {:g} s grace", yarn_resource_str(d.used),
+                         yarn_resource_str(in.capacity), victims.size(), victims.size() == 1 ? "" : "s", past_grace,
                          static_cast<double>(cfg.reclaim_grace_ns) / 1e9);
   if (urgent) d.reason += fmt::format(", emergency: {} (interfering) goes at once", urgent->id);
   if (!cfg.reclaim) d.reason += " (reclaim off: nothing killed)";

@@ -4,10 +4,10 @@
 
 namespace khagent {
 
-std::vector<YarnContainerInfo> yarn_reclaim_candidates(
-    const YarnInventory& inv, const std::set<std::string>& killed, const std::map<std::string, int>& queue_priority,
-    const std::map<std::string, uint64_t>& interference,
-    const std::function<uint64_t(const std::string&)>& start_ms) {
+std::vector<YarnContainerInfo> yarn_reclaim_candidates(const YarnInventory& inv, const std::set<std::string>& killed,
+                                                       const std::map<std::string, int>& queue_priority,
+                                                       const std::map<std::string, uint64_t>& interference,
+                                                       const std::function<uint64_t(const std::string&)>& start_ms) {
   std::vector<YarnContainerInfo> out;
   for (const auto& c : inv.containers) {
     if (!nm_container_active(c.state) || killed.count(c.id)) continue;

@@ -60,8 +60,7 @@ Signals compute_signals(const Sample& s, size_t top_n) {
       size_t n = std::min(top_n, pairs.size());
       std::partial_sort(pairs.begin(), pairs.begin() + static_cast<long>(n), pairs.end(),
                         [](const PairSample* a, const PairSample* b) {
-                          if (a->wait_ns_total != b->wait_ns_total)
-                            return a->wait_ns_total > b->wait_ns_total;
+                          if (a->wait_ns_total != b->wait_ns_total) return a->wait_ns_total > b->wait_ns_total;
                           return a->aggressor < b->aggressor;
                         });
       for (size_t i = 0; i < n; i++) {

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <regex>
 #include <set>
-#include <unordered_set>
 #include <sstream>
+#include <unordered_set>
 
 namespace khagent {
 
@@ -111,8 +111,7 @@ void parse_k8s(const std::vector<std::string>& segs, CgroupIdentity& id) {
   }
 }
 
-void parse_yarn(const std::vector<std::string>& segs, const std::string& hierarchy,
-                CgroupIdentity& id) {
+void parse_yarn(const std::vector<std::string>& segs, const std::string& hierarchy, CgroupIdentity& id) {
   auto hs = segments(hierarchy);
   if (hs.empty()) return;
   for (size_t i = 0; i + hs.size() <= segs.size(); i++) {
@@ -128,8 +127,7 @@ void parse_yarn(const std::vector<std::string>& segs, const std::string& hierarc
   }
 }
 
-bool labels_match(const std::map<std::string, std::string>& want,
-                  const std::map<std::string, std::string>& have) {
+bool labels_match(const std::map<std::string, std::string>& want, const std::map<std::string, std::string>& have) {
   for (const auto& [k, v] : want) {
     auto it = have.find(k);
     if (it == have.end() || it->second != v) return false;
@@ -187,8 +185,7 @@ void Classifier::retain(const std::vector<uint64_t>& alive) {
     if (all && alive.size() == cache_.size()) return;
   }
   std::unordered_set<uint64_t> keep(alive.begin(), alive.end());
-  for (auto it = cache_.begin(); it != cache_.end();)
-    it = keep.count(it->first) ? std::next(it) : cache_.erase(it);
+  for (auto it = cache_.begin(); it != cache_.end();) it = keep.count(it->first) ? std::next(it) : cache_.erase(it);
 }
 
 NodeSignals rollup(const Sample& s, Classifier& classifier) {

@@ -44,13 +44,11 @@ bool has_crlf(std::string_view s) { return s.find_first_of("\r\n") != std::strin
 bool url_under_base(std::string_view url, std::string_view base) {
   if (base.empty() || url.size() < base.size()) return false;
   for (size_t i = 0; i < base.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(url[i])) !=
-        std::tolower(static_cast<unsigned char>(base[i]))) {
+    if (std::tolower(static_cast<unsigned char>(url[i])) != std::tolower(static_cast<unsigned char>(base[i]))) {
       return false;
     }
   }
-  return url.size() == base.size() || url[base.size()] == '/' || url[base.size()] == '?' ||
-         url[base.size()] == '#';
+  return url.size() == base.size() || url[base.size()] == '/' || url[base.size()] == '?' || url[base.size()] == '#';
 }
 
 // What one attempt at one base URL came to.
@@ -107,8 +105,7 @@ Attempt perform(CURL* c, const HttpClientOptions& opts, const std::string& base,
   // Timeouts without SIGALRM: we run on a thread of a multi-threaded process.
   set(curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L));
   set(curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, opts.timeout_ms));
-  long connect_ms = opts.connect_timeout_ms > 0 ? std::min(opts.connect_timeout_ms, opts.timeout_ms)
-                                                : opts.timeout_ms;
+  long connect_ms = opts.connect_timeout_ms > 0 ? std::min(opts.connect_timeout_ms, opts.timeout_ms) : opts.timeout_ms;
   set(curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect_ms));
   if (opts.insecure_skip_verify) {
     set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L));
@@ -180,8 +177,8 @@ Attempt perform(CURL* c, const HttpClientOptions& opts, const std::string& base,
     char* loc = nullptr;
     if (curl_easy_getinfo(c, CURLINFO_REDIRECT_URL, &loc) == CURLE_OK && loc != nullptr) a.location = loc;
     a.err = EPROTO;
-    a.message = a.location.empty() ? "HTTP " + std::to_string(status) + " without a Location"
-                                   : "redirect to " + a.location;
+    a.message =
+        a.location.empty() ? "HTTP " + std::to_string(status) + " without a Location" : "redirect to " + a.location;
     return a;
   }
   a.err = status >= 500 && status <= 599 ? EIO : EPROTO;
@@ -207,8 +204,8 @@ std::string url_path_segment(std::string_view s) {
   }
   for (char ch : s) {
     auto c = static_cast<unsigned char>(ch);
-    bool keep = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-                c == '.' || c == '_' || c == '~' || c == ':';
+    bool keep = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+                c == '_' || c == '~' || c == ':';
     if (keep) {
       out += ch;
     } else {

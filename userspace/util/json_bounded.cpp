@@ -103,8 +103,8 @@ class BoundedBuilder final : public nlohmann::json_sax<json> {
 
 Result<json> parse_json_bounded(std::string_view text, const JsonLimits& limits) {
   if (text.size() > limits.max_bytes) {
-    return make_error(E2BIG, "JSON text of " + std::to_string(text.size()) + " bytes, more than " +
-                                 std::to_string(limits.max_bytes));
+    return make_error(
+        E2BIG, "JSON text of " + std::to_string(text.size()) + " bytes, more than " + std::to_string(limits.max_bytes));
   }
   json doc;
   BoundedBuilder b(doc, limits);

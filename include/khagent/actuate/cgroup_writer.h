@@ -26,9 +26,9 @@ enum class CgroupBackend {
 const char* backend_name(CgroupBackend b);
 
 struct CgroupRoots {
-  std::string unified;   // cgroup2 mount (measurement; writes on V2)
-  std::string cpu_v1;    // v1 cpu hierarchy ("" if none)
-  std::string cpuset_v1; // v1 cpuset hierarchy ("" if none)
+  std::string unified;    // cgroup2 mount (measurement; writes on V2)
+  std::string cpu_v1;     // v1 cpu hierarchy ("" if none)
+  std::string cpuset_v1;  // v1 cpuset hierarchy ("" if none)
   const std::string& of(Hierarchy h) const {
     return h == Hierarchy::Unified ? unified : h == Hierarchy::CpuV1 ? cpu_v1 : cpuset_v1;
   }

@@ -17,7 +17,7 @@ namespace khagent {
 struct OriginalValue {
   std::string cgroup;  // relative to the cgroup2 mount
   CgroupFile file = CgroupFile::CpuMax;
-  std::string value;   // as read before khagent's first write
+  std::string value;  // as read before khagent's first write
 };
 
 struct ParsedState {

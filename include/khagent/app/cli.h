@@ -23,12 +23,12 @@ struct CliOptions {
   bool json = false;
   size_t limit = 25;
   // top (also interval_ns, cgroup_prefix, config_path)
-  bool online_only = false;       // start with online cgroups only
+  bool online_only = false;  // start with online cgroups only
   // run, restore, config check; status and doctor take config_path and state_file
-  std::string config_path;        // "" = built-in defaults
+  std::string config_path;  // "" = built-in defaults
   bool dry_run = false;
-  std::string state_file;         // overrides the configuration's
-  std::string node_name;          // for per-node overrides ("" = $NODE_NAME, else hostname)
+  std::string state_file;  // overrides the configuration's
+  std::string node_name;   // for per-node overrides ("" = $NODE_NAME, else hostname)
   std::map<std::string, std::string> node_labels;
   std::string metrics_address = "0.0.0.0";  // /metrics, /healthz, /readyz
   int metrics_port = 9464;

@@ -15,12 +15,12 @@ namespace khagent {
 // Results of the BPF probes, gathered by probe_bpf() on the real kernel and
 // made by hand in tests.
 struct BpfProbe {
-  bool attempted = false;      // false: not probed (e.g. not root)
-  std::string skip_reason;     // why not attempted
-  std::string load_error;      // tp_btf sched_* programs: "" = loaded and attached
-  bool fentry = false;         // fentry on throttle_cfs_rq/unthrottle_cfs_rq
-  bool ringbuf = false;        // BPF_MAP_TYPE_RINGBUF
-  bool task_storage = false;   // BPF_MAP_TYPE_TASK_STORAGE
+  bool attempted = false;     // false: not probed (e.g. not root)
+  std::string skip_reason;    // why not attempted
+  std::string load_error;     // tp_btf sched_* programs: "" = loaded and attached
+  bool fentry = false;        // fentry on throttle_cfs_rq/unthrottle_cfs_rq
+  bool ringbuf = false;       // BPF_MAP_TYPE_RINGBUF
+  bool task_storage = false;  // BPF_MAP_TYPE_TASK_STORAGE
 };
 
 BpfProbe probe_bpf(const LoaderOptions& lo);
@@ -33,7 +33,7 @@ struct DoctorEnv {
   bool is_root = true;
   std::string bpffs_dir = "/sys/fs/bpf";
   std::string kubelet_dir = "/var/lib/kubelet";
-  Config config;               // yarn hierarchy, state file, cpuset
+  Config config;  // yarn hierarchy, state file, cpuset
 };
 
 std::vector<DoctorCheck> doctor_checks(const DoctorEnv& env, const BpfProbe& bpf);

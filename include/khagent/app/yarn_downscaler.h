@@ -10,8 +10,8 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,8 +50,8 @@ class YarnDownscaler {
   // `max_file` keeps the most the NodeManager was ever seen with across
   // restarts ("" = not kept): after a shrink through the RM, the
   // NodeManager itself reports the shrunk size.
-  YarnDownscaler(YarnConfig cfg, bool dry_run, std::string cgroup_mount,
-                 std::vector<std::string> hostnames, std::string max_file = "");
+  YarnDownscaler(YarnConfig cfg, bool dry_run, std::string cgroup_mount, std::vector<std::string> hostnames,
+                 std::string max_file = "");
   ~YarnDownscaler();
   YarnDownscaler(const YarnDownscaler&) = delete;
   YarnDownscaler& operator=(const YarnDownscaler&) = delete;
@@ -96,19 +96,19 @@ class YarnDownscaler {
   const bool dry_run_;
   const std::string mount_;
   const std::string max_file_;
-  YarnMaxRecord max_;                  // the most the NodeManager was seen with
-  bool posted_ = false;                // a POST was sent (or tried) since start
-  std::set<std::string> killed_;       // killed, still listed by the NM
+  YarnMaxRecord max_;             // the most the NodeManager was seen with
+  bool posted_ = false;           // a POST was sent (or tried) since start
+  std::set<std::string> killed_;  // killed, still listed by the NM
   std::unique_ptr<YarnNodeReader> reader_;
 
   // Worker state (only the worker, or round() callers, touch these).
   YarnCapacityState cap_state_;
   ReclaimState reclaim_state_;
   uint64_t last_refresh_ns_ = 0;
-  uint64_t post_retry_ns_ = 0;                   // no POST before this (after a failure)
-  uint64_t read_retry_ns_ = 0;                   // no RM/NM reads before this (after a failure)
-  std::string post_error_;                       // the last POST's error until one succeeds
-  std::optional<YarnResource> dry_advertised_;   // dry run: what the RM would have now
+  uint64_t post_retry_ns_ = 0;                  // no POST before this (after a failure)
+  uint64_t read_retry_ns_ = 0;                  // no RM/NM reads before this (after a failure)
+  std::string post_error_;                      // the last POST's error until one succeeds
+  std::optional<YarnResource> dry_advertised_;  // dry run: what the RM would have now
   bool have_inventory_ = false;
   // The last update the RM answered 200 to (see yarn_settle_post in refresh()).
   std::optional<YarnPendingPost> pending_post_;

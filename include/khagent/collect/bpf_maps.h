@@ -25,8 +25,7 @@ class BpfMapSource : public MapSource {
  public:
   explicit BpfMapSource(RunqMapFds fds);
   Result<void> read_into(RawMaps& raw) override;
-  void forget(const std::vector<uint64_t>& ids,
-              const std::vector<std::pair<uint64_t, uint64_t>>& pairs) override;
+  void forget(const std::vector<uint64_t>& ids, const std::vector<std::pair<uint64_t, uint64_t>>& pairs) override;
   bool reports_removals() const override { return fds_.removed_cgroups >= 0; }
   // Whether batch lookups worked (false: fell back to key-by-key iteration).
   bool batch_ops() const { return batch_ok_; }

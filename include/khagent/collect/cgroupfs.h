@@ -5,16 +5,16 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <vector>
 #include <unordered_map>
+#include <vector>
 
 #include "khagent/util/result.h"
 
 namespace khagent {
 
 struct Mounts {
-  std::string cgroup2;  // cgroup2 mount point ("" if none)
-  std::string cpu_v1;   // v1 hierarchy holding the cpu controller ("" if none)
+  std::string cgroup2;    // cgroup2 mount point ("" if none)
+  std::string cpu_v1;     // v1 hierarchy holding the cpu controller ("" if none)
   std::string cpuset_v1;  // v1 hierarchy holding the cpuset controller ("" if none)
 };
 

@@ -50,8 +50,7 @@ class MapSource {
     return r;
   }
   // Deletes the entries of cgroups that no longer exist.
-  virtual void forget(const std::vector<uint64_t>& ids,
-                      const std::vector<std::pair<uint64_t, uint64_t>>& pairs) = 0;
+  virtual void forget(const std::vector<uint64_t>& ids, const std::vector<std::pair<uint64_t, uint64_t>>& pairs) = 0;
   // Whether read() lists every removed cgroup that had entries (unless
   // KH_CNT_REMOVALS_LOST grew): then idle cgroups need no liveness checks.
   virtual bool reports_removals() const { return false; }
@@ -60,8 +59,7 @@ class MapSource {
 class Collector {
  public:
   // `cpu_stat` is used when source is ThrottleSource::CpuStat; may be null otherwise.
-  Collector(MapSource& maps, CgroupIndex& index, ThrottleStatReader* cpu_stat,
-            ThrottleSource source);
+  Collector(MapSource& maps, CgroupIndex& index, ThrottleStatReader* cpu_stat, ThrottleSource source);
 
   // Reads the maps now. The first call establishes the start (interval_ns 0).
   Result<Sample> tick();
@@ -113,10 +111,9 @@ class Collector {
   std::optional<uint64_t> last_full_;      // failed inserts (stats + pairs) at the last tick
   std::optional<uint64_t> last_full_warn_;
   std::optional<uint64_t> last_removals_lost_;
-  RawMaps raw_;  // the last read, updated in place by the next
+  RawMaps raw_;         // the last read, updated in place by the next
   bool totals_ = true;  // KH_CNT_REMOVALS_LOST at the last tick
   uint64_t forgotten_ = 0;
 };
-
 
 }  // namespace khagent

@@ -31,8 +31,7 @@ class ThrottleStatReader {
 class CpuStatThrottleReader : public ThrottleStatReader {
  public:
   // cpu_v1_root may be empty (pure cgroup v2 host).
-  CpuStatThrottleReader(std::string cgroup2_root, std::string cpu_v1_root,
-                        std::string proc_root = "/proc");
+  CpuStatThrottleReader(std::string cgroup2_root, std::string cpu_v1_root, std::string proc_root = "/proc");
 
   // Cumulative throttling of the cgroup at `path` (relative to the cgroup2
   // root): cgroup v2 cpu.stat nr_throttled/throttled_usec where the cpu

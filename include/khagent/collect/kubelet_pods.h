@@ -57,13 +57,13 @@ struct KubeletPodsOptions {
   // file that is not a regular one (after symlinks) or is over 64 KiB fails
   // the fetch.
   std::string token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
-  std::string ca_file;                // PEM bundle; empty = the system CAs
-  bool insecure_skip_verify = false;  // no peer/host verification (self-signed kubelet certs)
-  long timeout_ms = 2000;             // whole request
-  long connect_timeout_ms = 1000;     // TCP + TLS handshake (capped by timeout_ms)
-  size_t max_body_bytes = kPodListMaxBytes;  // larger responses (decoded) are an error
-  size_t max_json_depth = kPodListMaxDepth;   // deeper nesting is an error
-  size_t max_json_values = kPodListMaxValues; // more JSON values are an error
+  std::string ca_file;                         // PEM bundle; empty = the system CAs
+  bool insecure_skip_verify = false;           // no peer/host verification (self-signed kubelet certs)
+  long timeout_ms = 2000;                      // whole request
+  long connect_timeout_ms = 1000;              // TCP + TLS handshake (capped by timeout_ms)
+  size_t max_body_bytes = kPodListMaxBytes;    // larger responses (decoded) are an error
+  size_t max_json_depth = kPodListMaxDepth;    // deeper nesting is an error
+  size_t max_json_values = kPodListMaxValues;  // more JSON values are an error
 };
 
 class KubeletPodsClient {
@@ -93,8 +93,7 @@ class KubeletPodsClient {
 // logged at most once a minute while they persist, and the recovery once.
 class KubeletPodsWatcher {
  public:
-  explicit KubeletPodsWatcher(KubeletPodsOptions opts,
-                              std::chrono::milliseconds refresh = std::chrono::seconds(10));
+  explicit KubeletPodsWatcher(KubeletPodsOptions opts, std::chrono::milliseconds refresh = std::chrono::seconds(10));
   ~KubeletPodsWatcher();
   KubeletPodsWatcher(const KubeletPodsWatcher&) = delete;
   KubeletPodsWatcher& operator=(const KubeletPodsWatcher&) = delete;

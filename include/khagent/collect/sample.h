@@ -12,7 +12,6 @@
 
 namespace khagent {
 
-
 // Counters of one cgroup, summed over CPUs.
 struct CgroupCounters {
   uint64_t wait_ns = 0;
@@ -26,8 +25,8 @@ struct CgroupCounters {
 // Per-field delta of cumulative counters; a counter that went backwards
 // (entry deleted and created again) counts from zero.
 inline CgroupCounters counters_delta(const CgroupCounters& now, const CgroupCounters& before) {
-  bool reset = now.waits < before.waits || now.wait_ns < before.wait_ns ||
-               now.cpu_ns < before.cpu_ns || now.preemptions < before.preemptions;
+  bool reset = now.waits < before.waits || now.wait_ns < before.wait_ns || now.cpu_ns < before.cpu_ns ||
+               now.preemptions < before.preemptions;
   if (reset) return now;
   auto sub = [](uint64_t a, uint64_t b) { return a >= b ? a - b : 0; };
   CgroupCounters d;
@@ -43,9 +42,7 @@ inline CgroupCounters counters_delta(const CgroupCounters& now, const CgroupCoun
 // Whether an interval's counters hold anything. The collector leaves an
 // interval's histogram empty when none of these moved, so this is exact for
 // its samples.
-inline bool counters_moved(const CgroupCounters& d) {
-  return d.waits || d.wait_ns || d.cpu_ns || d.preemptions;
-}
+inline bool counters_moved(const CgroupCounters& d) { return d.waits || d.wait_ns || d.cpu_ns || d.preemptions; }
 
 inline void counters_add(CgroupCounters& into, const CgroupCounters& d) {
   into.wait_ns += d.wait_ns;
@@ -63,9 +60,9 @@ struct ThrottleCounters {
 
 struct CgroupSample {
   uint64_t id = 0;
-  std::string path;              // relative to the cgroup2 mount, "/" for its root
-  CgroupCounters total;          // since the agent started watching it
-  CgroupCounters interval;       // during the last interval
+  std::string path;         // relative to the cgroup2 mount, "/" for its root
+  CgroupCounters total;     // since the agent started watching it
+  CgroupCounters interval;  // during the last interval
   ThrottleCounters throttle_total;
   ThrottleCounters throttle_interval;
 };

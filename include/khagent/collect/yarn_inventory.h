@@ -45,14 +45,12 @@ struct YarnInventory {
   std::set<std::string> am_guessed;  // ...taken from the containers seen (RM not asked)
 };
 
-
 // The RM and this node's NodeManager: finds the node, reads its resources
 // and containers, and keeps the inventory. Failed reads go to `error`;
 // `abort` cuts requests short (stopping).
 class YarnNodeReader {
  public:
-  YarnNodeReader(YarnConfig cfg, std::vector<std::string> hostnames, YarnErrorFn error,
-                 const std::atomic<bool>* abort);
+  YarnNodeReader(YarnConfig cfg, std::vector<std::string> hostnames, YarnErrorFn error, const std::atomic<bool>* abort);
 
   HttpClient& rm() { return *rm_; }
   // The NodeManager's client; null until its address is known.

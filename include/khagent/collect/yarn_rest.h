@@ -35,28 +35,28 @@ inline constexpr JsonLimits kYarnJsonLimits{size_t{16} << 20, 64, 1'000'000};
 
 // One entry of GET /ws/v1/cluster/nodes (or /nodes/{id}).
 struct YarnNodeReport {
-  std::string id;             // host:port, the NodeManager id
-  std::string host;           // nodeHostName
-  std::string http_address;   // nodeHTTPAddress, host:port ("" for inactive nodes)
-  std::string state;          // RUNNING, UNHEALTHY, LOST, ...
-  YarnResource total;         // totalResource: what the RM believes the node has
+  std::string id;            // host:port, the NodeManager id
+  std::string host;          // nodeHostName
+  std::string http_address;  // nodeHTTPAddress, host:port ("" for inactive nodes)
+  std::string state;         // RUNNING, UNHEALTHY, LOST, ...
+  YarnResource total;        // totalResource: what the RM believes the node has
   // Every other resource type of totalResource (resourceInformations), by
   // name (e.g. "yarn.io/gpu" -> 4), zeros included; empty when the RM lists
   // none (RMs before resource types, or a node list without them).
   std::map<std::string, int64_t> other_resources;
-  YarnResource used;          // usedMemoryMB / usedVirtualCores
-  int64_t containers = 0;     // numContainers
-  std::string invalid;        // "" or why its numbers are unusable (list entries only)
+  YarnResource used;       // usedMemoryMB / usedVirtualCores
+  int64_t containers = 0;  // numContainers
+  std::string invalid;     // "" or why its numbers are unusable (list entries only)
 };
 
 // One entry of the NodeManager's GET /ws/v1/node/containers.
 struct NmContainer {
   std::string id;
-  std::string state;          // NM container state: RUNNING, LOCALIZING, DONE, ...
+  std::string state;  // NM container state: RUNNING, LOCALIZING, DONE, ...
   std::string user;
-  YarnResource resource;      // totalVCoresNeeded / totalMemoryNeededMB
-  std::string execution_type; // GUARANTEED | OPPORTUNISTIC | ""
-  std::string invalid;        // "" or why its numbers are unusable
+  YarnResource resource;       // totalVCoresNeeded / totalMemoryNeededMB
+  std::string execution_type;  // GUARANTEED | OPPORTUNISTIC | ""
+  std::string invalid;         // "" or why its numbers are unusable
 };
 
 // A running application: its queue and priority, and the AM container of
@@ -67,7 +67,7 @@ struct YarnApp {
   int priority = 0;
   uint64_t started_ms = 0;
   std::string am_container;
-  std::string invalid;        // "" or why its numbers are unusable
+  std::string invalid;  // "" or why its numbers are unusable
 };
 
 // Lists may be {"node":[...]}, null, "" or {} (empty) depending on the
@@ -78,7 +78,7 @@ struct YarnApp {
 // application is not found; a 404 page from the web server (no such REST
 // endpoint, e.g. an older Hadoop or a wrong URL) is EOPNOTSUPP.
 Result<std::vector<YarnNodeReport>> parse_yarn_nodes(const std::string& json);
-Result<YarnNodeReport> parse_yarn_node(const std::string& json);       // {"node":{...}}
+Result<YarnNodeReport> parse_yarn_node(const std::string& json);  // {"node":{...}}
 Result<std::vector<NmContainer>> parse_nm_containers(const std::string& json);
 // NodeManager GET /ws/v1/node/info: its configured resources
 // (totalVCoresAllocatedContainers, totalPmemAllocatedContainersMB), which an
@@ -123,8 +123,7 @@ bool yarn_http_address_ok(const std::string& address);
 // `hostnames` (compared case-insensitively; a short name also matches the
 // first label of an FQDN). ENOENT when none, EEXIST when several (several
 // NodeManagers on one host need yarn.node_id).
-Result<YarnNodeReport> match_node(const std::vector<YarnNodeReport>& nodes,
-                                  const std::vector<std::string>& hostnames);
+Result<YarnNodeReport> match_node(const std::vector<YarnNodeReport>& nodes, const std::vector<std::string>& hostnames);
 
 // The REST reads, over clients that handle HA, auth, retries and timeouts.
 class YarnRest {

@@ -19,46 +19,46 @@ std::optional<CgroupClass> parse_class(const std::string& s);
 // One classification rule; every field that is set must match (AND).
 // Rules are tried in order, the first match decides.
 struct ClassRule {
-  std::optional<std::string> qos;             // guaranteed | burstable | besteffort
-  std::optional<std::string> path_glob;       // fnmatch(3) on the cgroup path, '*' spans '/'
-  std::optional<std::string> priority_class;  // pod spec.priorityClassName (kubelet /pods)
+  std::optional<std::string> qos;                  // guaranteed | burstable | besteffort
+  std::optional<std::string> path_glob;            // fnmatch(3) on the cgroup path, '*' spans '/'
+  std::optional<std::string> priority_class;       // pod spec.priorityClassName (kubelet /pods)
   std::map<std::string, std::string> labels;       // pod labels, all must match
   std::map<std::string, std::string> annotations;  // pod annotations, all must match
-  std::optional<bool> yarn;                   // a YARN container (or not)
+  std::optional<bool> yarn;                        // a YARN container (or not)
   CgroupClass cls = CgroupClass::Online;
 };
 
 struct ClassConfig {
-  std::vector<ClassRule> rules;  // default: see default_config()
+  std::vector<ClassRule> rules;                         // default: see default_config()
   CgroupClass default_pod_class = CgroupClass::Online;  // k8s pods no rule matched
   CgroupClass default_class = CgroupClass::System;      // everything else
 };
 
 struct OnlineConfig {
-  double wait_p99_target_us = 2000;     // per online pod, over a tick
+  double wait_p99_target_us = 2000;       // per online pod, over a tick
   double interference_share_limit = 0.5;  // share of a pod's wait spent behind offline
-  double min_offline_share = 0.2;       // a p99 breach only counts if offline had this share
-  double self_throttle_share = 0.5;     // above this share of throttled wait: quota too small
-  uint64_t min_waits = 20;              // fewer waits in a tick: no verdict for the pod
+  double min_offline_share = 0.2;         // a p99 breach only counts if offline had this share
+  double self_throttle_share = 0.5;       // above this share of throttled wait: quota too small
+  uint64_t min_waits = 20;                // fewer waits in a tick: no verdict for the pod
 };
 
 struct BudgetConfig {
-  double floor_cores = 0.5;         // offline never gets less (unless allow_zero)
-  bool allow_zero = false;          // let the floor be 0 (offline may be starved)
-  double reserve_cores = 0.5;       // ceiling = node CPUs - online usage - reserve
-  double initial_cores = -1;        // < 0: start at the ceiling
-  double decrease_factor = 0.5;     // multiplicative decrease, 0 < f < 1
+  double floor_cores = 0.5;      // offline never gets less (unless allow_zero)
+  bool allow_zero = false;       // let the floor be 0 (offline may be starved)
+  double reserve_cores = 0.5;    // ceiling = node CPUs - online usage - reserve
+  double initial_cores = -1;     // < 0: start at the ceiling
+  double decrease_factor = 0.5;  // multiplicative decrease, 0 < f < 1
   uint64_t min_decrease_interval_ns = 100'000'000;
   double increase_step_cores = 0.25;
   uint64_t increase_interval_ns = 5'000'000'000;
   uint64_t calm_period_ns = 10'000'000'000;  // no breach for this long before increasing
-  double deadband_cores = 0.1;      // smaller changes are not applied
+  double deadband_cores = 0.1;               // smaller changes are not applied
   uint64_t cpu_max_period_us = 100'000;
 };
 
 struct CpusetConfig {
   bool enabled = false;
-  std::string reserved_cpus;        // never given to offline (cpu list, e.g. "0-1")
+  std::string reserved_cpus;  // never given to offline (cpu list, e.g. "0-1")
   std::string cpu_manager_state = "/var/lib/kubelet/cpu_manager_state";
   // false: offline gets ceil(budget) CPUs of its own and no quota inside
   // them (cpu.max "max"); the quota is used only when no core can be spared.
@@ -67,15 +67,15 @@ struct CpusetConfig {
 };
 
 struct OfflineConfig {
-  std::vector<std::string> targets;   // extra offline parent cgroups (paths in the cgroup2 mount)
-  bool besteffort = true;             // write the BestEffort QoS cgroup
-  bool yarn = true;                   // write the YARN hierarchy's root
+  std::vector<std::string> targets;  // extra offline parent cgroups (paths in the cgroup2 mount)
+  bool besteffort = true;            // write the BestEffort QoS cgroup
+  bool yarn = true;                  // write the YARN hierarchy's root
   std::string yarn_hierarchy = "hadoop-yarn";
   // cpu.idle=1 on the YARN root, each BestEffort pod and offline.targets
   // (never on the BestEffort QoS cgroup, whose weight the kubelet writes);
   // without cpu.idle in the kernel, the minimum weight instead.
   bool idle = true;
-  uint32_t weight = 0;                // cpu.weight on offline targets khagent owns; 0 = leave
+  uint32_t weight = 0;  // cpu.weight on offline targets khagent owns; 0 = leave
 };
 
 // Levers above cpu.idle, climbed in order while an online pod stays in
@@ -111,16 +111,16 @@ struct YarnConfig {
   // ResourceManager web addresses, e.g. http://rm1:8088; several for HA (the
   // active one is followed; a standby's redirect or error moves to the next).
   std::vector<std::string> rm_urls;
-  std::string node_id;      // NodeManager id host:port; "" = find by this host's name
-  std::string nm_url;       // NodeManager web address; "" = the node's nodeHTTPAddress
-  std::string auth = "simple";  // none | simple (user.name=) | kerberos (SPNEGO)
+  std::string node_id;           // NodeManager id host:port; "" = find by this host's name
+  std::string nm_url;            // NodeManager web address; "" = the node's nodeHTTPAddress
+  std::string auth = "simple";   // none | simple (user.name=) | kerberos (SPNEGO)
   std::string user = "khagent";  // user.name for simple auth
-  std::string ca_file;          // PEM bundle for https; "" = the system CAs
+  std::string ca_file;           // PEM bundle for https; "" = the system CAs
   bool insecure_skip_verify = false;
   uint64_t request_timeout_ms = 5000;
   uint64_t connect_timeout_ms = 2000;
-  uint32_t retries = 2;             // per request, after the first try
-  uint64_t retry_backoff_ms = 500;  // doubled each retry
+  uint32_t retries = 2;                          // per request, after the first try
+  uint64_t retry_backoff_ms = 500;               // doubled each retry
   uint64_t refresh_interval_ns = 5'000'000'000;  // containers and node state re-read
 
   // Capacity: vcores = round(budget_cores * vcores_per_core) - reserve_vcores,
@@ -134,7 +134,7 @@ struct YarnConfig {
   // the vcores instead.
   int64_t memory_mb = 0;
   bool memory_follows_cpu = false;
-  int64_t deadband_vcores = 1;      // smaller changes are not posted
+  int64_t deadband_vcores = 1;                 // smaller changes are not posted
   uint64_t grow_stable_ns = 30'000'000'000;    // budget above the advertised value this long
   uint64_t grow_interval_ns = 60'000'000'000;  // at most one grow per interval
   // Only with reclaimer "rm": the overCommitTimeout posted, after which the
@@ -167,9 +167,9 @@ struct Config {
   uint64_t tick_ns = 200'000'000;
   bool dry_run = false;
   std::string state_file = "/var/lib/khagent/state.json";
-  std::string kubelet_pods_url;       // e.g. https://127.0.0.1:10250/pods; "" = not used
+  std::string kubelet_pods_url;  // e.g. https://127.0.0.1:10250/pods; "" = not used
   std::string kubelet_token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
-  std::string kubelet_ca_file;        // "" = the system CAs
+  std::string kubelet_ca_file;                // "" = the system CAs
   bool kubelet_insecure_skip_verify = false;  // the kubelet's self-signed serving cert
   ClassConfig classes;
   OnlineConfig online;
@@ -193,15 +193,13 @@ struct NodeIdentity {
 // Loads YAML text (`source` names it in errors) over the defaults, applying
 // the per-node overrides that match `node`. Unknown keys, wrong types and
 // impossible values are errors naming the file, the key and the problem.
-Result<Config> load_config_text(const std::string& text, const std::string& source,
-                                const NodeIdentity& node);
+Result<Config> load_config_text(const std::string& text, const std::string& source, const NodeIdentity& node);
 Result<Config> load_config_file(const std::string& path, const NodeIdentity& node);
 // What load_config_file does with the text it read: bounds the size (1 MiB),
 // the YAML aliases, the entries of `nodes` and the work of merging the ones
 // that apply, before any node tree is built, then load_config_text. For
 // text from outside (a file, a ConfigMap).
-Result<Config> load_config_bounded(const std::string& text, const std::string& source,
-                                   const NodeIdentity& node);
+Result<Config> load_config_bounded(const std::string& text, const std::string& source, const NodeIdentity& node);
 
 // Checks cross-field constraints (floor <= ceiling inputs, factors in range, ...).
 Result<void> validate_config(const Config& c);

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "khagent/model/histogram.h"
 #include "khagent/util/result.h"
@@ -29,9 +29,9 @@ struct YarnStatus;
 
 struct MetricsOptions {
   std::string address = "0.0.0.0";
-  int port = 9464;               // 0: any free port (see Metrics::port())
-  size_t max_pod_series = 50;    // pods with a runq wait histogram of their own
-  size_t top_aggressors = 5;     // YARN containers with an interference counter of their own
+  int port = 9464;                        // 0: any free port (see Metrics::port())
+  size_t max_pod_series = 50;             // pods with a runq wait histogram of their own
+  size_t top_aggressors = 5;              // YARN containers with an interference counter of their own
   std::string version = KHAGENT_VERSION;  // khagent_build_info{version}
   // /healthz fails when update() has not been called for this long after its
   // first call (a wedged main loop); 0 turns the check off.
@@ -78,8 +78,8 @@ class Metrics {
   // Which levers are in force (lever -> on), and each ladder step with the
   // online wait behind offline (s/s) before it and, for a verdict, after.
   void record_levers(const std::vector<std::pair<std::string, bool>>& active);
-  void record_ladder_step(const std::string& lever, const std::string& action, double before_ratio,
-                          double after_ratio, bool verdict);
+  void record_ladder_step(const std::string& lever, const std::string& action, double before_ratio, double after_ratio,
+                          bool verdict);
   // Cumulative per-program run time and count (kernel.bpf_stats_enabled).
   void update_bpf_cost(const std::vector<ProgStats>& progs);
 

@@ -9,8 +9,8 @@
 namespace khagent {
 
 struct ObserveView {
-  std::string prefix;   // only cgroups whose path starts with this ("" = all)
-  size_t limit = 25;    // table rows (JSON has every matching cgroup)
+  std::string prefix;  // only cgroups whose path starts with this ("" = all)
+  size_t limit = 25;   // table rows (JSON has every matching cgroup)
 };
 
 // True if `path` is `prefix` or below it (both relative to the cgroup2 mount).

@@ -25,7 +25,7 @@ struct StatusTarget {
   std::string cgroup;
   std::optional<std::string> cpu_max;  // nullopt: unreadable
   std::string error;
-  std::optional<double> cores;         // quota / period; nullopt for "max" or unreadable
+  std::optional<double> cores;  // quota / period; nullopt for "max" or unreadable
 };
 
 // A process holding the agent's maps open.
@@ -36,12 +36,12 @@ struct StatusProcess {
 
 struct StatusReport {
   std::string pin_dir;
-  bool agent_found = false;            // maps pinned and used by loaded programs
-  std::string agent_problem;           // why not, when !agent_found
-  std::vector<std::string> pinned;     // map names found under pin_dir
-  std::vector<std::string> programs;   // loaded BPF programs using the maps
+  bool agent_found = false;              // maps pinned and used by loaded programs
+  std::string agent_problem;             // why not, when !agent_found
+  std::vector<std::string> pinned;       // map names found under pin_dir
+  std::vector<std::string> programs;     // loaded BPF programs using the maps
   std::vector<StatusProcess> processes;  // holding the maps open (the agent)
-  std::string throttle_source;         // fentry | cpu.stat ("" unknown)
+  std::string throttle_source;           // fentry | cpu.stat ("" unknown)
   // The running agent's map layout (kh_abi_version in its BPF object's
   // rodata); 0 if it has none (older than version 2). The maps are read
   // only if it is the version this binary reads.
@@ -53,8 +53,8 @@ struct StatusReport {
   std::map<std::string, uint64_t> counters;  // BPF-side counters, summed over CPUs
   // The state file
   std::string state_file;
-  std::string state_note;               // StateStore::note()
-  std::string state_error;              // load error ("" none)
+  std::string state_note;   // StateStore::note()
+  std::string state_error;  // load error ("" none)
   std::vector<StatusEntry> entries;
   // The offline budget
   std::vector<StatusTarget> targets;

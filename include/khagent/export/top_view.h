@@ -22,10 +22,10 @@ TopSort next_top_sort(TopSort s);  // p99 -> wait -> cpu -> p99
 struct TopRow {
   std::string path;
   CgroupClass cls = CgroupClass::System;
-  double cpu_pct = 0;          // of one CPU
+  double cpu_pct = 0;  // of one CPU
   double wait_p50_us = 0;
   double wait_p99_us = 0;
-  uint64_t wait_ns = 0;        // total run-queue wait in the interval
+  uint64_t wait_ns = 0;  // total run-queue wait in the interval
   uint64_t waits = 0;
   double other_share = 0;      // of wait_ns: behind other cgroups (interference)
   double throttled_share = 0;  // of wait_ns: its own CFS throttling
@@ -42,17 +42,17 @@ struct TopClassSummary {
 struct TopModel {
   size_t node_cpus = 0;
   std::string throttle_source;
-  uint64_t interval_ns = 0;                      // 0: no interval measured yet
-  std::array<TopClassSummary, 3> classes{};      // by CgroupClass
-  std::vector<TopRow> rows;                      // any order; render_top sorts
+  uint64_t interval_ns = 0;                  // 0: no interval measured yet
+  std::array<TopClassSummary, 3> classes{};  // by CgroupClass
+  std::vector<TopRow> rows;                  // any order; render_top sorts
   TopSort sort = TopSort::P99;
   bool online_only = false;
-  std::string note;                              // shown in the footer (last warning)
+  std::string note;  // shown in the footer (last warning)
 };
 
 // The model of one interval. `prefix` keeps cgroups at or below a path.
-TopModel make_top_model(const Signals& sig, const NodeSignals& node, Classifier& classifier,
-                        size_t node_cpus, const std::string& prefix);
+TopModel make_top_model(const Signals& sig, const NodeSignals& node, Classifier& classifier, size_t node_cpus,
+                        const std::string& prefix);
 
 // Sorted rows as displayed: online first, then by the sort column (largest
 // first), then by path; only online ones when `online_only`.

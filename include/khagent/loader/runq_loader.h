@@ -35,10 +35,10 @@ struct LoaderOptions {
   // before a restart) or leave them and do not pin (observe: another khagent
   // may own them).
   bool replace_pins = true;
-  bool interference = true;       // record (victim, aggressor) pairs
-  uint32_t max_cgroups = 4096;    // entries of cgroup_stats / throttle_stats
-  uint32_t max_pairs = 16384;     // entries of interference
-  bool allow_fentry = true;       // false: always use cpu.stat for throttling
+  bool interference = true;     // record (victim, aggressor) pairs
+  uint32_t max_cgroups = 4096;  // entries of cgroup_stats / throttle_stats
+  uint32_t max_pairs = 16384;   // entries of interference
+  bool allow_fentry = true;     // false: always use cpu.stat for throttling
   // Fast path: waits of protected cgroups at least this long are reported
   // through the ring buffer (UINT64_MAX: never), at most once per interval.
   uint64_t event_min_ns = UINT64_MAX;

@@ -33,9 +33,9 @@ struct FastEvent {
 };
 
 struct ControllerInput {
-  uint64_t now_ns = 0;              // monotonic
+  uint64_t now_ns = 0;  // monotonic
   double node_cpus = 0;
-  double online_cpu_cores = 0;      // usage over the last tick
+  double online_cpu_cores = 0;  // usage over the last tick
   double offline_cpu_cores = 0;
   std::vector<OnlinePodLoad> online_pods;
   std::vector<FastEvent> fast_events;  // since the last step
@@ -56,7 +56,7 @@ struct PodVerdict {
 
 struct ControllerState {
   bool initialized = false;
-  double budget_cores = 0;       // last decided (and applied) budget
+  double budget_cores = 0;  // last decided (and applied) budget
   uint64_t last_breach_ns = 0;
   uint64_t last_decrease_ns = 0;
   uint64_t last_increase_ns = 0;
@@ -69,9 +69,9 @@ struct Decision {
   double budget_cores = 0;  // the offline CPU budget to apply
   double ceiling_cores = 0;
   double floor_cores = 0;
-  bool changed = false;     // differs from the previous budget (beyond the deadband)
+  bool changed = false;  // differs from the previous budget (beyond the deadband)
   BudgetAction action = BudgetAction::Hold;
-  std::string reason;       // one line for the log
+  std::string reason;                // one line for the log
   std::vector<PodVerdict> verdicts;  // every online pod with enough samples
   uint64_t fast_breaches = 0;        // fast-path events acted on
 };

@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "khagent/model/cgroup_file.h"
 #include "khagent/config/config.h"
+#include "khagent/model/cgroup_file.h"
 
 namespace khagent {
 
@@ -41,20 +41,20 @@ struct OfflineTarget {
 // Existing cgroups that could be targets, found by the agent; the policy
 // decides which are.
 struct TargetCandidates {
-  std::vector<std::string> configured;      // offline.targets, confined, existing
-  std::vector<std::string> besteffort_qos;  // existing BestEffort QoS cgroups
-  std::vector<std::string> besteffort_pods; // pod cgroups below them
-  std::vector<std::string> yarn_roots;      // existing YARN hierarchy roots
+  std::vector<std::string> configured;       // offline.targets, confined, existing
+  std::vector<std::string> besteffort_qos;   // existing BestEffort QoS cgroups
+  std::vector<std::string> besteffort_pods;  // pod cgroups below them
+  std::vector<std::string> yarn_roots;       // existing YARN hierarchy roots
 };
 std::vector<OfflineTarget> select_targets(const TargetCandidates& c, const OfflineConfig& cfg);
 
 // What the agent wants written this step.
 struct LeverInput {
   std::vector<OfflineTarget> targets;
-  bool idle_supported = true;   // the kernel has cpu.idle (5.15+)
-  bool cpuset = false;          // the cpuset rung (or cpuset.enabled) is on
-  bool quota = false;           // the quota rung is on
-  std::string offline_cpus;     // the partition for cpuset ("" = none could be made)
+  bool idle_supported = true;  // the kernel has cpu.idle (5.15+)
+  bool cpuset = false;         // the cpuset rung (or cpuset.enabled) is on
+  bool quota = false;          // the quota rung is on
+  std::string offline_cpus;    // the partition for cpuset ("" = none could be made)
   double budget_cores = 0;
   double node_cpus = 0;
 };
@@ -72,27 +72,27 @@ std::vector<DesiredValue> offline_writes(const LeverInput& in, const Config& cfg
 // The ladder above the base lever.
 struct LadderInput {
   uint64_t now_ns = 0;
-  bool breach = false;          // an online pod in breach this tick (or a fast-path event)
-  double offline_wait_rate = 0; // online waits behind offline, ns per second, this tick
-  bool can_cpuset = true;       // a partition can be made on this node
+  bool breach = false;           // an online pod in breach this tick (or a fast-path event)
+  double offline_wait_rate = 0;  // online waits behind offline, ns per second, this tick
+  bool can_cpuset = true;        // a partition can be made on this node
 };
 
 enum class LadderAction { Hold, Escalate, Kept, Undone, Relaxed, Skipped };
 const char* ladder_action_name(LadderAction a);
 
 struct LadderState {
-  std::vector<Lever> active;       // rungs in force, in the order they were added
-  uint64_t breach_since_ns = 0;    // 0: not in breach
+  std::vector<Lever> active;     // rungs in force, in the order they were added
+  uint64_t breach_since_ns = 0;  // 0: not in breach
   uint64_t last_breach_ns = 0;
   uint64_t last_step_ns = 0;
-  bool verifying = false;          // a step waits for its verdict
-  double before_rate = 0;          // offline wait rate over the window before the step
+  bool verifying = false;                           // a step waits for its verdict
+  double before_rate = 0;                           // offline wait rate over the window before the step
   std::deque<std::pair<uint64_t, double>> history;  // (time, rate), one verify window
   std::map<std::string, uint64_t> blocked_until;    // lever name -> no retry before
 };
 
 struct LadderDecision {
-  size_t level = 0;        // rungs in force after this step
+  size_t level = 0;  // rungs in force after this step
   bool changed = false;
   LadderAction action = LadderAction::Hold;
   std::string lever;       // the rung stepped onto, off or checked

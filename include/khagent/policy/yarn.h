@@ -14,7 +14,6 @@
 
 namespace khagent {
 
-
 // ---- the node's maximum -----------------------------------------------------
 
 // The largest resources the NodeManager was ever seen to have, kept across
@@ -54,8 +53,8 @@ enum class YarnPostSeen {
 
 // What a read of the RM's total `rm_total` at `now_ns` says of `pending`,
 // which is reset when Applied or Dropped.
-YarnPostSeen yarn_settle_post(std::optional<YarnPendingPost>& pending, const YarnResource& rm_total,
-                              uint64_t now_ns, uint64_t refresh_interval_ns);
+YarnPostSeen yarn_settle_post(std::optional<YarnPendingPost>& pending, const YarnResource& rm_total, uint64_t now_ns,
+                              uint64_t refresh_interval_ns);
 
 // ---- interference per container ---------------------------------------------
 
@@ -66,35 +65,34 @@ YarnPostSeen yarn_settle_post(std::optional<YarnPendingPost>& pending, const Yar
 // `window_moved` (a refresh happened this round), every container's window
 // is re-taken and restarts; otherwise only new containers are added.
 void yarn_interference_window(const std::map<std::string, uint64_t>& caused_total, bool window_moved,
-                              std::map<std::string, uint64_t>& at_refresh,
-                              std::map<std::string, uint64_t>& window);
+                              std::map<std::string, uint64_t>& at_refresh, std::map<std::string, uint64_t>& window);
 
 // ---- capacity ---------------------------------------------------------------
 
 struct YarnCapacityInput {
-  uint64_t now_ns = 0;           // monotonic
-  double budget_cores = 0;       // the controller's offline CPU budget
-  YarnResource configured;       // the NodeManager's own configured resources (the maximum)
-  bool known = false;            // `advertised` is known (read from the RM or posted by us)
-  YarnResource advertised;       // what the RM currently believes the node has
+  uint64_t now_ns = 0;      // monotonic
+  double budget_cores = 0;  // the controller's offline CPU budget
+  YarnResource configured;  // the NodeManager's own configured resources (the maximum)
+  bool known = false;       // `advertised` is known (read from the RM or posted by us)
+  YarnResource advertised;  // what the RM currently believes the node has
 };
 
 struct YarnCapacityState {
   bool grow_pending = false;
-  uint64_t grow_since_ns = 0;     // the target has been above the advertised value since
-  int64_t grow_min_vcores = 0;    // lowest target seen since then (what a grow may post)
-  uint64_t last_grow_ns = 0;      // 0 = never
+  uint64_t grow_since_ns = 0;   // the target has been above the advertised value since
+  int64_t grow_min_vcores = 0;  // lowest target seen since then (what a grow may post)
+  uint64_t last_grow_ns = 0;    // 0 = never
 };
 
 enum class YarnCapacityAction { Hold, Shrink, Grow, WaitStable, WaitInterval, Deadband, Unknown };
 const char* yarn_action_name(YarnCapacityAction a);
 
 struct YarnCapacityDecision {
-  YarnResource target;      // what the budget asks for now (after rounding and clamps)
-  bool post = false;        // post `resource` to the RM
-  YarnResource resource;    // the resource to post when `post`
+  YarnResource target;    // what the budget asks for now (after rounding and clamps)
+  bool post = false;      // post `resource` to the RM
+  YarnResource resource;  // the resource to post when `post`
   YarnCapacityAction action = YarnCapacityAction::Hold;
-  std::string reason;       // one line for the log
+  std::string reason;  // one line for the log
 };
 
 // The budget in vcores/MB: round(budget * vcores_per_core) with the configured
@@ -108,21 +106,20 @@ YarnResource yarn_target(double budget_cores, const YarnResource& configured, co
 // seen meanwhile, and at most once per grow_interval_ns. Unknown advertised
 // resources: post the target (the first contact). Configured or advertised
 // resources that are not yarn_resource_sane: no post (action Unknown).
-YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnConfig& cfg,
-                                        YarnCapacityState& state);
+YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnConfig& cfg, YarnCapacityState& state);
 
 // ---- reclaim ----------------------------------------------------------------
 
 // A container running on this node, as the reclaim ranking sees it.
 struct YarnContainerInfo {
-  std::string id;               // container_...
-  std::string app_id;           // application_...
-  std::string queue;            // "" = unknown
-  int queue_priority = 0;       // from YarnConfig::queue_priority (higher: kept longer)
-  bool is_am = false;           // the application's ApplicationMaster
-  YarnResource resource;        // what it was allocated
-  uint64_t start_ms = 0;        // epoch ms when it started; 0 = unknown (ranks as oldest)
-  uint64_t interference_ns = 0; // run-queue wait it caused online pods (recent window)
+  std::string id;                // container_...
+  std::string app_id;            // application_...
+  std::string queue;             // "" = unknown
+  int queue_priority = 0;        // from YarnConfig::queue_priority (higher: kept longer)
+  bool is_am = false;            // the application's ApplicationMaster
+  YarnResource resource;         // what it was allocated
+  uint64_t start_ms = 0;         // epoch ms when it started; 0 = unknown (ranks as oldest)
+  uint64_t interference_ns = 0;  // run-queue wait it caused online pods (recent window)
 };
 
 // The priority of an application's queue in `priorities` (yarn.queue_priority;
@@ -146,9 +143,9 @@ std::vector<size_t> rank_for_reclaim(const std::vector<YarnContainerInfo>& conta
 
 struct ReclaimInput {
   uint64_t now_ns = 0;
-  YarnResource capacity;                   // the advertised (posted) capacity
+  YarnResource capacity;                      // the advertised (posted) capacity
   std::vector<YarnContainerInfo> containers;  // running on this node
-  bool emergency = false;                  // an online pod is far over its target
+  bool emergency = false;                     // an online pod is far over its target
 };
 
 struct ReclaimState {
@@ -163,10 +160,9 @@ struct ReclaimDecision {
 };
 
 // Victims are taken in rank order until the rest fits the capacity in both
-// vcores and memory (sums saturate; callers pass sane resources). A victim is marked when first chosen; it is killed once
-// it has stayed a victim for reclaim_grace_ns (YARN's own preemption or the
-// job may end it first). Marks of containers that are no longer victims are
-// dropped. With cfg.emergency and in.emergency, the highest-ranked victim
+// vcores and memory (sums saturate; callers pass sane resources). A victim is marked when first chosen; it is killed
+// once it has stayed a victim for reclaim_grace_ns (YARN's own preemption or the job may end it first). Marks of
+// containers that are no longer victims are dropped. With cfg.emergency and in.emergency, the highest-ranked victim
 // that caused interference is killed without waiting.
 ReclaimDecision reclaim_step(const ReclaimInput& in, const YarnConfig& cfg, ReclaimState& state);
 

@@ -19,9 +19,9 @@ namespace khagent {
 // (yarn.queue_priority),
 // whether each is its application's AM, `interference` (container -> wait
 // caused in the last window) and `start_ms` (container -> epoch ms, 0 = unknown).
-std::vector<YarnContainerInfo> yarn_reclaim_candidates(
-    const YarnInventory& inv, const std::set<std::string>& killed, const std::map<std::string, int>& queue_priority,
-    const std::map<std::string, uint64_t>& interference,
-    const std::function<uint64_t(const std::string&)>& start_ms);
+std::vector<YarnContainerInfo> yarn_reclaim_candidates(const YarnInventory& inv, const std::set<std::string>& killed,
+                                                       const std::map<std::string, int>& queue_priority,
+                                                       const std::map<std::string, uint64_t>& interference,
+                                                       const std::function<uint64_t(const std::string&)>& start_ms);
 
 }  // namespace khagent

@@ -26,7 +26,7 @@ struct CgroupSignals {
   ThrottleCounters throttle_interval;
   double wait_p50_us = 0;  // over the last interval
   double wait_p99_us = 0;
-  double cpu_pct = 0;      // of one CPU, over the last interval
+  double cpu_pct = 0;  // of one CPU, over the last interval
   // By total wait caused, largest first; never the containers of the same
   // pod (app, sidecar, pause share the pod's CPU).
   std::vector<AggressorSignal> top_aggressors;

@@ -22,13 +22,13 @@ const char* qos_name(QosTier q);
 
 struct CgroupIdentity {
   // Kubernetes (from the kubelet's cgroup layout, systemd or cgroupfs driver)
-  bool k8s = false;            // under the kubepods hierarchy
+  bool k8s = false;  // under the kubepods hierarchy
   QosTier qos = QosTier::None;
-  std::string pod_uid;         // with dashes; "" if not in a pod
-  std::string pod_path;        // the pod-level cgroup
-  std::string container_id;    // "" for the pod cgroup itself (or conmon)
-  std::string runtime;         // containerd | crio | docker | "" (unknown)
-  std::string qos_path;        // the QoS-level cgroup (guaranteed: kubepods itself)
+  std::string pod_uid;       // with dashes; "" if not in a pod
+  std::string pod_path;      // the pod-level cgroup
+  std::string container_id;  // "" for the pod cgroup itself (or conmon)
+  std::string runtime;       // containerd | crio | docker | "" (unknown)
+  std::string qos_path;      // the QoS-level cgroup (guaranteed: kubepods itself)
   // YARN (a NodeManager's container hierarchy)
   bool yarn = false;           // at or below the YARN hierarchy
   std::string yarn_root;       // path of the hierarchy, e.g. /hadoop-yarn
@@ -98,11 +98,11 @@ struct ClassSignals {
 struct NodeSignals {
   uint64_t ts_ns = 0;
   uint64_t interval_ns = 0;
-  std::vector<PodSignals> pods;                // every pod with activity
-  std::array<ClassSignals, 3> classes{};       // by CgroupClass
-  std::vector<YarnContainerSignals> yarn;      // YARN containers seen
-  std::vector<uint64_t> online_cgroups;        // ids of online cgroups (protected)
-  std::vector<std::string> offline_parents;    // QoS/YARN roots seen: besteffort, hadoop-yarn
+  std::vector<PodSignals> pods;              // every pod with activity
+  std::array<ClassSignals, 3> classes{};     // by CgroupClass
+  std::vector<YarnContainerSignals> yarn;    // YARN containers seen
+  std::vector<uint64_t> online_cgroups;      // ids of online cgroups (protected)
+  std::vector<std::string> offline_parents;  // QoS/YARN roots seen: besteffort, hadoop-yarn
 };
 
 NodeSignals rollup(const Sample& s, Classifier& classifier);

@@ -25,7 +25,7 @@ struct CpuInfo {
 };
 
 struct Topology {
-  std::vector<CpuInfo> cpus;  // online CPUs, sorted by id
+  std::vector<CpuInfo> cpus;     // online CPUs, sorted by id
   int threads_per_core() const;  // max siblings of any core (1 without SMT)
   CpuSet all() const;
 };

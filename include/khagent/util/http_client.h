@@ -34,9 +34,9 @@ struct HttpClientOptions {
   bool insecure_skip_verify = false;
   long timeout_ms = 5000;
   long connect_timeout_ms = 2000;
-  unsigned retries = 2;          // further rounds over all base URLs after the first
-                                 // (timeout_ms applies to each attempt)
-  long retry_backoff_ms = 500;   // before the second round; doubled for each further round
+  unsigned retries = 2;         // further rounds over all base URLs after the first
+                                // (timeout_ms applies to each attempt)
+  long retry_backoff_ms = 500;  // before the second round; doubled for each further round
   size_t max_body_bytes = size_t{16} << 20;
 };
 

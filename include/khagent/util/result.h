@@ -19,9 +19,7 @@ struct Error {
   }
 };
 
-inline Error make_error(int err, std::string msg) {
-  return Error{err < 0 ? -err : err, std::move(msg)};
-}
+inline Error make_error(int err, std::string msg) { return Error{err < 0 ? -err : err, std::move(msg)}; }
 
 template <typename T>
 class [[nodiscard]] Result {
