@@ -17,6 +17,7 @@ PACKAGES=(
   # tests
   libgtest-dev libgmock-dev libcpp-httplib-dev
   libclang-rt-19-dev  # libFuzzer and the sanitizer runtimes for clang-19 (scripts/fuzz.sh)
+  clang-format-19 clang-tidy-19  # scripts/lint.sh
   bc stress-ng rt-tests libbpf-tools linux-perf hyperfine jq openssl
   # vmtest
   qemu-system-x86 busybox-static cpio curl gpgv xz-utils debian-archive-keyring

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up this machine, builds khagent and runs every test tier:
+# Sets up this machine, builds khagent, checks the code's layout and runs
+# clang-tidy (scripts/lint.sh), and runs every test tier:
 #   unit  (no root)          tests/unit
 #   yarn  (Java)             tests/yarn: a real ResourceManager and NodeManager
 #                            (MiniYARNCluster from tests/yarn-mini), about a minute
@@ -20,6 +21,9 @@ scripts/setup.sh
 step build
 # Warnings are errors here (not in a user's build: KHAGENT_WERROR is off by default).
 scripts/build.sh "$root/build" -DKHAGENT_WERROR=ON
+
+step "lint: clang-format and clang-tidy (.clang-format, .clang-tidy)"
+scripts/lint.sh "$root/build"
 
 step "unit, yarn and host tests"
 ctest --test-dir "$root/build" --output-on-failure -L 'unit|yarn|host' -j1

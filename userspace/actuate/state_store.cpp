@@ -138,7 +138,7 @@ Result<ParsedState> StateStore::parse(const std::string& text) {
     else if (cg == "/" || !is_clean_cgroup_path(cg))
       why = "not a cgroup path below the root (no '..', '.', '//' or control characters)";
     else if (auto v = validate_cgroup_value(*f, value, {}); !v) why = v.error().message;
-    if (!why.empty()) {
+    if (!f || !why.empty()) {  // (no f always has a why)
       out.refused.push_back("entry " + e.dump() + " refused: " + why);
       continue;
     }
@@ -222,6 +222,7 @@ void StateStore::forget_cgroup(const std::string& cgroup) {
 
 std::vector<OriginalValue> StateStore::entries() const {
   std::vector<OriginalValue> out;
+  out.reserve(values_.size());
   for (const auto& [key, value] : values_) out.push_back({key.first, static_cast<CgroupFile>(key.second), value});
   return out;
 }

@@ -18,7 +18,7 @@ namespace khagent {
 namespace {
 
 constexpr int64_t kMaxOtherResource = 1'000'000'000'000;
-constexpr size_t kMaxRecordBytes = 64 * 1024;  // a record is ~80 bytes
+constexpr size_t kMaxRecordBytes = size_t{64} * 1024;  // a record is ~80 bytes
 
 // A NodeManager id as the RM writes it (host:port): printable, no spaces.
 bool plausible_node_id(const std::string& id) {

@@ -690,6 +690,7 @@ void Agent::tick() {
   ladder(d, in);
   if (d.changed || ticks_ == 1) {
     std::vector<std::string> names;
+    names.reserve(targets_.size());
     for (const auto& t : targets_) names.push_back(t.path + " (" + target_kind_name(t.kind) + ")");
     spdlog::info("budget {:.2f} cores ({}): {}; online {:.2f} cores, offline {:.2f} cores, targets [{}]",
                  d.budget_cores, action_name(d.action), d.reason, in.online_cpu_cores, in.offline_cpu_cores,

@@ -144,8 +144,10 @@ uint32_t rodata_abi_version(uint32_t map_id) {
 uint32_t running_abi_version(const std::set<uint32_t>& map_ids) {
   uint32_t version = 0;
   for_each_prog_using(map_ids, [&](int, const bpf_prog_info&, const std::vector<__u32>& ids) {
-    for (__u32 mid : ids)
-      if ((version = rodata_abi_version(mid)) != 0) return false;
+    for (__u32 mid : ids) {
+      version = rodata_abi_version(mid);
+      if (version != 0) return false;
+    }
     return true;
   });
   return version;
@@ -230,12 +232,13 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
   } else {
     r.programs = programs_using(ids);
     r.processes = processes_using(ids);
+    if (!r.programs.empty()) r.abi_version = running_abi_version(ids);
     if (r.programs.empty()) {
       r.agent_problem =
           "maps are pinned but no loaded BPF program uses them: stale pins of an agent that did "
           "not exit cleanly (remove them: rm -r " +
           r.pin_dir + ")";
-    } else if ((r.abi_version = running_abi_version(ids)) != KH_RUNQ_ABI_VERSION) {
+    } else if (r.abi_version != KH_RUNQ_ABI_VERSION) {
       r.agent_problem = fmt::format(
           "the running agent's maps have layout version {}, this khagent reads version {}: run the status "
           "command of the agent's own version (its image)",

@@ -232,16 +232,17 @@ bool YarnDownscaler::refresh(uint64_t now_ns, bool force) {
   // intervals pass (another writer, or the RM dropped it), the posted total
   // stands.
   YarnResource rm_total = now->node.total;
-  const std::optional<YarnPendingPost> posted = pending_post_;
+  // The post as it was before settling (NotYet and Dropped need one).
+  const YarnResource posted = pending_post_ ? pending_post_->resource : YarnResource{};
   switch (yarn_settle_post(pending_post_, rm_total, now_ns, cfg_.refresh_interval_ns)) {
     case YarnPostSeen::NotYet:
       spdlog::debug("yarn: the RM still shows {} for {}, posted {}: not applied yet", yarn_resource_str(rm_total), id,
-                    yarn_resource_str(posted->resource));
-      rm_total = posted->resource;
+                    yarn_resource_str(posted));
+      rm_total = posted;
       break;
     case YarnPostSeen::Dropped:
       spdlog::warn("yarn: the RM shows {} for {} since the update to {}: taking the RM's", yarn_resource_str(rm_total),
-                   id, yarn_resource_str(posted->resource));
+                   id, yarn_resource_str(posted));
       break;
     case YarnPostSeen::None:
     case YarnPostSeen::Applied: break;

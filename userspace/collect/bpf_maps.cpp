@@ -46,7 +46,8 @@ Result<void> for_each_entry(int fd, bool& batch_ok, BatchBuffers<K, V>& buf,
         continue;
       }
       if (err && errno != ENOENT) {
-        if (first && (errno == EINVAL || errno == ENOTSUP || errno == EOPNOTSUPP)) {
+        if (first && (errno == EINVAL || errno == EOPNOTSUPP)  // ENOTSUP is EOPNOTSUPP on Linux
+        ) {
           spdlog::info("map batch lookup unsupported ({}), iterating key by key", std::strerror(errno));
           batch_ok = false;
           break;

@@ -58,7 +58,7 @@ bool has_scheme(const std::string& url, std::string_view scheme) {
 enum class TokenRead { Absent, Ok, Invalid };
 
 // A service account token is about 1 KB; a file far larger is not one.
-constexpr size_t kMaxTokenBytes = 64 * 1024;
+constexpr size_t kMaxTokenBytes = size_t{64} * 1024;
 
 // The bearer token, surrounding whitespace trimmed. Absent if the file cannot
 // be opened or read (no token mounted: anonymous access) or is a directory.
@@ -187,7 +187,7 @@ Result<PodMetaMap> KubeletPodsClient::fetch(const std::atomic<bool>* abort) {
   auto add_header = [&headers](const std::string& line) {
     curl_slist* l = curl_slist_append(headers.get(), line.c_str());
     if (l == nullptr) return false;
-    (void)headers.release();  // now owned by the list head `l`
+    (void)headers.release();  // NOLINT(bugprone-unused-return-value): now owned by the list head `l`
     headers.reset(l);
     return true;
   };

@@ -89,6 +89,7 @@ std::string config_to_yaml(const Config& c) {
   key("ladder") << YAML::BeginMap;
   {
     std::vector<std::string> rungs;
+    rungs.reserve(c.ladder.rungs.size());
     for (Lever l : c.ladder.rungs) rungs.emplace_back(lever_name(l));
     key("rungs") << YAML::Flow << rungs;
     rungs.clear();

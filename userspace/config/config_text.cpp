@@ -70,7 +70,7 @@ std::string split_duration(std::string_view s, DurationText& out) {
 std::string parse_duration_ns(std::string_view s, uint64_t& ns) {
   DurationText d;
   if (auto err = split_duration(s, d); !err.empty()) return err;
-  const std::string too_long = "duration \"" + std::string(s) + "\" is too long";
+  std::string too_long = "duration \"" + std::string(s) + "\" is too long";
   uint64_t whole = 0;
   if (!d.integer.empty()) {
     auto [end, ec] = std::from_chars(d.integer.data(), d.integer.data() + d.integer.size(), whole);
@@ -81,7 +81,7 @@ std::string parse_duration_ns(std::string_view s, uint64_t& ns) {
   std::string_view frac = d.fraction;
   while (!frac.empty() && frac.back() == '0') frac.remove_suffix(1);
   if (frac.empty()) return "";
-  const std::string not_whole = "duration \"" + std::string(s) + "\" is not a whole number of ns";
+  std::string not_whole = "duration \"" + std::string(s) + "\" is not a whole number of ns";
   if (frac.size() > 18) return not_whole;
   uint64_t f = 0, scale = 1;
   std::from_chars(frac.data(), frac.data() + frac.size(), f);
@@ -102,8 +102,9 @@ std::string parse_duration_us(std::string_view s, double& us) {
   auto v = parse_double(number);
   if (!v) return "duration \"" + std::string(s) + "\" is too long";
   // Units of 1us and up are whole multiples of 1us: one exact multiplication.
-  us = d.unit_ns >= kNsPerUs ? *v * static_cast<double>(d.unit_ns / kNsPerUs)
-                             : *v / static_cast<double>(kNsPerUs / d.unit_ns);
+  // Both divisions are exact: every unit is a multiple or a divisor of 1us.
+  us = d.unit_ns >= kNsPerUs ? *v * static_cast<double>(d.unit_ns / kNsPerUs)   // NOLINT(bugprone-integer-division)
+                             : *v / static_cast<double>(kNsPerUs / d.unit_ns);  // NOLINT(bugprone-integer-division)
   return "";
 }
 
@@ -134,8 +135,9 @@ std::string format_duration_us(double us) {
   double ns = us * static_cast<double>(kNsPerUs);
   if (std::isfinite(ns) && ns >= 0 && ns < 1.8e19 && ns == std::floor(ns)) {
     auto whole = static_cast<uint64_t>(ns);
-    double back = whole % kNsPerUs == 0 ? static_cast<double>(whole / kNsPerUs)
-                                        : static_cast<double>(whole) / static_cast<double>(kNsPerUs);
+    double back = whole % kNsPerUs == 0
+                      ? static_cast<double>(whole / kNsPerUs)  // NOLINT(bugprone-integer-division): exact
+                      : static_cast<double>(whole) / static_cast<double>(kNsPerUs);
     if (back == us) return format_duration_ns(whole);
   }
   std::string buf(1100, '\0');  // enough for any double in fixed notation

@@ -807,7 +807,7 @@ Result<Config> load_config_bounded(const std::string& text, const std::string& s
     }
   } catch (const ConfigShapeScan::Limit& l) {
     return make_error(EINVAL, source + ": " + l.what);
-  } catch (const YAML::Exception&) {
+  } catch (const YAML::Exception&) {  // NOLINT(bugprone-empty-catch)
     // A syntax error (or several documents): load_config_text reports it with its line.
   }
   return load_config_text(text, source, node);

@@ -142,6 +142,7 @@ std::string endpoint(const std::string& address, int port) {
 const std::vector<double>& runq_wait_bounds() {
   static const std::vector<double> bounds = [] {
     std::vector<double> b;
+    b.reserve(kWaitBoundsNs.size());
     for (auto ns : kWaitBoundsNs) b.push_back(secs(ns));
     return b;
   }();
@@ -414,6 +415,7 @@ void Metrics::Impl::build_yarn() {
 
 void Metrics::Impl::update_pods(const std::vector<PodSignals>& list) {
   std::vector<std::pair<std::string, uint64_t>> items;
+  items.reserve(list.size());
   for (const auto& p : list) items.emplace_back(p.uid, p.interval.wait_ns);
   std::set<std::string> have;
   for (const auto& [uid, _] : pods) have.insert(uid);
@@ -460,6 +462,7 @@ void Metrics::Impl::update_pods(const std::vector<PodSignals>& list) {
 
 void Metrics::Impl::update_aggressors(const std::vector<YarnContainerSignals>& yarn) {
   std::vector<std::pair<std::string, uint64_t>> items;
+  items.reserve(yarn.size());
   for (const auto& y : yarn) items.emplace_back(y.container, y.online_wait_caused_ns);
   std::set<std::string> have;
   for (const auto& [k, _] : aggressors) have.insert(k);

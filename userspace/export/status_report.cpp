@@ -53,6 +53,7 @@ std::string format_status(const StatusReport& r) {
   std::string out;
   if (r.agent_found) {
     std::vector<std::string> procs;
+    procs.reserve(r.processes.size());
     for (const auto& p : r.processes) procs.push_back(fmt::format("{} {}", p.pid, p.comm));
     out += fmt::format("agent: running (maps pinned under {}, used by {} BPF programs{})\n", r.pin_dir,
                        r.programs.size(), procs.empty() ? "" : fmt::format("; process {}", fmt::join(procs, ", ")));

@@ -114,6 +114,7 @@ Partition partition_cpus(const PartitionInput& in) {
 
   // Nodes with the most eligible cores first, the highest node id on ties.
   std::vector<int> nodes;
+  nodes.reserve(eligible.size());
   for (const auto& [node, list] : eligible) nodes.push_back(node);
   std::sort(nodes.begin(), nodes.end(), [&](int a, int b) {
     if (eligible[a].size() != eligible[b].size()) return eligible[a].size() > eligible[b].size();

@@ -23,7 +23,7 @@ std::string_view trim(std::string_view s) {
 // or the kubelet writes names each CPU once (at most 65537 here, see below);
 // without a bound, "0-65536" repeated makes a few KB of text cost billions
 // of set insertions. Twice that many leaves room for overlapping ranges.
-constexpr long kMaxCpusNamed = 2 * ((1 << 16) + 1);
+constexpr long kMaxCpusNamed = 2L * ((1L << 16) + 1);
 
 }  // namespace
 

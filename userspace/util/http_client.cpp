@@ -272,7 +272,7 @@ Result<HttpResponse> HttpClient::send(const HttpRequest& req, const std::atomic<
   auto add_header = [&headers](const std::string& line) {
     curl_slist* l = curl_slist_append(headers.get(), line.c_str());
     if (l == nullptr) return false;
-    (void)headers.release();  // now owned by the list head `l`
+    (void)headers.release();  // NOLINT(bugprone-unused-return-value): now owned by the list head `l`
     headers.reset(l);
     return true;
   };

@@ -96,7 +96,7 @@ struct kh_cgroup_stats {
 	__u64 cause_ns[KH_NR_WAIT_CAUSES];   /* wait_ns split by enum kh_wait_cause */
 	__u64 hist[KH_HIST_BUCKETS];         /* waits by duration, see kh_hist_layout */
 };
-KH_STATIC_ASSERT(sizeof(struct kh_cgroup_stats) == 8 * (8 + KH_HIST_BUCKETS),
+KH_STATIC_ASSERT(sizeof(struct kh_cgroup_stats) == sizeof(__u64) * (8 + KH_HIST_BUCKETS),
 	       "kh_cgroup_stats layout");
 
 /* Key of the interference map. */
