@@ -46,8 +46,8 @@ Result<void> for_each_entry(int fd, bool& batch_ok, BatchBuffers<K, V>& buf,
         continue;
       }
       if (err && errno != ENOENT) {
-        if (first && (errno == EINVAL || errno == EOPNOTSUPP)  // ENOTSUP is EOPNOTSUPP on Linux
-        ) {
+        // (ENOTSUP is EOPNOTSUPP on Linux.)
+        if (first && (errno == EINVAL || errno == EOPNOTSUPP)) {
           spdlog::info("map batch lookup unsupported ({}), iterating key by key", std::strerror(errno));
           batch_ok = false;
           break;

@@ -28,6 +28,8 @@ std::optional<double> parse_double(std::string_view s) {
   return v;
 }
 
+namespace {
+
 // A duration split into its number ("1.5") and unit size in ns ("s" -> 1e9).
 struct DurationText {
   std::string_view integer;   // digits before the point, maybe empty (".5s")
@@ -65,6 +67,8 @@ std::string split_duration(std::string_view s, DurationText& out) {
   if (out.unit_ns == 0) return "unknown unit in duration \"" + std::string(s) + "\"" + kHint;
   return "";
 }
+
+}  // namespace
 
 // Exact integer arithmetic, so "1.1s" is 1100000000ns and not 1099999999.
 std::string parse_duration_ns(std::string_view s, uint64_t& ns) {
@@ -146,7 +150,9 @@ std::string format_duration_us(double us) {
   return buf + "us";
 }
 
+namespace {
 const char* const kQosClasses[] = {"guaranteed", "burstable", "besteffort"};
+}  // namespace
 
 bool known_qos(const std::string& qos) {
   for (const char* q : kQosClasses) {
