@@ -32,7 +32,8 @@
 # on the soft lockup or RCU stall (softlockup_panic=1, panic_on_rcu_stall=1)
 # instead of hanging until the timeout (loglevel=5 keeps the stall's stack
 # dumps on the console). A run whose console shows that signature (a stall
-# plus smp_call_function_many_cond, asm_exc_int3 or text_poke) is booted
+# plus smp_call_function_many_cond, asm_exc_int3 or text_poke, or an oops at
+# a patch site, see tcg_patching_lockup) is booted
 # again, at most twice, saying so; its console is kept as LOG.attemptN. Any
 # other failure is final.
 #
@@ -211,6 +212,11 @@ mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 # Loopback only (the VM has no network device): tests serve emulated peers on it.
 ip link set lo up || ifconfig lo 127.0.0.1 up
 echo "+cpu +cpuset +memory" > /sys/fs/cgroup/cgroup.subtree_control
+# One child cgroup for the guest's whole life: the kernel turns some static
+# keys on with the first non-root cgroup of a controller and off with the last
+# (cpusets_enabled() in the page allocator), and each flip patches kernel code
+# (the TCG fault described at the top). Kept, they are flipped once, here.
+mkdir /sys/fs/cgroup/vmtest-static-keys
 echo "vmtest: kernel $(uname -r), $(nproc) CPUs, controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
 cd /tmp
 # Tests may relax what emulation makes slow (each BPF handler takes µs under TCG).
@@ -231,9 +237,13 @@ log="${log:-$cache/console.log}"
 tcg_patching_lockup() {  # the console of a guest that hung as described above
   { grep -qE 'soft lockup|detected stalls? on CPU' "$1" &&
       grep -qE 'smp_call_function_many_cond|asm_exc_int3|text_poke' "$1"; } ||
-    # The same fault in another form (seen on 6.12): the stale INT3 taken as
-    # an oops in the scheduler's wake-up path instead of a stall.
-    grep -qE 'Oops: int3' "$1"
+    # The same fault in other forms (seen on 6.12): the stale INT3 taken as
+    # an oops in the scheduler's wake-up path instead of a stall, or an oops
+    # whose trapping instruction starts one byte into a 5-byte NOP, the shape
+    # of a static-key site (0f 1f 44 00 00): only a stale INT3 written over
+    # its first byte leaves the CPU there (seen in the page allocator).
+    grep -qE 'Oops: int3' "$1" ||
+    grep -qE 'Code: .* 0f <1f> 44 00 00' "$1"
 }
 attempt=1
 while :; do
