@@ -212,11 +212,32 @@ mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 # Loopback only (the VM has no network device): tests serve emulated peers on it.
 ip link set lo up || ifconfig lo 127.0.0.1 up
 echo "+cpu +cpuset +memory" > /sys/fs/cgroup/cgroup.subtree_control
-# One child cgroup for the guest's whole life: the kernel turns some static
-# keys on with the first non-root cgroup of a controller and off with the last
-# (cpusets_enabled() in the page allocator), and each flip patches kernel code
-# (the TCG fault described at the top). Kept, they are flipped once, here.
+# Fewer flips of kernel code, each a chance of the TCG fault described at
+# the top. The kernel turns some static keys on with the first user of a
+# feature and off with the last: cpusets_enabled() (the page allocator) with
+# the first non-root cpuset, cfs_bandwidth_used() (the scheduler) with the
+# first CPU quota. A cgroup kept for the guest's life, empty, with a quota,
+# holds both on. A tracepoint's static key flips with its first probe, and
+# its call sites are re-pointed between one probe and several: two probes
+# kept on each tracepoint the agent attaches to (the same event enabled in
+# two tracing instances, with their buffers off) mean an attach or detach
+# only changes the list of probes. The guest boots with one CPU online
+# (maxcpus=1) and brings the others up after these flips: code patched
+# while no other vCPU runs cannot be stale in one.
 mkdir /sys/fs/cgroup/vmtest-static-keys
+echo "100000 100000" > /sys/fs/cgroup/vmtest-static-keys/cpu.max
+if [ -d /sys/kernel/tracing/events/sched ]; then
+  mkdir -p /sys/kernel/tracing/instances/vmtest-static-keys
+  for t in /sys/kernel/tracing /sys/kernel/tracing/instances/vmtest-static-keys; do
+    echo 0 > $t/tracing_on
+    for e in sched/sched_switch sched/sched_wakeup sched/sched_wakeup_new sched/sched_migrate_task cgroup/cgroup_rmdir; do
+      echo 1 > $t/events/$e/enable
+    done
+  done
+fi
+for c in /sys/devices/system/cpu/cpu[0-9]*; do
+  [ -f $c/online ] && [ "$(cat $c/online)" = 0 ] && echo 1 > $c/online
+done
 echo "vmtest: kernel $(uname -r), $(nproc) CPUs, controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
 cd /tmp
 # Tests may relax what emulation makes slow (each BPF handler takes µs under TCG).
@@ -254,7 +275,7 @@ while :; do
   timeout --kill-after=10 "$timeout" qemu-system-x86_64 \
     -accel tcg -cpu "$cpu" -smp "2,maxcpus=$maxcpus" -m "$mem" \
     -kernel "$kernel" -initrd "$work/initramfs.gz" \
-    -append "console=ttyS0 panic=-1 oops=panic loglevel=5 rdinit=/init softlockup_panic=1 sysctl.kernel.panic_on_rcu_stall=1${append:+ $append}" \
+    -append "console=ttyS0 panic=-1 oops=panic loglevel=5 rdinit=/init maxcpus=1 softlockup_panic=1 sysctl.kernel.panic_on_rcu_stall=1${append:+ $append}" \
     -display none -monitor none -serial "file:$log" -no-reboot -nic none
   qrc=$?
   set -e
