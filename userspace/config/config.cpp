@@ -2,23 +2,7 @@
 
 namespace khagent {
 
-const char* class_name(CgroupClass c) {
-  switch (c) {
-    case CgroupClass::Online: return "online";
-    case CgroupClass::Offline: return "offline";
-    case CgroupClass::System: return "system";
-  }
-  return "system";
-}
-
 const char* lever_name(Lever l) { return l == Lever::Cpuset ? "cpuset" : "quota"; }
-
-std::optional<CgroupClass> parse_class(const std::string& s) {
-  if (s == "online") return CgroupClass::Online;
-  if (s == "offline") return CgroupClass::Offline;
-  if (s == "system") return CgroupClass::System;
-  return std::nullopt;
-}
 
 Config default_config() {
   Config c;

@@ -24,11 +24,11 @@
 #include <prometheus/text_serializer.h>
 
 #include "khagent/actuate/actuator.h"
-#include "khagent/actuate/yarn_resize.h"
 #include "khagent/collect/sample.h"
 #include "khagent/export/observe.h"
 #include "khagent/loader/runq_loader.h"
 #include "khagent/model/bpf_counters.h"
+#include "khagent/model/yarn_status.h"
 #include "khagent/policy/controller.h"
 #include "khagent/signals/workload.h"
 #include "khagent/util/clock.h"

@@ -27,6 +27,7 @@
 #include "khagent/collect/yarn_inventory.h"
 #include "khagent/collect/yarn_rest.h"
 #include "khagent/config/config.h"
+#include "khagent/model/yarn_status.h"
 #include "khagent/policy/yarn.h"
 
 namespace khagent {

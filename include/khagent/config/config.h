@@ -8,13 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "khagent/model/cgroup_class.h"
 #include "khagent/util/result.h"
 
 namespace khagent {
-
-enum class CgroupClass { Online, Offline, System };
-const char* class_name(CgroupClass c);
-std::optional<CgroupClass> parse_class(const std::string& s);
 
 // One classification rule; every field that is set must match (AND).
 // Rules are tried in order, the first match decides.
