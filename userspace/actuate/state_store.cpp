@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "khagent/util/file.h"
+
 namespace khagent {
 
 namespace {
@@ -26,29 +28,13 @@ uint32_t checksum_of(const nlohmann::json& entries) {
 constexpr size_t kMaxStateBytes = 4u << 20;  // thousands of entries fit in far less
 constexpr int kMaxDepth = 8;                 // {"entries":[{...}]} is 3 deep
 
-// Reads a regular file (no symlink, no FIFO) of at most kMaxStateBytes.
+// Reads a regular file (no symlink, no FIFO) of at most kMaxStateBytes;
+// anything else in its place is a damaged state file (EBADMSG).
 Result<std::string> slurp(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return make_error(errno, "cannot read " + path);
-  struct stat st{};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return make_error(EBADMSG, path + " is not a regular file");
-  }
-  std::string out;
-  char buf[65536];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) {
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > kMaxStateBytes) {
-      ::close(fd);
-      return make_error(EFBIG, path + " is larger than " + std::to_string(kMaxStateBytes) + " bytes");
-    }
-  }
-  int err = errno;
-  ::close(fd);
-  if (n < 0) return make_error(err, "cannot read " + path);
-  return out;
+  auto text = read_regular_file(path, kMaxStateBytes, Symlinks::Refuse);
+  if (!text && (text.error().err == EINVAL || text.error().err == EISDIR))
+    return make_error(EBADMSG, text.error().message);
+  return text;
 }
 
 // The nesting depth of JSON text, strings skipped; the parsed document is
@@ -68,32 +54,6 @@ int json_depth(const std::string& text) {
     else if (c == ']' || c == '}') depth--;
   }
   return max_depth;
-}
-
-// Writes `text` to `path` through a new file (O_EXCL, no symlink followed)
-// in the same directory, fsynced and renamed over `path`.
-Result<void> write_atomically(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  // A stale temporary (a crash, or something planted) is removed, never
-  // followed: unlink(2) removes a symlink itself, not its target.
-  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) return make_error(errno, "cannot remove " + tmp);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return make_error(errno, "cannot write state file " + tmp);
-  ssize_t n = ::write(fd, text.data(), text.size());
-  int err = errno;
-  bool ok = n == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  if (!ok && n >= 0) err = errno ? errno : EIO;
-  ::close(fd);
-  if (!ok) {
-    ::unlink(tmp.c_str());
-    return make_error(err, "cannot write state file " + tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = errno;
-    ::unlink(tmp.c_str());
-    return make_error(err, "cannot rename " + tmp);
-  }
-  return {};
 }
 
 }  // namespace
@@ -192,17 +152,9 @@ Result<void> StateStore::save() const {
   // Keep the last good generation (written the same careful way), then move
   // the new one in place.
   if (auto cur = slurp(path_); cur && parse(*cur).ok()) {
-    if (auto r = write_atomically(path_ + ".prev", *cur); !r) return r;
+    if (auto r = write_file_atomic(path_ + ".prev", *cur); !r) return r;
   }
-  if (auto r = write_atomically(path_, serialize()); !r) return r;
-  if (p.has_parent_path()) {
-    int dfd = ::open(p.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-  }
-  return {};
+  return write_file_atomic(path_, serialize());
 }
 
 bool StateStore::has(const std::string& cgroup, CgroupFile f) const {

@@ -1,16 +1,14 @@
 #include "khagent/actuate/yarn_max_record.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "khagent/util/file.h"
 #include "khagent/util/json_bounded.h"
 
 namespace khagent {
@@ -69,12 +67,13 @@ Result<YarnMaxRecord> parse_yarn_max_record(const std::string& text) {
 
 std::optional<YarnMaxRecord> load_yarn_max_record(const std::string& path) {
   if (path.empty()) return std::nullopt;
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::string text(kMaxRecordBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  auto rec = parse_yarn_max_record(text);
+  // Not blocking on a FIFO, not reading a device to its end.
+  auto text = read_regular_file(path, kMaxRecordBytes);
+  if (!text) {
+    if (text.error().err != ENOENT) spdlog::warn("yarn: ignoring {}: {}", path, text.error().str());
+    return std::nullopt;
+  }
+  auto rec = parse_yarn_max_record(*text);
   if (!rec) {
     spdlog::warn("yarn: ignoring {}: {}", path, rec.error().message);
     return std::nullopt;
@@ -91,24 +90,9 @@ void save_yarn_max_record(const std::string& path, const YarnMaxRecord& r) {
   }
   nlohmann::json j = {{"node_id", r.node_id}, {"vcores", r.max.vcores}, {"memory_mb", r.max.memory_mb}};
   if (!r.others.empty()) j["others"] = r.others;
-  std::string tmp = path + ".tmp";
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump() << "\n";
-    out.flush();
-    if (!out) {
-      spdlog::warn("yarn: cannot write {}", tmp);
-      return;
-    }
-  }
-  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) spdlog::warn("yarn: cannot rename {} to {}", tmp, path);
+  if (auto w = write_file_atomic(path, j.dump() + "\n", 0644); !w) spdlog::warn("yarn: {}", w.error().str());
 }
 
 }  // namespace khagent

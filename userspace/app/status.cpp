@@ -25,6 +25,7 @@
 #include "khagent/app/agent.h"
 #include "khagent/collect/cgroupfs.h"
 #include "khagent/model/cgroup_file.h"
+#include "khagent/util/file.h"
 #include "khagent/util/strings.h"
 
 namespace khagent {
@@ -32,18 +33,6 @@ namespace khagent {
 namespace fs = std::filesystem;
 
 namespace {
-
-// An fd closed on scope exit.
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f = -1) : fd(f) {}
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-  Fd(Fd&& o) noexcept : fd(o.fd) { o.fd = -1; }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-};
 
 uint64_t count_keys(int fd, size_t key_size) {
   std::vector<char> key(key_size), next(key_size);
@@ -85,19 +74,19 @@ void for_each_prog_using(const std::set<uint32_t>& map_ids,
   __u32 id = 0;
   while (bpf_prog_get_next_id(id, &id) == 0) {
     Fd fd(bpf_prog_get_fd_by_id(id));
-    if (fd.fd < 0) continue;
+    if (fd.get() < 0) continue;
     bpf_prog_info info{};
     __u32 len = sizeof(info);
-    if (bpf_obj_get_info_by_fd(fd.fd, &info, &len) != 0 || info.nr_map_ids == 0) continue;
+    if (bpf_obj_get_info_by_fd(fd.get(), &info, &len) != 0 || info.nr_map_ids == 0) continue;
     std::vector<__u32> ids(info.nr_map_ids);
     bpf_prog_info with_maps{};
     with_maps.nr_map_ids = info.nr_map_ids;
     with_maps.map_ids = reinterpret_cast<uintptr_t>(ids.data());
     len = sizeof(with_maps);
-    if (bpf_obj_get_info_by_fd(fd.fd, &with_maps, &len) != 0) continue;
+    if (bpf_obj_get_info_by_fd(fd.get(), &with_maps, &len) != 0) continue;
     ids.resize(std::min<size_t>(ids.size(), with_maps.nr_map_ids));
     if (std::none_of(ids.begin(), ids.end(), [&](__u32 m) { return map_ids.count(m) > 0; })) continue;
-    if (!fn(fd.fd, info, ids)) return;
+    if (!fn(fd.get(), info, ids)) return;
   }
 }
 
@@ -117,7 +106,7 @@ uint32_t rodata_abi_version(uint32_t map_id) {
   Fd mfd(bpf_map_get_fd_by_id(map_id));
   bpf_map_info mi{};
   __u32 mlen = sizeof(mi);
-  if (mfd.fd < 0 || bpf_obj_get_info_by_fd(mfd.fd, &mi, &mlen) != 0 || !mi.btf_id) return 0;
+  if (mfd.get() < 0 || bpf_obj_get_info_by_fd(mfd.get(), &mi, &mlen) != 0 || !mi.btf_id) return 0;
   std::string name = mi.name;
   if (name.size() < 7 || name.compare(name.size() - 7, 7, ".rodata") != 0) return 0;
   btf* b = btf__load_from_kernel_by_id(mi.btf_id);
@@ -126,7 +115,7 @@ uint32_t rodata_abi_version(uint32_t map_id) {
   const btf_type* sec = btf__type_by_id(b, mi.btf_value_type_id);
   std::vector<unsigned char> value(mi.value_size);
   __u32 zero = 0;
-  if (sec && btf_is_datasec(sec) && bpf_map_lookup_elem(mfd.fd, &zero, value.data()) == 0) {
+  if (sec && btf_is_datasec(sec) && bpf_map_lookup_elem(mfd.get(), &zero, value.data()) == 0) {
     const btf_var_secinfo* v = btf_var_secinfos(sec);
     for (int i = 0; i < btf_vlen(sec); i++, v++) {
       const btf_type* var = btf__type_by_id(b, v->type);
@@ -250,15 +239,15 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
                                 [](const std::string& p) { return p.find("throttle") != std::string::npos; });
       r.throttle_source = fentry ? "fentry" : "cpu.stat";
     }
-    if (auto it = fds.find("cgroup_stats"); it != fds.end()) r.cgroups_tracked = count_keys(it->second.fd, 8);
-    if (auto it = fds.find("protected_cgroups"); it != fds.end()) r.protected_cgroups = count_keys(it->second.fd, 8);
+    if (auto it = fds.find("cgroup_stats"); it != fds.end()) r.cgroups_tracked = count_keys(it->second.get(), 8);
+    if (auto it = fds.find("protected_cgroups"); it != fds.end()) r.protected_cgroups = count_keys(it->second.get(), 8);
     if (auto it = fds.find("interference"); it != fds.end())
-      r.interference_pairs = count_keys(it->second.fd, sizeof(kh_pair));
+      r.interference_pairs = count_keys(it->second.get(), sizeof(kh_pair));
     if (auto it = fds.find("counters"); it != fds.end()) {
       int ncpus = std::max(1, libbpf_num_possible_cpus());
       std::vector<uint64_t> vals(static_cast<size_t>(ncpus));
       for (uint32_t k = 0; k < KH_NR_COUNTERS; k++) {
-        if (bpf_map_lookup_elem(it->second.fd, &k, vals.data()) != 0) continue;
+        if (bpf_map_lookup_elem(it->second.get(), &k, vals.data()) != 0) continue;
         uint64_t sum = 0;
         for (auto v : vals) sum += v;
         r.counters[bpf_counter_names()[k]] = sum;

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "khagent/util/file.h"
+
 namespace khagent {
 
 namespace {
@@ -14,15 +16,9 @@ namespace {
 // Small kernel files: one open and read(2), no streams (this runs for every
 // active cgroup every tick).
 std::optional<std::string> slurp(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  if (n < 0) return std::nullopt;
-  return out;
+  auto text = read_file(path);
+  if (!text) return std::nullopt;
+  return std::move(text.value());
 }
 
 std::string join(const std::string& root, const std::string& rel) {

@@ -1,5 +1,6 @@
 #include "khagent/collect/kubelet_pods.h"
 #include "khagent/util/curl_util.h"
+#include "khagent/util/file.h"
 
 #include <curl/curl.h>
 #include <fcntl.h>
@@ -68,14 +69,10 @@ constexpr size_t kMaxTokenBytes = size_t{64} * 1024;
 // The path may be a symlink: projected tokens are reached through one.
 TokenRead read_token(const std::string& path, std::string& token, std::string& why) {
   if (path.empty()) return TokenRead::Absent;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return TokenRead::Absent;
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!fd.valid()) return TokenRead::Absent;
   struct stat st{};
-  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) return TokenRead::Absent;
+  if (::fstat(fd.get(), &st) != 0 || S_ISDIR(st.st_mode)) return TokenRead::Absent;
   if (!S_ISREG(st.st_mode)) {
     why = "it is not a regular file";
     return TokenRead::Invalid;
@@ -83,7 +80,7 @@ TokenRead read_token(const std::string& path, std::string& token, std::string& w
   std::string text;
   char buf[4096];
   for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return TokenRead::Absent;
     if (n == 0) break;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "khagent/util/file.h"
 #include "khagent/util/json_bounded.h"
 
 namespace khagent {
@@ -19,57 +20,6 @@ namespace khagent {
 namespace fs = std::filesystem;
 
 namespace {
-
-// Reads a whole (small) file. POSIX calls rather than iostreams so that the
-// errno survives: callers tell a missing file (ENOENT) from an unreadable one.
-Result<std::string> read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return make_error(errno, "cannot open " + path);
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return make_error(err, "cannot read " + path);
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
-// A regular file (after symlinks) of at most `max_bytes`, opened without
-// blocking: a FIFO in its place must not stall the control loop, which
-// reads the kubelet's state every tick.
-Result<std::string> read_regular_file(const std::string& path, size_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return make_error(errno, "cannot open " + path);
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) return make_error(errno, "cannot stat " + path);
-  if (S_ISDIR(st.st_mode)) return make_error(EISDIR, "cannot read " + path);
-  if (!S_ISREG(st.st_mode)) return make_error(EINVAL, path + " is not a regular file");
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return make_error(errno, "cannot read " + path);
-    if (n == 0) break;
-    if (out.size() + static_cast<size_t>(n) > max_bytes) {
-      return make_error(EFBIG, path + " is larger than " + std::to_string(max_bytes >> 10) + " KiB");
-    }
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
 
 // The kubelet's cpu_manager_state is {"policyName","defaultCpuSet",
 // "entries":{pod:{container:list}},"checksum"}: 3 levels, ~100 bytes a

@@ -1,16 +1,14 @@
-// The YAML side of the configuration: loading a file over default_config(),
-// per-node overrides (validation: config_validate.cpp; emitting the effective
+// The YAML side of the configuration: loading a document over
+// default_config(), per-node overrides (reading a file within bounds:
+// config_file.cpp; validation: config_validate.cpp; emitting the effective
 // configuration: config_emit.cpp).
 //
 // Loading walks the document against a schema written as tables of known keys
 // (Loader::section), so unknown keys and wrong types are caught where they are,
 // with the key path and line. Inside this file a problem is thrown as
 // ConfigError and turned into an Error at the public entry points.
-#include <fcntl.h>
 #include <fnmatch.h>
 #include <stdio.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
@@ -28,13 +26,13 @@
 #include <string_view>
 #include <vector>
 
-#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "khagent/config/config.h"
 #include "khagent/util/cpuset.h"
 
 #include "config_text.h"
+#include "config_yaml.h"
 
 namespace khagent {
 
@@ -585,128 +583,8 @@ Result<Config> load_config_text(const std::string& text, const std::string& sour
   }
 }
 
-namespace {
+namespace config_yaml {
 
-// Bounds on a configuration file, checked before a node tree is built: the
-// file is read whole and walked several times (overrides are merged per
-// node), and YAML aliases let a short text stand for a large tree.
-constexpr size_t kMaxConfigBytes = size_t{1} << 20;  // a real one is a few KB
-constexpr size_t kMaxConfigAliases = 1000;           // "*name" uses
-constexpr size_t kMaxConfigExpandedNodes = 200'000;  // YAML nodes with every alias expanded
-constexpr size_t kMaxNodeOverrides = 1000;           // entries of `nodes`
-// load_config_text merges each override that applies to this node into a
-// new tree, and each merge costs about the size of the document (yaml-cpp
-// merges node sets): 200 applying overrides in a 1 MiB file took 7.7 s.
-// Bound the product (~1 s at worst).
-constexpr size_t kMaxMergeWork = 2'000'000;  // applying overrides x expanded YAML nodes
-
-// Counts, from yaml-cpp's parse events (no node tree), the aliases, the
-// nodes the document stands for with every alias expanded, and the entries
-// of the top-level `nodes` list; throws Limit past a bound.
-class ConfigShapeScan final : public YAML::EventHandler {
- public:
-  struct Limit {
-    std::string what;
-  };
-
-  void OnDocumentStart(const YAML::Mark&) override { stack_.clear(); }
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t anchor) override { leaf(anchor, nullptr); }
-  void OnAlias(const YAML::Mark&, YAML::anchor_t anchor) override {
-    if (++aliases_ > kMaxConfigAliases) {
-      throw Limit{"more than " + std::to_string(kMaxConfigAliases) + " YAML aliases (*name)"};
-    }
-    position(nullptr);
-    auto it = sizes_.find(anchor);
-    grow(it == sizes_.end() ? 1 : it->second);
-  }
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, const std::string& value) override {
-    leaf(anchor, &value);
-  }
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
-                       YAML::EmitterStyle::value) override {
-    open(anchor, false);
-  }
-  void OnSequenceEnd() override { close(); }
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, YAML::EmitterStyle::value) override {
-    open(anchor, true);
-  }
-  void OnMapEnd() override { close(); }
-
- private:
-  struct Frame {
-    bool map = false;
-    bool want_key = true;    // map: the next node is a key
-    bool overrides = false;  // the sequence under the top-level key `nodes`
-    std::string key;         // map: the last scalar key
-    YAML::anchor_t anchor = 0;
-    size_t expanded_at_start = 0;
-  };
-
-  void grow(size_t n) {
-    expanded_ += n;
-    if (expanded_ > kMaxConfigExpandedNodes) {
-      throw Limit{"more than " + std::to_string(kMaxConfigExpandedNodes) + " YAML nodes with its aliases expanded"};
-    }
-  }
-
-  // Places a new node in its parent; true if it is the value of the
-  // top-level key `nodes`.
-  bool position(const std::string* scalar) {
-    if (stack_.empty()) return false;
-    Frame& top = stack_.back();
-    if (top.map) {
-      if (top.want_key) {
-        top.key = scalar != nullptr ? *scalar : std::string();
-        top.want_key = false;
-        return false;
-      }
-      top.want_key = true;
-      return stack_.size() == 1 && top.key == "nodes";
-    }
-    if (top.overrides && ++overrides_ > kMaxNodeOverrides) {
-      throw Limit{"more than " + std::to_string(kMaxNodeOverrides) + " entries in nodes"};
-    }
-    return false;
-  }
-
-  void leaf(YAML::anchor_t anchor, const std::string* scalar) {
-    position(scalar);
-    grow(1);
-    if (anchor != 0) sizes_[anchor] = 1;
-  }
-
-  void open(YAML::anchor_t anchor, bool map) {
-    bool under_nodes = position(nullptr);
-    grow(1);
-    Frame f;
-    f.map = map;
-    f.overrides = under_nodes && !map;
-    f.anchor = anchor;
-    f.expanded_at_start = expanded_;
-    stack_.push_back(std::move(f));
-  }
-
-  void close() {
-    if (stack_.empty()) return;
-    const Frame& f = stack_.back();
-    if (f.anchor != 0) sizes_[f.anchor] = expanded_ - f.expanded_at_start + 1;
-    stack_.pop_back();
-  }
-
- public:
-  size_t expanded() const { return expanded_; }
-
- private:
-  std::vector<Frame> stack_;
-  std::map<YAML::anchor_t, size_t> sizes_;  // anchor -> nodes it stands for, expanded
-  size_t aliases_ = 0;
-  size_t expanded_ = 0;
-  size_t overrides_ = 0;
-};
-
-// How many entries of `nodes` apply to `node` (those whose match cannot be
-// read count too: load_config_text reports them).
 size_t applying_overrides(const YAML::Node& doc, const NodeIdentity& node) {
   if (!doc.IsMap()) return 0;
   const YAML::Node nodes = doc["nodes"];
@@ -736,81 +614,6 @@ size_t applying_overrides(const YAML::Node& doc, const NodeIdentity& node) {
   return n;
 }
 
-std::string file_kind(mode_t m) {
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISSOCK(m)) return "a socket";
-  return "not a regular file";
-}
-
-}  // namespace
-
-// Regular files only, opened without blocking (a FIFO would wait for a
-// writer) and read up to kMaxConfigBytes (a device would never end). Errors
-// carry the reason in the message as well as in `err`: callers print the
-// message alone.
-Result<Config> load_config_file(const std::string& path, const NodeIdentity& node) {
-  auto sys_error = [&path](int err, const char* doing) {
-    return make_error(err, std::string("cannot ") + doing + " config file " + path + ": " + std::strerror(err));
-  };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return sys_error(errno, "open");
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) return sys_error(errno, "stat");
-  if (!S_ISREG(st.st_mode)) {
-    int err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
-    return make_error(err, "config file " + path + " is " + file_kind(st.st_mode) + ", not a regular file");
-  }
-  auto too_big = [&path] {
-    return make_error(EFBIG,
-                      "config file " + path + " is larger than " + std::to_string(kMaxConfigBytes >> 10) + " KiB");
-  };
-  if (st.st_size > static_cast<off_t>(kMaxConfigBytes)) return too_big();
-  std::string text;
-  char buf[8192];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return sys_error(errno, "read");
-    if (n == 0) break;
-    if (text.size() + static_cast<size_t>(n) > kMaxConfigBytes) return too_big();  // it grew
-    text.append(buf, static_cast<size_t>(n));
-  }
-  return load_config_bounded(text, path, node);
-}
-
-Result<Config> load_config_bounded(const std::string& text, const std::string& source, const NodeIdentity& node) {
-  if (text.size() > kMaxConfigBytes) {
-    return make_error(EFBIG, source + " is larger than " + std::to_string(kMaxConfigBytes >> 10) + " KiB");
-  }
-  // Aliases and the size of `nodes` are bounded before the node tree is
-  // built; then the work of merging the overrides that apply.
-  try {
-    std::istringstream in(text);
-    YAML::Parser parser(in);
-    ConfigShapeScan scan;
-    while (parser.HandleNextDocument(scan)) {
-    }
-    const YAML::Node doc = YAML::Load(text);
-    size_t applying = applying_overrides(doc, node);
-    if (applying > 1 && applying * scan.expanded() > kMaxMergeWork) {
-      return make_error(
-          EINVAL, source + ": " + std::to_string(applying) + " entries of nodes apply to this node in a document of " +
-                      std::to_string(scan.expanded()) + " YAML nodes, more than the loader merges in good time (" +
-                      std::to_string(kMaxMergeWork) + " for the product); combine them into fewer entries");
-    }
-  } catch (const ConfigShapeScan::Limit& l) {
-    return make_error(EINVAL, source + ": " + l.what);
-  } catch (const YAML::Exception&) {  // NOLINT(bugprone-empty-catch)
-    // A syntax error (or several documents): load_config_text reports it with its line.
-  }
-  return load_config_text(text, source, node);
-}
+}  // namespace config_yaml
 
 }  // namespace khagent

@@ -19,11 +19,12 @@ namespace khagent {
 // printable or a number is out of range (ERANGE).
 Result<YarnMaxRecord> parse_yarn_max_record(const std::string& text);
 
-// Reads the record back from `path`; a missing file is no record, and a bad
-// one is logged and no record. "" = not kept.
+// Reads the record back from `path` (a regular file of at most 64 KiB, read
+// without blocking); a missing file is no record, and a bad one (or a FIFO,
+// a device, a directory in its place) is logged and no record. "" = not kept.
 std::optional<YarnMaxRecord> load_yarn_max_record(const std::string& path);
 
-// Writes the record to `path` (a temporary file, fsync, rename), creating
+// Writes the record to `path` (write_file_atomic, util/file.h), creating
 // its directory. A record the readers would refuse (a node id that is not
 // printable, resources out of range) is not written; failures are logged.
 // "" = not kept.
