@@ -11,7 +11,10 @@ TEST(Cli, Durations) {
   EXPECT_EQ(*parse_duration_ns("2m"), 120000000000ULL);
   EXPECT_FALSE(parse_duration_ns("").ok());
   EXPECT_FALSE(parse_duration_ns("abc").ok());
-  EXPECT_FALSE(parse_duration_ns("1h").ok());
+  EXPECT_EQ(*parse_duration_ns("1h"), 3600000000000ULL);  // the longest
+  EXPECT_FALSE(parse_duration_ns("61m").ok());
+  EXPECT_FALSE(parse_duration_ns("1.5x").ok());
+  EXPECT_FALSE(parse_duration_ns("0.1ns").ok());  // not a whole number of ns
   EXPECT_FALSE(parse_duration_ns("-1s").ok());
   EXPECT_FALSE(parse_duration_ns("0").ok());
 }

@@ -1,4 +1,5 @@
 #include "khagent/app/cli.h"
+#include "khagent/util/duration.h"
 #include "khagent/version.h"
 
 #include <cmath>
@@ -9,25 +10,14 @@
 namespace khagent {
 
 Result<uint64_t> parse_duration_ns(const std::string& text) {
-  if (text.empty()) return make_error(EINVAL, "empty duration");
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    return make_error(EINVAL, "not a duration: '" + text + "' (use e.g. 500ms, 1s, 2m)");
-  }
-  std::string unit = text.substr(pos);
-  double mult = 1e9;
-  if (unit.empty() || unit == "s") mult = 1e9;
-  else if (unit == "ms") mult = 1e6;
-  else if (unit == "us") mult = 1e3;
-  else if (unit == "m") mult = 60e9;
-  else return make_error(EINVAL, "unknown unit in duration '" + text + "' (use ms, s or m)");
-  if (!std::isfinite(v) || v <= 0) return make_error(EINVAL, "duration must be positive: '" + text + "'");
-  double ns = v * mult;
-  if (ns > 3600e9) return make_error(ERANGE, "duration too long: '" + text + "' (at most 1h)");
-  return static_cast<uint64_t>(ns);
+  // The configuration's grammar (util/duration.h); a bare number is seconds.
+  std::string t = text;
+  if (!t.empty() && t.find_first_not_of("0123456789.") == std::string::npos) t += "s";
+  uint64_t ns = 0;
+  if (auto err = duration_text::parse_duration_ns(t, ns); !err.empty()) return make_error(EINVAL, err);
+  if (ns == 0) return make_error(EINVAL, "duration must be positive: '" + text + "'");
+  if (ns > duration_text::kNsPerHour) return make_error(ERANGE, "duration too long: '" + text + "' (at most 1h)");
+  return ns;
 }
 
 CliParse parse_cli(const std::vector<std::string>& args) {

@@ -7,21 +7,23 @@
 #include <string>
 #include <string_view>
 
+#include "khagent/util/duration.h"
+
 namespace khagent::config_text {
 
-inline constexpr uint64_t kNsPerUs = 1'000;
-inline constexpr uint64_t kNsPerMs = 1'000'000;
-inline constexpr uint64_t kNsPerS = 1'000'000'000;
-inline constexpr uint64_t kNsPerMin = 60 * kNsPerS;
-inline constexpr uint64_t kNsPerHour = 60 * kNsPerMin;
+// Durations: util/duration.h, the grammar the command line shares.
+using duration_text::format_duration_ns;
+using duration_text::format_duration_us;
+using duration_text::kNsPerHour;
+using duration_text::kNsPerMin;
+using duration_text::kNsPerMs;
+using duration_text::kNsPerS;
+using duration_text::kNsPerUs;
+using duration_text::parse_duration_ns;
+using duration_text::parse_duration_us;
 
 std::string format_double(double v);
 std::optional<double> parse_double(std::string_view s);
-std::string parse_duration_ns(std::string_view s, uint64_t& ns);
-std::string parse_duration_us(std::string_view s, double& us);
-std::string format_duration_ns(uint64_t ns);
-std::string format_duration_us(uint64_t us);
-std::string format_duration_us(double us);
 bool known_qos(const std::string& qos);
 
 }  // namespace khagent::config_text
