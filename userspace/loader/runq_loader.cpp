@@ -266,8 +266,10 @@ Result<void> RunqBpf::attach() {
   removals_ = false;
   if (bpf_program__autoload(s->progs.handle_cgroup_rmdir)) {
     s->links.handle_cgroup_rmdir = bpf_program__attach(s->progs.handle_cgroup_rmdir);
-    if (s->links.handle_cgroup_rmdir) removals_ = true;
-    else
+    if (s->links.handle_cgroup_rmdir) {
+      removals_ = true;
+      spdlog::info("removed cgroups: reported by the kernel (tp_btf/cgroup_rmdir), forgotten at the next tick");
+    } else
       spdlog::warn(
           "attaching handle_cgroup_rmdir failed ({}); removed cgroups are found by checking "
           "idle ones every few seconds",

@@ -89,8 +89,11 @@ std::string parse_duration_us(std::string_view s, double& us) {
   DurationText d;
   if (auto err = split_duration(s, d); !err.empty()) return err;
   // Re-join the number; parse_double wants "0.5", not ".5".
-  std::string number = (d.integer.empty() ? "0" : std::string(d.integer));
-  if (!d.fraction.empty()) number += "." + std::string(d.fraction);
+  std::string number = d.integer.empty() ? "0" : std::string(d.integer);
+  if (!d.fraction.empty()) {
+    number.push_back('.');
+    number.append(d.fraction);
+  }
   auto v = parse_double(number);
   if (!v) return "duration \"" + std::string(s) + "\" is too long";
   // Units of 1us and up are whole multiples of 1us: one exact multiplication.
