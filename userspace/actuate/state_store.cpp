@@ -1,7 +1,5 @@
 #include "khagent/actuate/state_store.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <sys/stat.h>

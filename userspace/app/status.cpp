@@ -74,7 +74,7 @@ void for_each_prog_using(const std::set<uint32_t>& map_ids,
   __u32 id = 0;
   while (bpf_prog_get_next_id(id, &id) == 0) {
     Fd fd(bpf_prog_get_fd_by_id(id));
-    if (fd.get() < 0) continue;
+    if (!fd.valid()) continue;
     bpf_prog_info info{};
     __u32 len = sizeof(info);
     if (bpf_obj_get_info_by_fd(fd.get(), &info, &len) != 0 || info.nr_map_ids == 0) continue;

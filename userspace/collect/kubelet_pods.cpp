@@ -3,9 +3,7 @@
 #include "khagent/util/file.h"
 
 #include <curl/curl.h>
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,27 +67,15 @@ constexpr size_t kMaxTokenBytes = size_t{64} * 1024;
 // The path may be a symlink: projected tokens are reached through one.
 TokenRead read_token(const std::string& path, std::string& token, std::string& why) {
   if (path.empty()) return TokenRead::Absent;
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
-  if (!fd.valid()) return TokenRead::Absent;
-  struct stat st{};
-  if (::fstat(fd.get(), &st) != 0 || S_ISDIR(st.st_mode)) return TokenRead::Absent;
-  if (!S_ISREG(st.st_mode)) {
-    why = "it is not a regular file";
-    return TokenRead::Invalid;
-  }
-  std::string text;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return TokenRead::Absent;
-    if (n == 0) break;
-    if (text.size() + static_cast<size_t>(n) > kMaxTokenBytes) {
-      why = "it is larger than " + std::to_string(kMaxTokenBytes >> 10) + " KiB";
-      return TokenRead::Invalid;
+  auto read = read_regular_file(path, kMaxTokenBytes);
+  if (!read) {
+    switch (read.error().err) {
+      case EINVAL: why = "it is not a regular file"; return TokenRead::Invalid;
+      case EFBIG: why = "it is larger than " + std::to_string(kMaxTokenBytes >> 10) + " KiB"; return TokenRead::Invalid;
+      default: return TokenRead::Absent;  // cannot be opened or read, or a directory
     }
-    text.append(buf, static_cast<size_t>(n));
   }
+  const std::string& text = *read;
   const char* ws = " \t\r\n";
   auto b = text.find_first_not_of(ws);
   if (b == std::string::npos) return TokenRead::Absent;

@@ -1,9 +1,5 @@
 #include "khagent/collect/topology.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <charconv>
 #include <filesystem>
 #include <map>

@@ -1,9 +1,6 @@
 // Reading a configuration file: bounds on its size and on the YAML it may
 // hold, checked before the node tree the loader walks (config_yaml.cpp) is
 // built, so a hostile or broken file costs little.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
