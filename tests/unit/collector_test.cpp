@@ -31,7 +31,7 @@ struct FakeMaps : MapSource {
 
 struct FakeThrottle : ThrottleStatReader {
   std::map<std::string, ThrottleCounters> values;
-  std::optional<ThrottleCounters> read(const std::string& path) override {
+  std::optional<ThrottleCounters> read(uint64_t /*id*/, const std::string& path) override {
     auto it = values.find(path);
     if (it == values.end()) return std::nullopt;
     return it->second;
@@ -237,4 +237,60 @@ TEST(Collector, TotalsOffLeavesTotalsEmptyAndIntervalsWhole) {
   EXPECT_EQ(s2->cgroups[0].interval.waits, 20u);
   EXPECT_EQ(s2->cgroups[0].interval.wait_ns, s1->cgroups[0].interval.wait_ns);
   EXPECT_EQ(s2->cgroups[0].interval.hist, s1->cgroups[0].interval.hist);
+}
+
+// Changes only (the agent): a cgroup is listed when it is first named and
+// when its counters or throttling move; idle, it is left out; removed, it
+// is reported. A complete sample lists it every tick.
+TEST(Collector, ChangesOnlyListsWhatMovedAndReportsRemovals) {
+  TempDir t;
+  fs::create_directories(t.path / "a");
+  fs::create_directories(t.path / "b");
+  uint64_t a = ino(t.path / "a"), b = ino(t.path / "b");
+  CgroupIndex idx(t.path.string());
+  FakeMaps maps;
+  Collector c(maps, idx, nullptr, ThrottleSource::Fentry);
+  c.set_changes_only(true);
+  maps.next.cgroups[a] = counters(10, 10'000, 1'000'000);
+  maps.next.cgroups[b] = counters(1, 1'000, 100'000);
+  auto ids = [](const Sample& s) {
+    std::vector<uint64_t> v;
+    for (const auto& cs : s.cgroups) v.push_back(cs.id);
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  auto s = c.tick_at(1'000'000'000, 1);
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE(s->complete);
+  EXPECT_EQ(ids(*s), (std::vector<uint64_t>{std::min(a, b), std::max(a, b)}));  // named now
+
+  maps.next.cgroups[a] = counters(30, 50'000, 3'000'000);
+  s = c.tick_at(2'000'000'000, 2);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(ids(*s), std::vector<uint64_t>{a});  // b is idle
+  EXPECT_EQ(s->cgroups[0].interval.waits, 20u);
+  EXPECT_TRUE(s->removed.empty());
+
+  maps.next.throttle[b] = {2, 5'000'000};  // b idle, but throttled
+  s = c.tick_at(3'000'000'000, 3);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(ids(*s), std::vector<uint64_t>{b});
+  EXPECT_EQ(s->cgroups[0].throttle_interval.throttled_ns, 5'000'000u);
+  EXPECT_EQ(s->cgroups[0].interval.waits, 0u);
+
+  s = c.tick_at(4'000'000'000, 4);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->cgroups.empty());
+
+  maps.next.cgroups.erase(b);  // deleted by another reader of the pins
+  s = c.tick_at(5'000'000'000, 5);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->removed, std::vector<uint64_t>{b});
+
+  Collector whole(maps, idx, nullptr, ThrottleSource::Fentry);
+  ASSERT_TRUE(whole.tick_at(1'000'000'000, 1).ok());
+  s = whole.tick_at(2'000'000'000, 2);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->complete);
+  EXPECT_EQ(ids(*s), std::vector<uint64_t>{a});  // idle, listed
 }

@@ -24,7 +24,7 @@ TEST(CpuStat, ReadsV2CpuStat) {
   TempDir t;
   t.write("v2/pod/cpu.stat", "usage_usec 10\nnr_periods 9\nnr_throttled 4\nthrottled_usec 1500\n");
   CpuStatThrottleReader r((t.path / "v2").string(), "", (t.path / "proc").string());
-  auto c = r.read("/pod");
+  auto c = r.read(1, "/pod");
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->events, 4u);
   EXPECT_EQ(c->throttled_ns, 1500000u);
@@ -38,7 +38,7 @@ TEST(CpuStat, FallsBackToV1ThroughATask) {
   t.write("proc/123/cgroup", "4:cpu,cpuacct:/limited\n0::/job\n");
   t.write("v1/limited/cpu.stat", "nr_periods 10\nnr_throttled 7\nthrottled_time 123456789\n");
   CpuStatThrottleReader r((t.path / "v2").string(), (t.path / "v1").string(), (t.path / "proc").string());
-  auto c = r.read("/job");  // pid 999 has no /proc entry: the next one is used
+  auto c = r.read(2, "/job");  // pid 999 has no /proc entry: the next one is used
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->events, 7u);
   EXPECT_EQ(c->throttled_ns, 123456789u);
@@ -48,8 +48,8 @@ TEST(CpuStat, NothingToReadIsNullopt) {
   TempDir t;
   t.write("v2/empty/cgroup.procs", "");
   CpuStatThrottleReader r((t.path / "v2").string(), (t.path / "v1").string(), (t.path / "proc").string());
-  EXPECT_FALSE(r.read("/empty").has_value());
-  EXPECT_FALSE(r.read("/missing").has_value());
+  EXPECT_FALSE(r.read(3, "/empty").has_value());
+  EXPECT_FALSE(r.read(4, "/missing").has_value());
 }
 
 TEST(CpuStat, SharedV1FileIsReadOncePerRound) {
@@ -62,11 +62,11 @@ TEST(CpuStat, SharedV1FileIsReadOncePerRound) {
   t.write("v1/shared/cpu.stat", "nr_throttled 1\nthrottled_time 10\n");
   CpuStatThrottleReader r((t.path / "v2").string(), (t.path / "v1").string(), (t.path / "proc").string());
   r.new_round();
-  EXPECT_EQ(r.read("/a")->events, 1u);
+  EXPECT_EQ(r.read(5, "/a")->events, 1u);
   t.write("v1/shared/cpu.stat", "nr_throttled 2\nthrottled_time 20\n");
-  EXPECT_EQ(r.read("/b")->events, 1u);  // same round: the value read for /a
+  EXPECT_EQ(r.read(6, "/b")->events, 1u);  // same round: the value read for /a
   r.new_round();
-  EXPECT_EQ(r.read("/b")->events, 2u);
+  EXPECT_EQ(r.read(6, "/b")->events, 2u);
 }
 
 TEST(CpuStat, HybridHostSkipsV2CpuStat) {
@@ -78,5 +78,5 @@ TEST(CpuStat, HybridHostSkipsV2CpuStat) {
   t.write("proc/8/cgroup", "3:cpu:/lim\n");
   t.write("v1/lim/cpu.stat", "nr_throttled 5\nthrottled_time 50\n");
   CpuStatThrottleReader r((t.path / "v2").string(), (t.path / "v1").string(), (t.path / "proc").string());
-  EXPECT_EQ(r.read("/job")->events, 5u);
+  EXPECT_EQ(r.read(2, "/job")->events, 5u);
 }

@@ -285,29 +285,20 @@ TEST(MetricsCounters, IncrementByEachIntervalsDelta) {
   EXPECT_DOUBLE_EQ(*value(t, inter, {{"victim_class", "offline"}, {"aggressor_class", "online"}}), 0.0);
 }
 
+// The roll-up classes throttled time (Rollup.ThrottledTimeIsClassed); the
+// counters add up what each tick's signals give.
 TEST(MetricsCounters, ThrottledTimeByClass) {
   Metrics m(local());
   NodeSignals n;
-  n.online_cgroups = {1};
-  PodSignals be = pod("be", 0, CgroupClass::Offline);
-  be.cgroup_ids = {4};
-  n.pods = {be};
-  n.offline_parents = {"/hadoop-yarn"};
-  Sample s;
-  auto cg = [](uint64_t id, const std::string& path, uint64_t thr_ns) {
-    CgroupSample c;
-    c.id = id;
-    c.path = path;
-    c.throttle_interval.throttled_ns = thr_ns;
-    return c;
-  };
-  s.cgroups = {cg(1, "/kubepods.slice/x", 100'000'000), cg(2, "/hadoop-yarn/container_1", 200'000'000),
-               cg(3, "/system.slice/foo.service", 300'000'000), cg(4, "/kubepods.slice/be", 50'000'000),
-               cg(5, "/hadoop-yarn", 25'000'000)};
-  m.update(n, s);
+  n.throttled_ns[static_cast<size_t>(CgroupClass::Online)] = 100'000'000;
+  n.throttled_ns[static_cast<size_t>(CgroupClass::Offline)] = 275'000'000;
+  n.throttled_ns[static_cast<size_t>(CgroupClass::System)] = 300'000'000;
+  m.update(n, Sample{});
+  n.throttled_ns[static_cast<size_t>(CgroupClass::System)] = 0;
+  m.update(n, Sample{});
   auto t = m.render();
-  EXPECT_DOUBLE_EQ(*value(t, "khagent_throttled_seconds_total", {{"class", "online"}}), 0.1);
-  EXPECT_DOUBLE_EQ(*value(t, "khagent_throttled_seconds_total", {{"class", "offline"}}), 0.275);
+  EXPECT_DOUBLE_EQ(*value(t, "khagent_throttled_seconds_total", {{"class", "online"}}), 0.2);
+  EXPECT_DOUBLE_EQ(*value(t, "khagent_throttled_seconds_total", {{"class", "offline"}}), 0.55);
   EXPECT_DOUBLE_EQ(*value(t, "khagent_throttled_seconds_total", {{"class", "system"}}), 0.3);
 }
 

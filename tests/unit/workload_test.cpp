@@ -205,3 +205,110 @@ TEST(Rollup, SiblingContainersOfAPodAreNotInterference) {
   ASSERT_EQ(sig.cgroups[0].top_aggressors.size(), 1u);
   EXPECT_EQ(sig.cgroups[0].top_aggressors[0].id, 3u);
 }
+
+// Throttled time goes to the class of the pod, of an online cgroup, or
+// offline at or below an offline parent (a YARN root, the BestEffort QoS
+// cgroup); the rest is system.
+TEST(Rollup, ThrottledTimeIsClassed) {
+  Config c = default_config();
+  Classifier k(c.classes, "hadoop-yarn");
+  std::string bu = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + kUidSd + ".slice";
+  Sample s;
+  s.interval_ns = 1'000'000'000;
+  auto thr = [&](uint64_t id, const std::string& path, uint64_t ns) {
+    CgroupSample x = cg(id, path, 1'000'000, 0, 0, 0);
+    x.throttle_interval = {1, ns};
+    s.cgroups.push_back(x);
+  };
+  thr(1, bu + "/cri-containerd-aaaaaaaaaaaa.scope", 100'000'000);
+  thr(2, "/hadoop-yarn/container_1_2_3_4", 200'000'000);
+  thr(3, "/system.slice/foo.service", 300'000'000);
+  thr(4, "/hadoop-yarn", 25'000'000);
+  thr(5, "/hadoop-yarnish", 7'000'000);
+  NodeSignals n = rollup(s, k);
+  EXPECT_EQ(n.throttled_ns[static_cast<size_t>(CgroupClass::Online)], 100'000'000u);
+  EXPECT_EQ(n.throttled_ns[static_cast<size_t>(CgroupClass::Offline)], 225'000'000u);
+  EXPECT_EQ(n.throttled_ns[static_cast<size_t>(CgroupClass::System)], 307'000'000u);
+}
+
+// The agent's samples list only cgroups that moved: an idle online cgroup
+// stays protected, its pod and an idle YARN container stay listed (with
+// zero signals), until the collector reports them removed.
+TEST(Rollup, IdleCgroupsStayKnownUntilRemoved) {
+  Config c = default_config();
+  Classifier k(c.classes, "hadoop-yarn");
+  std::string pod = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + kUidSd + ".slice";
+  Sample s;
+  s.interval_ns = 1'000'000'000;
+  s.complete = false;
+  s.cgroups.push_back(cg(1, pod + "/cri-containerd-aaaaaaaaaaaa.scope", 300'000'000, 4'000'000, 100, 40'000));
+  s.cgroups.push_back(cg(3, "/hadoop-yarn/container_1_2_3_4", 900'000'000, 0, 0, 0));
+  NodeSignals n = rollup(s, k);
+  ASSERT_EQ(n.pods.size(), 1u);
+  EXPECT_EQ(n.pods[0].interval.waits, 100u);
+
+  // Next tick: only an unrelated cgroup moved.
+  Sample idle;
+  idle.interval_ns = 1'000'000'000;
+  idle.complete = false;
+  idle.cgroups.push_back(cg(4, "/system.slice/sshd.service", 10'000'000, 0, 0, 0));
+  n = rollup(idle, k);
+  EXPECT_EQ(n.online_cgroups, std::vector<uint64_t>{1});
+  ASSERT_EQ(n.pods.size(), 1u);
+  EXPECT_EQ(n.pods[0].uid, kUid);
+  EXPECT_EQ(n.pods[0].interval.waits, 0u);
+  ASSERT_EQ(n.yarn.size(), 1u);
+  EXPECT_EQ(n.yarn[0].container, "container_1_2_3_4");
+  EXPECT_EQ(n.yarn[0].path, "/hadoop-yarn/container_1_2_3_4");
+  EXPECT_DOUBLE_EQ(n.yarn[0].cpu_cores, 0);
+  EXPECT_EQ(n.offline_parents, std::vector<std::string>{"/hadoop-yarn"});
+  EXPECT_EQ(n.classes[static_cast<size_t>(CgroupClass::Online)].interval.waits, 0u);
+
+  // Removed: gone from every list.
+  Sample gone;
+  gone.interval_ns = 1'000'000'000;
+  gone.complete = false;
+  gone.removed = {1, 3};
+  n = rollup(gone, k);
+  EXPECT_TRUE(n.online_cgroups.empty());
+  EXPECT_TRUE(n.pods.empty());
+  EXPECT_TRUE(n.yarn.empty());
+  EXPECT_TRUE(n.offline_parents.empty());
+  EXPECT_EQ(k.size(), 1u);  // sshd
+}
+
+// A complete sample (observe, top) is the whole membership: what it does
+// not list is gone.
+TEST(Rollup, ACompleteSampleReplacesTheMembership) {
+  Config c = default_config();
+  Classifier k(c.classes, "hadoop-yarn");
+  Sample s;
+  s.cgroups.push_back(cg(3, "/hadoop-yarn/container_1_2_3_4", 0, 0, 0, 0));
+  s.cgroups.push_back(cg(4, "/system.slice/sshd.service", 0, 0, 0, 0));
+  EXPECT_EQ(rollup(s, k).yarn.size(), 1u);
+  s.cgroups.erase(s.cgroups.begin());
+  NodeSignals n = rollup(s, k);
+  EXPECT_TRUE(n.yarn.empty());
+  EXPECT_TRUE(n.offline_parents.empty());
+  EXPECT_EQ(k.size(), 1u);
+}
+
+// New pod metadata classes every known cgroup again, idle ones included.
+TEST(Rollup, PodMetadataReclassesIdleCgroups) {
+  Config c = default_config();
+  Classifier k(c.classes, "hadoop-yarn");
+  std::string pod = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + kUidSd + ".slice";
+  Sample s;
+  s.complete = false;
+  s.cgroups.push_back(cg(1, pod + "/cri-containerd-aaaaaaaaaaaa.scope", 1, 0, 0, 0));
+  EXPECT_EQ(rollup(s, k).online_cgroups, std::vector<uint64_t>{1});
+  PodMeta off;
+  off.priority_class = "low-priority-offline";
+  k.set_pods({{kUid, off}});
+  Sample idle;
+  idle.complete = false;
+  NodeSignals n = rollup(idle, k);
+  EXPECT_TRUE(n.online_cgroups.empty());
+  ASSERT_EQ(n.pods.size(), 1u);
+  EXPECT_EQ(n.pods[0].cls, CgroupClass::Offline);
+}

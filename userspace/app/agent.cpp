@@ -119,7 +119,6 @@ class Agent {
   bool idle_supported_ = true;
   LadderState ladder_;
   uint64_t fast_breaches_ = 0;  // since the last tick
-  std::unordered_map<uint64_t, CgroupClass> class_of_;
   std::vector<kh_wait_event> pending_;
   uint64_t last_scan_ns_ = 0;                     // mono_ns of the last scan for waits still going on
   std::map<std::string, uint64_t> quota_warned_;  // pod -> last log
@@ -222,7 +221,8 @@ int Agent::run() {
   index_ = std::make_unique<CgroupIndex>(mounts_.cgroup2);
   cpu_stat_ = std::make_unique<CpuStatThrottleReader>(mounts_.cgroup2, mounts_.cpu_v1);
   collector_ = std::make_unique<Collector>(*maps_, *index_, cpu_stat_.get(), bpf_->throttle_source());
-  collector_->set_totals(false);  // decisions and metrics use intervals only
+  collector_->set_totals(false);        // decisions and metrics use intervals only
+  collector_->set_changes_only(true);  // the classifier remembers idle cgroups
   classifier_ = std::make_unique<Classifier>(cfg_.classes, cfg_.offline.yarn_hierarchy);
   cgfs_ = std::make_unique<RealCgroupFs>(roots);
 
@@ -496,8 +496,8 @@ void Agent::fast_step() {
     f.aggressor_ns = e.aggressor_ns;
     f.throttled = e.cause == KH_WAIT_THROTTLED;
     f.ongoing = e.flags & KH_EVENT_ONGOING;
-    auto a = class_of_.find(e.aggressor_id);
-    f.aggressor_offline = a != class_of_.end() && a->second == CgroupClass::Offline;
+    const Classifier::Entry* a = classifier_->find(e.aggressor_id);
+    f.aggressor_offline = a && a->cls == CgroupClass::Offline;
     in.fast_events.push_back(f);
     first = std::min<uint64_t>(first, e.ts_ns);
     if (f.ongoing) {
@@ -558,8 +558,6 @@ void Agent::tick() {
     metrics_->update(node, *sample);
     if (ticks_ % 5 == 1) metrics_->update_bpf_cost(bpf_->prog_stats());
   }
-  class_of_.clear();
-  for (const auto& c : sample->cgroups) class_of_[c.id] = classifier_->get(c.id, c.path).cls;
 
   if (cfg_.fast_path.enabled) {
     std::unordered_map<uint64_t, uint64_t> prot;

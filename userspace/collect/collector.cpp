@@ -1,5 +1,6 @@
 #include "khagent/collect/collector.h"
 
+#include <algorithm>
 #include <ctime>
 #include <set>
 #include <unordered_set>
@@ -105,21 +106,28 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
   const uint64_t tick = ++tick_no_;
   std::vector<uint64_t> dead;
   Sample out;
-  out.cgroups.reserve(raw->cgroups.size());
+  // About as many as last time when only changes are listed.
+  out.cgroups.reserve(changes_only_ ? std::min(raw->cgroups.size(), last_listed_ + last_listed_ / 4 + 16)
+                                    : raw->cgroups.size());
   out.ts_ns = real_ns;
   out.interval_ns = last_mono_ ? mono_ns - *last_mono_ : 0;
   out.throttle_source = source_;
   out.bpf_counters = raw->counters;
 
+  out.complete = !changes_only_;
   for (const auto& [id, now] : raw->cgroups) {
     auto it = cgroups_.find(id);
     if ((rescanned && !index_.path_of(id)) || gone.count(id)) {
       // Not in the tree after a fresh walk: the cgroup was removed (or is not
       // visible from this mount namespace). Delete its entries.
       dead.push_back(id);
-      if (it != cgroups_.end()) cgroups_.erase(it);
+      if (it != cgroups_.end()) {
+        cgroups_.erase(it);
+        out.removed.push_back(id);
+      }
       continue;
     }
+    bool named = false;
     if (it == cgroups_.end()) {
       auto path = index_.path_of(id);
       if (!path) continue;  // new since the last walk: resolved on a later tick
@@ -128,50 +136,61 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
       // Counts accumulated before the first tick belong to this agent run
       // (the maps are created at start) and are kept.
       it = cgroups_.emplace(id, std::move(st)).first;
+      named = true;
     }
     CgState& st = it->second;
     st.seen_tick = tick;
+    // Most cgroups of a big node did nothing this tick: no histogram work.
+    const bool moved = now.waits != st.last_raw.waits || now.cpu_ns != st.last_raw.cpu_ns ||
+                       now.wait_ns != st.last_raw.wait_ns || now.preemptions != st.last_raw.preemptions;
+    ThrottleCounters thr;
+    if (source_ == ThrottleSource::Fentry) {
+      auto t = raw->throttle.find(id);
+      if (t != raw->throttle.end()) {
+        thr = throttle_delta(t->second, st.thr_last);
+        st.thr_last = t->second;
+      }
+    } else if (source_ == ThrottleSource::CpuStat && cpu_stat_ && (moved || st.active_prev || !st.thr_seen)) {
+      if (auto t = cpu_stat_->read(id, st.path)) {
+        // cpu.stat counts from the cgroup's creation: the first reading is the base.
+        if (st.thr_seen) thr = throttle_delta(*t, st.thr_last);
+        st.thr_last = *t;
+        st.thr_seen = true;
+      }
+    }
+    st.thr_total.events += thr.events;
+    st.thr_total.throttled_ns += thr.throttled_ns;
+    if (changes_only_ && !moved && !named && thr.events == 0 && thr.throttled_ns == 0) {
+      st.active_prev = false;
+      continue;
+    }
     // Built in place: a sample carries two sets of counters with their
     // histograms (about 2 KB), and copying it was most of a tick's work.
     CgroupSample& cs = out.cgroups.emplace_back();
     cs.id = id;
     cs.path = st.path;
-    // Most cgroups of a big node did nothing this tick: no histogram work.
-    if (now.waits != st.last_raw.waits || now.cpu_ns != st.last_raw.cpu_ns || now.wait_ns != st.last_raw.wait_ns ||
-        now.preemptions != st.last_raw.preemptions) {
+    if (moved) {
       cs.interval = counters_delta(now, st.last_raw);
       st.last_raw = now;
       counters_add(st.total, cs.interval);
     }
     if (totals_) cs.total = st.total;
-
-    bool active = cs.interval.cpu_ns > 0 || cs.interval.waits > 0;
-    if (source_ == ThrottleSource::Fentry) {
-      auto t = raw->throttle.find(id);
-      if (t != raw->throttle.end()) {
-        cs.throttle_interval = throttle_delta(t->second, st.thr_last);
-        st.thr_last = t->second;
-      }
-    } else if (source_ == ThrottleSource::CpuStat && cpu_stat_ && (active || st.active_prev || !st.thr_seen)) {
-      if (auto t = cpu_stat_->read(st.path)) {
-        // cpu.stat counts from the cgroup's creation: the first reading is the base.
-        if (st.thr_seen) cs.throttle_interval = throttle_delta(*t, st.thr_last);
-        st.thr_last = *t;
-        st.thr_seen = true;
-      }
-    }
-    st.thr_total.events += cs.throttle_interval.events;
-    st.thr_total.throttled_ns += cs.throttle_interval.throttled_ns;
+    cs.throttle_interval = thr;
     cs.throttle_total = st.thr_total;
-    st.active_prev = active;
+    st.active_prev = cs.interval.cpu_ns > 0 || cs.interval.waits > 0;
   }
 
   // Entries deleted (here, or by another reader of the pins): drop our state too.
   for (auto it = cgroups_.begin(); it != cgroups_.end();) {
-    if (it->second.seen_tick != tick) it = cgroups_.erase(it);
-    else ++it;
+    if (it->second.seen_tick != tick) {
+      out.removed.push_back(it->first);
+      it = cgroups_.erase(it);
+    } else {
+      ++it;
+    }
   }
 
+  last_listed_ = out.cgroups.size();
   std::unordered_set<uint64_t> dead_set(dead.begin(), dead.end());
   std::vector<std::pair<uint64_t, uint64_t>> dead_pairs;
   out.pairs.reserve(raw->pairs.size());

@@ -72,11 +72,10 @@ std::optional<std::string> v1_cpu_path(const std::string& text) {
 CpuStatThrottleReader::CpuStatThrottleReader(std::string cgroup2_root, std::string cpu_v1_root, std::string proc_root)
     : v2_root_(std::move(cgroup2_root)), v1_root_(std::move(cpu_v1_root)), proc_root_(std::move(proc_root)) {}
 
-const std::string* CpuStatThrottleReader::v1_stat_file(const std::string& path) {
+CpuStatThrottleReader::V1File* CpuStatThrottleReader::v1_stat_file(uint64_t id, const std::string& path) {
   auto now = std::chrono::steady_clock::now();
-  auto it = v1_cache_.find(path);
-  if (it != v1_cache_.end() && now - it->second.when < kV1MappingTtl)
-    return it->second.stat_file.empty() ? nullptr : &it->second.stat_file;
+  auto it = v1_cache_.find(id);
+  if (it != v1_cache_.end() && now - it->second.when < kV1MappingTtl) return it->second.file.get();
   std::string file;
   if (auto procs = slurp(join(v2_root_, path) + "/cgroup.procs")) {
     std::istringstream in(*procs);
@@ -88,12 +87,30 @@ const std::string* CpuStatThrottleReader::v1_stat_file(const std::string& path) 
       if (auto v1 = v1_cpu_path(*cg)) file = join(v1_root_, *v1) + "/cpu.stat";
     }
   }
-  V1Entry& e = v1_cache_[path];
-  e = V1Entry{std::move(file), now};
-  return e.stat_file.empty() ? nullptr : &e.stat_file;
+  std::shared_ptr<V1File> shared;
+  if (!file.empty()) {
+    auto& weak = v1_files_[file];
+    shared = weak.lock();
+    if (!shared) {
+      shared = std::make_shared<V1File>();
+      shared->path = file;
+      weak = shared;
+    }
+  }
+  // Files no cgroup maps to any more.
+  if (v1_files_.size() > 2 * v1_cache_.size() + 64) std::erase_if(v1_files_, [](const auto& f) { return f.second.expired(); });
+  V1Entry& e = v1_cache_[id];
+  e = V1Entry{std::move(shared), now};
+  return e.file.get();
 }
 
-std::optional<ThrottleCounters> CpuStatThrottleReader::read(const std::string& path) {
+void CpuStatThrottleReader::new_round() {
+  if (++round_ % 256 != 0) return;
+  auto now = std::chrono::steady_clock::now();
+  std::erase_if(v1_cache_, [&](const auto& e) { return now - e.second.when >= 2 * kV1MappingTtl; });
+}
+
+std::optional<ThrottleCounters> CpuStatThrottleReader::read(uint64_t id, const std::string& path) {
   if (v2_has_cpu_ < 0) {
     // Hybrid hosts have no cpu controller on v2: then no v2 cpu.stat has
     // throttling keys, and reading them would be wasted work.
@@ -114,20 +131,20 @@ std::optional<ThrottleCounters> CpuStatThrottleReader::read(const std::string& p
     }
   }
   if (v1_root_.empty()) return std::nullopt;
-  const std::string* file = v1_stat_file(path);  // points into v1_cache_
+  V1File* file = v1_stat_file(id, path);  // owned by v1_cache_
   if (!file) return std::nullopt;
-  auto cached = round_.find(*file);
-  if (cached != round_.end()) return cached->second;
+  if (file->round == round_) return file->value;
   std::optional<ThrottleCounters> out;
-  auto text = slurp(*file);
+  auto text = slurp(file->path);
   if (text) {
     auto kv = parse_flat_keyed(*text);
     auto n = kv.find("nr_throttled");
     auto t = kv.find("throttled_time");
     if (n != kv.end() && t != kv.end()) out = ThrottleCounters{n->second, t->second};
   }
-  round_[*file] = out;
-  if (!text) v1_cache_.erase(path);  // gone: map it again next time (file is invalid after this)
+  file->round = round_;
+  file->value = out;
+  if (!text) v1_cache_.erase(id);  // gone: map it again next time (file may be freed by this)
   return out;
 }
 

@@ -229,7 +229,7 @@ struct Metrics::Impl {
   void build();
   void update_pods(const std::vector<PodSignals>& pods);
   void update_aggressors(const std::vector<YarnContainerSignals>& yarn);
-  void update_throttled(const NodeSignals& node, const Sample& sample);
+  void update_throttled(const NodeSignals& node);
   std::pair<bool, std::string> health() const;
   std::string render();
 };
@@ -490,29 +490,9 @@ void Metrics::Impl::update_aggressors(const std::vector<YarnContainerSignals>& y
   if (aggressor_other) aggressor_other->Increment(secs(other_ns));
 }
 
-// The signals carry no throttling per class, so each cgroup of the sample is
-// classed here: online cgroups and pods as the roll-up classed them; other
-// cgroups at or below an offline parent (the BestEffort QoS cgroup, the YARN
-// root) are offline, the rest system.
-void Metrics::Impl::update_throttled(const NodeSignals& node, const Sample& sample) {
-  std::unordered_map<uint64_t, CgroupClass> cls_of;
-  for (const auto& p : node.pods)
-    for (auto id : p.cgroup_ids) cls_of[id] = p.cls;
-  for (auto id : node.online_cgroups) cls_of[id] = CgroupClass::Online;
-  std::array<uint64_t, kClasses> ns{};
-  for (const auto& c : sample.cgroups) {
-    if (c.throttle_interval.throttled_ns == 0) continue;
-    CgroupClass cls = CgroupClass::System;
-    if (auto it = cls_of.find(c.id); it != cls_of.end()) {
-      cls = it->second;
-    } else {
-      for (const auto& parent : node.offline_parents)
-        if (path_matches(c.path, parent)) cls = CgroupClass::Offline;
-    }
-    ns[static_cast<size_t>(cls)] += c.throttle_interval.throttled_ns;
-  }
+void Metrics::Impl::update_throttled(const NodeSignals& node) {
   for (size_t c = 0; c < kClasses; c++)
-    if (ns[c]) throttled[c]->Increment(secs(ns[c]));
+    if (node.throttled_ns[c]) throttled[c]->Increment(secs(node.throttled_ns[c]));
 }
 
 std::pair<bool, std::string> Metrics::Impl::health() const {
@@ -643,7 +623,7 @@ void Metrics::update(const NodeSignals& node, const Sample& sample) {
     }
     m.update_pods(node.pods);
     m.update_aggressors(node.yarn);
-    m.update_throttled(node, sample);
+    m.update_throttled(node);
     for (size_t i = 0; i < KH_NR_COUNTERS; i++) m.bpf_events[i].advance(sample.bpf_counters[i], 1.0);
   }
   m.last_update_ns = mono_ns();

@@ -159,10 +159,9 @@ CgroupClass classify_cgroup(const std::string& path, const CgroupIdentity& id, c
   return id.pod_uid.empty() ? cfg.default_class : cfg.default_pod_class;
 }
 
-const Classifier::Entry& Classifier::get(uint64_t cgroup_id, const std::string& path) {
-  auto it = cache_.find(cgroup_id);
-  if (it != cache_.end()) return it->second;
+Classifier::Entry Classifier::classify(const std::string& path) const {
   Entry e;
+  e.path = path;
   e.id = identify_cgroup(path, yarn_hierarchy_);
   const PodMeta* meta = nullptr;
   if (!e.id.pod_uid.empty()) {
@@ -170,12 +169,73 @@ const Classifier::Entry& Classifier::get(uint64_t cgroup_id, const std::string& 
     if (p != pods_.end()) meta = &p->second;
   }
   e.cls = classify_cgroup(path, e.id, meta, cfg_);
-  return cache_.emplace(cgroup_id, std::move(e)).first->second;
+  return e;
+}
+
+void Classifier::index(const Entry& e, uint64_t cgroup_id) {
+  if (e.cls == CgroupClass::Online) online_.insert(cgroup_id);
+  if (e.id.qos == QosTier::BestEffort && !e.id.qos_path.empty()) parents_[e.id.qos_path]++;
+  if (e.id.yarn) parents_[e.id.yarn_root]++;
+  if (!e.id.pod_uid.empty()) {
+    Pod& p = pods_by_uid_[e.id.pod_uid];
+    p.path = e.id.pod_path;
+    p.cls = e.cls;
+    p.qos = e.id.qos;
+    p.cgroups++;
+  }
+  if (!e.id.yarn_container.empty()) {
+    YarnContainer& y = yarn_[e.id.yarn_container];
+    y.path = e.id.yarn_container_path;
+    y.cgroups++;
+  }
+}
+
+void Classifier::unindex(const Entry& e, uint64_t cgroup_id) {
+  online_.erase(cgroup_id);
+  auto drop = [](auto& m, const std::string& key, auto count) {
+    auto it = m.find(key);
+    if (it != m.end() && --count(it->second) == 0) m.erase(it);
+  };
+  auto self = [](size_t& n) -> size_t& { return n; };
+  if (e.id.qos == QosTier::BestEffort && !e.id.qos_path.empty()) drop(parents_, e.id.qos_path, self);
+  if (e.id.yarn) drop(parents_, e.id.yarn_root, self);
+  if (!e.id.pod_uid.empty()) drop(pods_by_uid_, e.id.pod_uid, [](Pod& p) -> size_t& { return p.cgroups; });
+  if (!e.id.yarn_container.empty())
+    drop(yarn_, e.id.yarn_container, [](YarnContainer& y) -> size_t& { return y.cgroups; });
+}
+
+const Classifier::Entry& Classifier::get(uint64_t cgroup_id, const std::string& path) {
+  auto it = cache_.find(cgroup_id);
+  if (it != cache_.end()) return it->second;
+  it = cache_.emplace(cgroup_id, classify(path)).first;
+  index(it->second, cgroup_id);
+  return it->second;
+}
+
+const Classifier::Entry* Classifier::find(uint64_t cgroup_id) const {
+  auto it = cache_.find(cgroup_id);
+  return it == cache_.end() ? nullptr : &it->second;
 }
 
 void Classifier::set_pods(std::unordered_map<std::string, PodMeta> pods) {
   pods_ = std::move(pods);
-  cache_.clear();
+  online_.clear();
+  parents_.clear();
+  pods_by_uid_.clear();
+  yarn_.clear();
+  for (auto& [id, e] : cache_) {
+    e = classify(e.path);
+    index(e, id);
+  }
+}
+
+void Classifier::forget(const std::vector<uint64_t>& gone) {
+  for (uint64_t id : gone) {
+    auto it = cache_.find(id);
+    if (it == cache_.end()) continue;
+    unindex(it->second, id);
+    cache_.erase(it);
+  }
 }
 
 void Classifier::retain(const std::vector<uint64_t>& alive) {
@@ -185,8 +245,20 @@ void Classifier::retain(const std::vector<uint64_t>& alive) {
     if (all && alive.size() == cache_.size()) return;
   }
   std::unordered_set<uint64_t> keep(alive.begin(), alive.end());
-  for (auto it = cache_.begin(); it != cache_.end();) it = keep.count(it->first) ? std::next(it) : cache_.erase(it);
+  std::vector<uint64_t> gone;
+  for (const auto& [id, _] : cache_)
+    if (!keep.count(id)) gone.push_back(id);
+  forget(gone);
 }
+
+namespace {
+
+bool at_or_below(const std::string& path, const std::string& parent) {
+  if (path.size() < parent.size() || path.compare(0, parent.size(), parent) != 0) return false;
+  return path.size() == parent.size() || parent == "/" || path[parent.size()] == '/';
+}
+
+}  // namespace
 
 NodeSignals rollup(const Sample& s, Classifier& classifier) {
   NodeSignals out;
@@ -194,67 +266,76 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
   out.interval_ns = s.interval_ns;
   double secs = s.interval_ns ? static_cast<double>(s.interval_ns) / 1e9 : 0;
 
-  std::unordered_map<uint64_t, const Classifier::Entry*> entries;
+  // Membership first: the sample's cgroups are known from now on, removed
+  // ones (or, for a complete sample, unlisted ones) no longer.
+  std::vector<const Classifier::Entry*> entries;
+  entries.reserve(s.cgroups.size());
+  for (const auto& c : s.cgroups) entries.push_back(&classifier.get(c.id, c.path));
+  classifier.forget(s.removed);
+  if (s.complete) {
+    std::vector<uint64_t> alive;
+    alive.reserve(s.cgroups.size());
+    for (const auto& c : s.cgroups) alive.push_back(c.id);
+    classifier.retain(alive);
+  }
+
   std::map<std::string, PodSignals> pods;  // by uid
+  for (const auto& [uid, p] : classifier.pods()) {
+    PodSignals& ps = pods[uid];
+    ps.uid = uid;
+    ps.path = p.path;
+    ps.cls = p.cls;
+    ps.qos = p.qos;
+  }
   std::map<std::string, YarnContainerSignals> yarn;
-  std::set<std::string> parents;
-  std::vector<uint64_t> alive;
-  for (const auto& c : s.cgroups) {
-    const auto& e = classifier.get(c.id, c.path);
-    entries[c.id] = &e;
-    alive.push_back(c.id);
-    auto& cls = out.classes[static_cast<size_t>(e.cls)];
-    const bool moved = counters_moved(c.interval);  // most cgroups of a big node did nothing
-    if (moved) counters_add(cls.interval, c.interval);
-    if (e.cls == CgroupClass::Online) out.online_cgroups.push_back(c.id);
-    if (e.id.qos == QosTier::BestEffort && !e.id.qos_path.empty()) parents.insert(e.id.qos_path);
-    if (e.id.yarn) parents.insert(e.id.yarn_root);
+  for (const auto& [id, y] : classifier.yarn_containers()) {
+    YarnContainerSignals& ys = yarn[id];
+    ys.container = id;
+    ys.path = y.path;
+  }
+  for (size_t i = 0; i < s.cgroups.size(); i++) {
+    const CgroupSample& c = s.cgroups[i];
+    const Classifier::Entry& e = *entries[i];
+    const bool moved = counters_moved(c.interval);  // a complete sample lists idle cgroups too
+    if (moved) counters_add(out.classes[static_cast<size_t>(e.cls)].interval, c.interval);
+    PodSignals* pod = nullptr;
     if (!e.id.pod_uid.empty()) {
-      auto& p = pods[e.id.pod_uid];
-      p.uid = e.id.pod_uid;
-      p.path = e.id.pod_path;
-      p.cls = e.cls;
-      p.qos = e.id.qos;
-      if (moved) counters_add(p.interval, c.interval);
-      p.throttle_interval.events += c.throttle_interval.events;
-      p.throttle_interval.throttled_ns += c.throttle_interval.throttled_ns;
-      p.cgroup_ids.push_back(c.id);
+      pod = &pods[e.id.pod_uid];
+      if (moved) counters_add(pod->interval, c.interval);
+      pod->throttle_interval.events += c.throttle_interval.events;
+      pod->throttle_interval.throttled_ns += c.throttle_interval.throttled_ns;
     }
-    if (!e.id.yarn_container.empty()) {
-      auto& y = yarn[e.id.yarn_container];
-      y.container = e.id.yarn_container;
-      y.path = e.id.yarn_container_path;
-      if (secs > 0) y.cpu_cores += static_cast<double>(c.interval.cpu_ns) / 1e9 / secs;
+    if (!e.id.yarn_container.empty() && secs > 0)
+      yarn[e.id.yarn_container].cpu_cores += static_cast<double>(c.interval.cpu_ns) / 1e9 / secs;
+    if (c.throttle_interval.throttled_ns) {
+      CgroupClass cls = pod ? pod->cls : e.cls;
+      if (cls == CgroupClass::System)
+        for (const auto& [parent, _] : classifier.offline_parents())
+          if (at_or_below(e.path, parent)) cls = CgroupClass::Offline;
+      out.throttled_ns[static_cast<size_t>(cls)] += c.throttle_interval.throttled_ns;
     }
   }
-  classifier.retain(alive);
 
   // Interference by class and pod, from the (victim, aggressor) pairs.
-  std::unordered_map<uint64_t, std::string> pod_of;
-  for (const auto& [uid, p] : pods)
-    for (auto id : p.cgroup_ids) pod_of[id] = uid;
   for (const auto& pr : s.pairs) {
+    const Classifier::Entry* v = classifier.find(pr.victim);
+    const Classifier::Entry* a = classifier.find(pr.aggressor);
+    if (!v || !a) continue;
     // Containers of one pod (app, sidecar, pause) share its CPU: at the
     // pod level a wait behind a sibling is a wait behind the pod itself.
-    auto pv = pod_of.find(pr.victim), pa = pod_of.find(pr.aggressor);
-    if (pv != pod_of.end() && pa != pod_of.end() && pv->second == pa->second) {
-      auto& c = pods[pv->second].interval.cause_ns;
+    if (!v->id.pod_uid.empty() && v->id.pod_uid == a->id.pod_uid) {
+      auto& c = pods[v->id.pod_uid].interval.cause_ns;
       uint64_t moved = std::min(c[KH_WAIT_OTHER_CGROUP], pr.wait_ns_interval);
       c[KH_WAIT_OTHER_CGROUP] -= moved;
       c[KH_WAIT_SAME_CGROUP] += moved;
     }
-    auto v = entries.find(pr.victim);
-    auto a = entries.find(pr.aggressor);
-    if (v == entries.end() || a == entries.end()) continue;
-    auto vc = static_cast<size_t>(v->second->cls);
-    auto ac = static_cast<size_t>(a->second->cls);
+    auto vc = static_cast<size_t>(v->cls);
+    auto ac = static_cast<size_t>(a->cls);
     out.classes[vc].wait_by_aggressor_class_ns[ac] += pr.wait_ns_interval;
-    if (a->second->cls == CgroupClass::Offline) {
-      auto pu = pod_of.find(pr.victim);
-      if (pu != pod_of.end()) pods[pu->second].offline_wait_ns += pr.wait_ns_interval;
-    }
-    if (v->second->cls == CgroupClass::Online && !a->second->id.yarn_container.empty()) {
-      auto& y = yarn[a->second->id.yarn_container];
+    if (a->cls == CgroupClass::Offline && !v->id.pod_uid.empty())
+      pods[v->id.pod_uid].offline_wait_ns += pr.wait_ns_interval;
+    if (v->cls == CgroupClass::Online && !a->id.yarn_container.empty()) {
+      auto& y = yarn[a->id.yarn_container];
       y.online_wait_caused_ns += pr.wait_ns_interval;
       y.online_wait_caused_ns_total += pr.wait_ns_total;
     }
@@ -270,7 +351,9 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
     if (secs > 0) c.cpu_cores = static_cast<double>(c.interval.cpu_ns) / 1e9 / secs;
   }
   for (auto& [_, y] : yarn) out.yarn.push_back(std::move(y));
-  out.offline_parents.assign(parents.begin(), parents.end());
+  out.online_cgroups.assign(classifier.online().begin(), classifier.online().end());
+  std::sort(out.online_cgroups.begin(), out.online_cgroups.end());
+  for (const auto& [parent, _] : classifier.offline_parents()) out.offline_parents.push_back(parent);
   return out;
 }
 

@@ -71,13 +71,18 @@ class Collector {
   // only, and copying every cgroup's totals with their histogram was a fifth
   // of its tick at thousands of cgroups. Off: `total` stays empty.
   void set_totals(bool on) { totals_ = on; }
+  // Whether samples list only the cgroups that moved, were named for the
+  // first time, or had throttling in the interval, with the rest left to
+  // consumers that remember them (Sample::complete false). At thousands of
+  // mostly idle cgroups, filling a sample entry for each was most of a tick.
+  void set_changes_only(bool on) { changes_only_ = on; }
 
   // Map entries deleted for cgroups that went away, since start.
   uint64_t forgotten() const { return forgotten_; }
 
  private:
   struct CgState {
-    std::string path;
+    CgroupPath path;
     CgroupCounters last_raw;
     CgroupCounters total;
     ThrottleCounters thr_last;  // last raw throttle reading
@@ -112,7 +117,9 @@ class Collector {
   std::optional<uint64_t> last_full_warn_;
   std::optional<uint64_t> last_removals_lost_;
   RawMaps raw_;         // the last read, updated in place by the next
-  bool totals_ = true;  // KH_CNT_REMOVALS_LOST at the last tick
+  bool totals_ = true;
+  bool changes_only_ = false;
+  size_t last_listed_ = 0;  // cgroups in the last sample
   uint64_t forgotten_ = 0;
 };
 

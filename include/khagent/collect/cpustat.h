@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -22,8 +23,8 @@ std::optional<std::string> v1_cpu_path(const std::string& proc_pid_cgroup);
 class ThrottleStatReader {
  public:
   virtual ~ThrottleStatReader() = default;
-  // Cumulative throttling of the cgroup at `path`; nullopt if unreadable.
-  virtual std::optional<ThrottleCounters> read(const std::string& path) = 0;
+  // Cumulative throttling of the cgroup `id` at `path`; nullopt if unreadable.
+  virtual std::optional<ThrottleCounters> read(uint64_t id, const std::string& path) = 0;
   // Called before each tick's reads.
   virtual void new_round() {}
 };
@@ -37,28 +38,36 @@ class CpuStatThrottleReader : public ThrottleStatReader {
   // root): cgroup v2 cpu.stat nr_throttled/throttled_usec where the cpu
   // controller is enabled, else the v1 cpu cgroup of one of its tasks
   // (nr_throttled/throttled_time). nullopt if neither can be read.
-  std::optional<ThrottleCounters> read(const std::string& path) override;
-
-  // Drops cached v2 -> v1 mappings (they are refreshed every 60 s anyway).
-  void forget(const std::string& path) { v1_cache_.erase(path); }
+  // `id` keys the cached v2 -> v1 mapping (refreshed every 60 s).
+  std::optional<ThrottleCounters> read(uint64_t id, const std::string& path) override;
 
   // Starts a new round of reads: a v1 cpu.stat shared by many cgroups is read
   // once per round.
-  void new_round() override { round_.clear(); }
+  // Also drops mappings unused for a while (cgroups that went away).
+  void new_round() override;
 
  private:
+  // A v1 cpu.stat, shared by the v2 cgroups whose tasks are in its cgroup.
+  struct V1File {
+    std::string path;
+    uint64_t round = 0;  // the round `value` was read in
+    std::optional<ThrottleCounters> value;
+  };
   struct V1Entry {
-    std::string stat_file;  // "" = the cgroup has no task to map through
+    std::shared_ptr<V1File> file;  // null: the cgroup has no task to map through
     std::chrono::steady_clock::time_point when;
   };
-  // The v1 cpu.stat of the cgroup at `path` (cached), or null.
-  const std::string* v1_stat_file(const std::string& path);
+  // The v1 cpu.stat of cgroup `id` at `path` (cached), or null.
+  V1File* v1_stat_file(uint64_t id, const std::string& path);
 
   std::string v2_root_;
   std::string v1_root_;
   std::string proc_root_;
-  std::unordered_map<std::string, V1Entry> v1_cache_;
-  std::unordered_map<std::string, std::optional<ThrottleCounters>> round_;  // v1 file -> value
+  // By cgroup id: hashing paths for every active cgroup every tick was a
+  // twentieth of the agent's tick at thousands of cgroups.
+  std::unordered_map<uint64_t, V1Entry> v1_cache_;
+  std::unordered_map<std::string, std::weak_ptr<V1File>> v1_files_;  // by path, consulted when mapping
+  uint64_t round_ = 1;
   int v2_has_cpu_ = -1;  // does the cgroup2 root offer the cpu controller? (-1: not known yet)
 };
 

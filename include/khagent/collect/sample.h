@@ -3,6 +3,8 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -58,9 +60,31 @@ struct ThrottleCounters {
   uint64_t throttled_ns = 0;
 };
 
+// A cgroup's path, relative to the cgroup2 mount ("/" for its root). The
+// collector names each cgroup once and every sample shares that string:
+// copying a path into each sample every tick was a sixth of the agent's
+// tick at thousands of cgroups.
+class CgroupPath {
+ public:
+  CgroupPath() = default;
+  CgroupPath(std::string p) : p_(std::make_shared<const std::string>(std::move(p))) {}  // NOLINT: implicit
+  CgroupPath(const char* p) : CgroupPath(std::string(p)) {}                               // NOLINT: implicit
+  const std::string& str() const {
+    static const std::string kEmpty;
+    return p_ ? *p_ : kEmpty;
+  }
+  operator const std::string&() const { return str(); }  // NOLINT: implicit, reads as the string
+  bool empty() const { return str().empty(); }
+  friend bool operator==(const CgroupPath& a, const std::string& b) { return a.str() == b; }
+  friend std::ostream& operator<<(std::ostream& o, const CgroupPath& p) { return o << p.str(); }
+
+ private:
+  std::shared_ptr<const std::string> p_;
+};
+
 struct CgroupSample {
   uint64_t id = 0;
-  std::string path;         // relative to the cgroup2 mount, "/" for its root
+  CgroupPath path;
   CgroupCounters total;     // since the agent started watching it
   CgroupCounters interval;  // during the last interval
   ThrottleCounters throttle_total;
@@ -79,7 +103,13 @@ struct Sample {
   uint64_t ts_ns = 0;        // CLOCK_REALTIME at the end of the interval
   uint64_t interval_ns = 0;  // length of the interval (0 for the first sample)
   ThrottleSource throttle_source = ThrottleSource::None;
+  // Every cgroup with map entries (complete), or only those whose counters
+  // or throttling moved in the interval and those named for the first time
+  // (not complete: Collector::set_changes_only). Consumers that need the
+  // idle ones too keep them from earlier samples until they are `removed`.
   std::vector<CgroupSample> cgroups;
+  bool complete = true;
+  std::vector<uint64_t> removed;  // cgroups the collector stopped tracking at this tick
   std::vector<PairSample> pairs;
   std::array<uint64_t, KH_NR_COUNTERS> bpf_counters{};
 };

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <unordered_set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -43,7 +44,11 @@ CgroupIdentity identify_cgroup(const std::string& path, const std::string& yarn_
 CgroupClass classify_cgroup(const std::string& path, const CgroupIdentity& id, const PodMeta* meta,
                             const ClassConfig& cfg);
 
-// Identity and class of each cgroup id, computed once per id.
+// Identity and class of each cgroup id, computed once per id, and the
+// membership derived from them: the online cgroups, the offline parents, the
+// pods and YARN containers with a known cgroup. A sample that lists only the
+// cgroups that moved (Sample::complete false) leaves the others known here
+// until the collector reports them removed.
 class Classifier {
  public:
   Classifier(ClassConfig cfg, std::string yarn_hierarchy)
@@ -51,21 +56,52 @@ class Classifier {
   struct Entry {
     CgroupIdentity id;
     CgroupClass cls = CgroupClass::System;
+    std::string path;
   };
+  // Adds the cgroup if it is new.
   const Entry& get(uint64_t cgroup_id, const std::string& path);
-  // New pod metadata: classes are recomputed.
+  // Null if the id is not known.
+  const Entry* find(uint64_t cgroup_id) const;
+  // New pod metadata: every known cgroup is classed again.
   void set_pods(std::unordered_map<std::string, PodMeta> pods);
+  // Drops these ids.
+  void forget(const std::vector<uint64_t>& gone);
   // Drops ids not in `alive`.
   void retain(const std::vector<uint64_t>& alive);
 
+  struct Pod {
+    std::string path;
+    CgroupClass cls = CgroupClass::Online;
+    QosTier qos = QosTier::None;
+    size_t cgroups = 0;
+  };
+  struct YarnContainer {
+    std::string path;
+    size_t cgroups = 0;
+  };
+  const std::unordered_set<uint64_t>& online() const { return online_; }
+  const std::map<std::string, size_t>& offline_parents() const { return parents_; }  // -> cgroups below
+  const std::map<std::string, Pod>& pods() const { return pods_by_uid_; }            // by uid
+  const std::map<std::string, YarnContainer>& yarn_containers() const { return yarn_; }
+  size_t size() const { return cache_.size(); }
+
  private:
+  Entry classify(const std::string& path) const;
+  void index(const Entry& e, uint64_t cgroup_id);
+  void unindex(const Entry& e, uint64_t cgroup_id);
+
   ClassConfig cfg_;
   std::string yarn_hierarchy_;
   std::unordered_map<std::string, PodMeta> pods_;
   std::unordered_map<uint64_t, Entry> cache_;
+  std::unordered_set<uint64_t> online_;
+  std::map<std::string, size_t> parents_;
+  std::map<std::string, Pod> pods_by_uid_;
+  std::map<std::string, YarnContainer> yarn_;
 };
 
-// Signals of one pod over the last interval, summed over its cgroups.
+// Signals of one pod over the last interval, summed over its cgroups (zero
+// for a pod none of whose cgroups moved).
 struct PodSignals {
   std::string uid;
   std::string path;
@@ -76,7 +112,6 @@ struct PodSignals {
   uint64_t offline_wait_ns = 0;  // wait while offline cgroups held the CPU
   double wait_p99_us = 0;
   double cpu_cores = 0;
-  std::vector<uint64_t> cgroup_ids;
 };
 
 // A YARN container and what it did to online work in the last interval.
@@ -98,9 +133,13 @@ struct ClassSignals {
 struct NodeSignals {
   uint64_t ts_ns = 0;
   uint64_t interval_ns = 0;
-  std::vector<PodSignals> pods;              // every pod with activity
+  std::vector<PodSignals> pods;              // every pod with a known cgroup
   std::array<ClassSignals, 3> classes{};     // by CgroupClass
-  std::vector<YarnContainerSignals> yarn;    // YARN containers seen
+  std::vector<YarnContainerSignals> yarn;    // every YARN container with a known cgroup
+  // Throttled time in the interval by class: a pod's cgroups by the pod's
+  // class, other online cgroups online, cgroups at or below an offline
+  // parent offline, the rest system.
+  std::array<uint64_t, 3> throttled_ns{};
   std::vector<uint64_t> online_cgroups;      // ids of online cgroups (protected)
   std::vector<std::string> offline_parents;  // QoS/YARN roots seen: besteffort, hadoop-yarn
 };
