@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -664,6 +665,47 @@ TEST_F(RunqHost, FastPathReportsLongWaitsOfProtectedCgroups) {
   sleep_s(0.3);
   ASSERT_TRUE((*fast)->drain_events().ok());
   EXPECT_TRUE(events.empty()) << events.size() << " events after the cgroup was unprotected";
+}
+
+// The protected map follows what the agent asks each tick: entries added,
+// thresholds changed, entries dropped, and the rate-limit state BPF keeps in
+// an entry that stays is left alone.
+TEST_F(RunqHost, ProtectedMapFollowsEachSync) {
+  int fd = bpf_obj_get(("/sys/fs/bpf/" + unique("khagent-test") + "/protected_cgroups").c_str());
+  ASSERT_GE(fd, 0) << "protected_cgroups not pinned: " << std::strerror(errno);
+  auto contents = [&] {
+    std::map<uint64_t, kh_protect> out;
+    uint64_t key = 0, next = 0;
+    const uint64_t* cur = nullptr;
+    kh_protect v{};
+    while (bpf_map_get_next_key(fd, cur, &next) == 0) {
+      if (bpf_map_lookup_elem(fd, &next, &v) == 0) out[next] = v;
+      key = next;
+      cur = &key;
+    }
+    return out;
+  };
+  ASSERT_TRUE(bpf_->sync_protected({{1, 100}, {2, 200}}).ok());
+  auto m = contents();
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[1].threshold_ns, 100u);
+  EXPECT_EQ(m[2].threshold_ns, 200u);
+  kh_protect rate{200, 777};  // as if BPF had sent an event for id 2
+  uint64_t two = 2;
+  ASSERT_EQ(bpf_map_update_elem(fd, &two, &rate, BPF_EXIST), 0);
+  ASSERT_TRUE(bpf_->sync_protected({{2, 200}, {3, 300}}).ok());
+  m = contents();
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m.count(1), 0u);
+  EXPECT_EQ(m[2].last_event_ns, 777u) << "an entry that stays keeps its rate-limit state";
+  EXPECT_EQ(m[3].threshold_ns, 300u);
+  ASSERT_TRUE(bpf_->sync_protected({{2, 250}}).ok());
+  m = contents();
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[2].threshold_ns, 250u);
+  ASSERT_TRUE(bpf_->sync_protected({}).ok());
+  EXPECT_TRUE(contents().empty());
+  ::close(fd);
 }
 
 // A wait that lasts: a busy task of a protected cgroup preempted on CPU 0 by

@@ -221,7 +221,7 @@ int Agent::run() {
   index_ = std::make_unique<CgroupIndex>(mounts_.cgroup2);
   cpu_stat_ = std::make_unique<CpuStatThrottleReader>(mounts_.cgroup2, mounts_.cpu_v1);
   collector_ = std::make_unique<Collector>(*maps_, *index_, cpu_stat_.get(), bpf_->throttle_source());
-  collector_->set_totals(false);        // decisions and metrics use intervals only
+  collector_->set_totals(false);       // decisions and metrics use intervals only
   collector_->set_changes_only(true);  // the classifier remembers idle cgroups
   classifier_ = std::make_unique<Classifier>(cfg_.classes, cfg_.offline.yarn_hierarchy);
   cgfs_ = std::make_unique<RealCgroupFs>(roots);

@@ -98,7 +98,8 @@ CpuStatThrottleReader::V1File* CpuStatThrottleReader::v1_stat_file(uint64_t id, 
     }
   }
   // Files no cgroup maps to any more.
-  if (v1_files_.size() > 2 * v1_cache_.size() + 64) std::erase_if(v1_files_, [](const auto& f) { return f.second.expired(); });
+  if (v1_files_.size() > 2 * v1_cache_.size() + 64)
+    std::erase_if(v1_files_, [](const auto& f) { return f.second.expired(); });
   V1Entry& e = v1_cache_[id];
   e = V1Entry{std::move(shared), now};
   return e.file.get();

@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "khagent/config/config.h"
+#include "khagent/util/clock.h"
 #include "runq.skel.h"
 
 namespace khagent {
@@ -398,21 +399,39 @@ Result<void> RunqBpf::scan_waits() {
 }
 
 Result<void> RunqBpf::sync_protected(const std::unordered_map<uint64_t, uint64_t>& want) {
+  constexpr uint64_t kReadBackNs = 60'000'000'000ULL;
   int fd = bpf_map__fd(skel_->maps.protected_cgroups);
-  std::vector<uint64_t> stale;
-  uint64_t key = 0, next = 0;
-  const uint64_t* cur = nullptr;
-  while (bpf_map_get_next_key(fd, cur, &next) == 0) {
-    if (!want.count(next)) stale.push_back(next);
-    key = next;
-    cur = &key;
-  }
-  for (uint64_t id : stale) bpf_map_delete_elem(fd, &id);
-  for (const auto& [id, threshold] : want) {
+  const uint64_t now = mono_ns();
+  if (!protected_known_ || now - protected_read_ns_ >= kReadBackNs) {
+    protected_.clear();
+    uint64_t key = 0, next = 0;
+    const uint64_t* cur = nullptr;
     kh_protect v{};
-    if (bpf_map_lookup_elem(fd, &id, &v) == 0 && v.threshold_ns == threshold) continue;
+    while (bpf_map_get_next_key(fd, cur, &next) == 0) {
+      if (bpf_map_lookup_elem(fd, &next, &v) == 0) protected_[next] = v.threshold_ns;
+      key = next;
+      cur = &key;
+    }
+    protected_known_ = true;
+    protected_read_ns_ = now;
+  }
+  std::vector<uint64_t> stale;
+  for (const auto& [id, _] : protected_)
+    if (!want.count(id)) stale.push_back(id);
+  for (uint64_t id : stale) {
+    bpf_map_delete_elem(fd, &id);
+    protected_.erase(id);
+  }
+  for (const auto& [id, threshold] : want) {
+    auto have = protected_.find(id);
+    if (have != protected_.end() && have->second == threshold) continue;
+    kh_protect v{};
     v.threshold_ns = threshold;
-    if (bpf_map_update_elem(fd, &id, &v, BPF_ANY) != 0) return make_error(errno, "updating protected_cgroups");
+    if (bpf_map_update_elem(fd, &id, &v, BPF_ANY) != 0) {
+      protected_known_ = false;  // read it back next time
+      return make_error(errno, "updating protected_cgroups");
+    }
+    protected_[id] = threshold;
   }
   return {};
 }

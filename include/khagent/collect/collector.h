@@ -116,7 +116,7 @@ class Collector {
   std::optional<uint64_t> last_full_;      // failed inserts (stats + pairs) at the last tick
   std::optional<uint64_t> last_full_warn_;
   std::optional<uint64_t> last_removals_lost_;
-  RawMaps raw_;         // the last read, updated in place by the next
+  RawMaps raw_;  // the last read, updated in place by the next
   bool totals_ = true;
   bool changes_only_ = false;
   size_t last_listed_ = 0;  // cgroups in the last sample

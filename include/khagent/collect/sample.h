@@ -68,7 +68,7 @@ class CgroupPath {
  public:
   CgroupPath() = default;
   CgroupPath(std::string p) : p_(std::make_shared<const std::string>(std::move(p))) {}  // NOLINT: implicit
-  CgroupPath(const char* p) : CgroupPath(std::string(p)) {}                               // NOLINT: implicit
+  CgroupPath(const char* p) : CgroupPath(std::string(p)) {}                             // NOLINT: implicit
   const std::string& str() const {
     static const std::string kEmpty;
     return p_ ? *p_ : kEmpty;

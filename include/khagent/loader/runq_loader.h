@@ -104,7 +104,9 @@ class RunqBpf {
   const std::vector<std::string>& pinned() const { return pinned_; }
 
   // Makes the protected map hold exactly `want` (cgroup id -> threshold ns),
-  // keeping the rate-limit state of entries that stay.
+  // keeping the rate-limit state of entries that stay. Only the difference
+  // from the last call is written; the map is read back whole once a minute
+  // (walking it every tick cost two syscalls per online cgroup).
   Result<void> sync_protected(const std::unordered_map<uint64_t, uint64_t>& want);
 
   // Over-threshold waits of protected cgroups. `poll` calls `on_event` for
@@ -140,7 +142,10 @@ class RunqBpf {
   std::vector<std::string> pinned_;
   bool replace_ = true;
   bool scan_ = false;
-  bool removals_ = false;  // handle_cgroup_rmdir attached
+  bool removals_ = false;                             // handle_cgroup_rmdir attached
+  std::unordered_map<uint64_t, uint64_t> protected_;  // what the protected map holds, as last synced
+  bool protected_known_ = false;
+  uint64_t protected_read_ns_ = 0;  // when the map was last read back
 };
 
 // Routes libbpf's messages to the agent's log (warnings and above by default,

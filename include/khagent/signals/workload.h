@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <unordered_set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "khagent/collect/sample.h"
@@ -133,9 +133,9 @@ struct ClassSignals {
 struct NodeSignals {
   uint64_t ts_ns = 0;
   uint64_t interval_ns = 0;
-  std::vector<PodSignals> pods;              // every pod with a known cgroup
-  std::array<ClassSignals, 3> classes{};     // by CgroupClass
-  std::vector<YarnContainerSignals> yarn;    // every YARN container with a known cgroup
+  std::vector<PodSignals> pods;            // every pod with a known cgroup
+  std::array<ClassSignals, 3> classes{};   // by CgroupClass
+  std::vector<YarnContainerSignals> yarn;  // every YARN container with a known cgroup
   // Throttled time in the interval by class: a pod's cgroups by the pod's
   // class, other online cgroups online, cgroups at or below an offline
   // parent offline, the rest system.
