@@ -955,6 +955,40 @@ int scan_waits(struct bpf_iter__task *ctx)
 }
 
 /*
+ * The agent's reader of cgroup_stats (attached to that map): writes the id
+ * and value of each entry that moved since its last read, and nothing for
+ * the others, so that a tick at thousands of mostly idle cgroups copies only
+ * what changed. A record is written before the entry is marked seen: one
+ * that did not fit in this read() is shown again in the next. The copy may
+ * be a CPU's flush apart from the marks; what it missed shows next time.
+ */
+SEC("iter/bpf_map_elem")
+int read_moved_stats(struct bpf_iter__bpf_map_elem *ctx)
+{
+	struct seq_file *seq = ctx->meta->seq;
+	struct kh_cgroup_stats *v = ctx->value;
+	__u64 *key = ctx->key;
+	__u64 id, waits, wait_ns, cpu_ns, preemptions;
+
+	if (!key || !v)
+		return 0;
+	id = *key; /* map helpers and seq writes take it from the stack */
+	waits = v->waits;
+	wait_ns = v->wait_ns;
+	cpu_ns = v->cpu_ns;
+	preemptions = v->preemptions;
+	if (v->seen[0] == waits && v->seen[1] == wait_ns && v->seen[2] == cpu_ns && v->seen[3] == preemptions)
+		return 0;
+	if (bpf_seq_write(seq, &id, sizeof(id)) || bpf_seq_write(seq, v, sizeof(*v)))
+		return 0; /* overflowed: this entry comes first in the next read() */
+	v->seen[0] = waits;
+	v->seen[1] = wait_ns;
+	v->seen[2] = cpu_ns;
+	v->seen[3] = preemptions;
+	return 0;
+}
+
+/*
  * A cgroup was removed. Only default-hierarchy (v2) cgroups have ids here:
  * v1 hierarchies (hierarchy_id 1 and up on hybrid hosts) are skipped, and so
  * are cgroups that never had counts. A full queue is counted; the userspace

@@ -485,6 +485,69 @@ TEST_F(RunqHost, RemovedCgroupsAreForgotten) {
   EXPECT_GE(col.forgotten(), 1u);
 }
 
+// The kernel-side reader of moved entries (iter/bpf_map_elem on
+// cgroup_stats) gives the collector the same counts as whole reads of the
+// map: run alongside a collector that reads whole, each cgroup's sum of
+// intervals agrees once the load has stopped, and an idle cgroup is not
+// copied out at all.
+TEST_F(RunqHost, TheMovedReaderGivesWhatWholeReadsGive) {
+  RunqMapFds fds = bpf_->map_fds(true);
+  ASSERT_GE(fds.moved_reader, 0) << "read_moved_stats did not attach (see the log)";
+  BpfMapSource moved_src(fds);
+  CgroupIndex index(m_.cgroup2);
+  Collector whole(*maps_, index, nullptr, ThrottleSource::None);
+  Collector moved(moved_src, index, nullptr, ThrottleSource::None);
+  whole.set_changes_only(true);
+  moved.set_changes_only(true);
+  auto& busy = cgroup("busy");
+  auto& sleepy = cgroup("sleepy");
+  auto& idle = cgroup("idle");
+  std::map<uint64_t, uint64_t> waits_whole, waits_moved, cpu_whole, cpu_moved;
+  auto add = [](const Sample& s, std::map<uint64_t, uint64_t>& waits, std::map<uint64_t, uint64_t>& cpu) {
+    for (const auto& c : s.cgroups) {
+      waits[c.id] += c.interval.waits;
+      cpu[c.id] += c.interval.cpu_ns;
+    }
+  };
+  uint64_t tick = 0;
+  size_t idle_listed = 0;
+  auto tick_both = [&] {
+    tick++;
+    auto a = whole.tick_at(tick * 200'000'000, tick);
+    auto b = moved.tick_at(tick * 200'000'000, tick);
+    ASSERT_TRUE(a.ok() && b.ok());
+    add(*a, waits_whole, cpu_whole);
+    add(*b, waits_moved, cpu_moved);
+    for (const auto& c : b->cgroups) idle_listed += c.id == idle.id() && tick > 2;
+  };
+  {
+    Child i({idle.dir() + "/cgroup.procs"}, kCpu, 0, [] { sleep_loop(1000000); });
+    sleep_s(0.05);
+    i.stop();  // it ran once: it has an entry, then nothing moves
+  }
+  spawn(busy, 0, [] { busy_loop(); });
+  spawn(sleepy, 0, [] { sleep_loop(1000); });
+  for (int i = 0; i < 8; i++) {
+    sleep_s(0.2);
+    tick_both();
+  }
+  children_.clear();  // stop the load
+  sleep_s(0.1);       // every CPU's batch flushed (10 ms, or going idle)
+  tick_both();
+  tick_both();
+  EXPECT_GT(moved_src.moved_reads(), 0u);
+  for (const TestCgroup* cg : {&busy, &sleepy}) {
+    EXPECT_GT(waits_whole[cg->id()] + cpu_whole[cg->id()], 0u) << cg->rel;
+    EXPECT_EQ(waits_moved[cg->id()], waits_whole[cg->id()]) << cg->rel;
+    EXPECT_EQ(cpu_moved[cg->id()], cpu_whole[cg->id()]) << cg->rel;
+  }
+  EXPECT_EQ(idle_listed, 0u) << "an idle cgroup was listed";
+  std::printf("moved reader: %llu moved reads; busy %llu waits, sleepy %llu waits\n",
+              static_cast<unsigned long long>(moved_src.moved_reads()),
+              static_cast<unsigned long long>(waits_moved[busy.id()]),
+              static_cast<unsigned long long>(waits_moved[sleepy.id()]));
+}
+
 // On a cgroup2 mount as root, ids resolve by file handle (no tree walk) and
 // a removed cgroup is found by its stale handle within seconds, well before
 // the next full walk (a minute).

@@ -294,3 +294,108 @@ TEST(Collector, ChangesOnlyListsWhatMovedAndReportsRemovals) {
   EXPECT_TRUE(s->complete);
   EXPECT_EQ(ids(*s), std::vector<uint64_t>{a});  // idle, listed
 }
+
+namespace {
+
+// Like the BPF source with its moved reader: after a whole first read, each
+// read brings only the entries that changed since the last one (and keeps
+// the rest as they were); deletions show only at a whole read.
+struct MovedOnlyMaps : MapSource {
+  RawMaps next;
+  std::map<uint64_t, CgroupCounters> last;  // what the reader last handed out
+  Result<void> read_into(RawMaps& into) override {
+    into.removed = next.removed;
+    into.throttle = next.throttle;
+    into.counters = next.counters;
+    into.pairs = next.pairs;
+    into.moved.clear();
+    if (!into.primed) {
+      into.cgroups = next.cgroups;
+      into.moved_only = false;
+      into.primed = true;
+    } else {
+      into.moved_only = true;
+      for (const auto& [id, c] : next.cgroups) {
+        auto l = last.find(id);
+        if (l != last.end() && l->second.waits == c.waits && l->second.cpu_ns == c.cpu_ns) continue;
+        into.cgroups[id] = c;
+        into.moved.push_back(id);
+      }
+    }
+    last.clear();
+    for (const auto& [id, c] : next.cgroups) last[id] = c;
+    return {};
+  }
+  void forget(const std::vector<uint64_t>& ids, const std::vector<std::pair<uint64_t, uint64_t>>&) override {
+    for (auto id : ids) next.cgroups.erase(id);
+  }
+  bool reports_removals() const override { return true; }
+};
+
+}  // namespace
+
+// The agent's collector over a source that reads only what moved lists the
+// same cgroups with the same intervals as over one that reads every entry:
+// a cgroup is named once, listed when it moves, and reported removed when
+// the kernel says so; one not named yet is tried again each tick.
+TEST(Collector, AReaderOfWhatMovedGivesTheSameSamples) {
+  TempDir t;
+  fs::create_directories(t.path / "a");
+  fs::create_directories(t.path / "b");
+  uint64_t a = ino(t.path / "a"), b = ino(t.path / "b");
+  CgroupIndex idx(t.path.string());
+  FakeMaps whole_maps;
+  MovedOnlyMaps moved_maps;
+  Collector whole(whole_maps, idx, nullptr, ThrottleSource::None);
+  Collector moved(moved_maps, idx, nullptr, ThrottleSource::None);
+  whole.set_changes_only(true);
+  moved.set_changes_only(true);
+  auto set = [&](uint64_t id, const CgroupCounters& c) {
+    whole_maps.next.cgroups[id] = c;
+    moved_maps.next.cgroups[id] = c;
+  };
+  auto listed = [](const Sample& s) {
+    std::map<uint64_t, uint64_t> v;  // id -> interval waits
+    for (const auto& cs : s.cgroups) v[cs.id] = cs.interval.waits;
+    return v;
+  };
+  set(a, counters(10, 10'000, 1'000'000));
+  set(b, counters(1, 1'000, 100'000));
+  uint64_t tick = 0;
+  auto both = [&](const std::map<uint64_t, uint64_t>& want, const std::vector<uint64_t>& removed = {}) {
+    tick++;
+    auto s1 = whole.tick_at(tick * 1'000'000'000, tick);
+    auto s2 = moved.tick_at(tick * 1'000'000'000, tick);
+    ASSERT_TRUE(s1.ok() && s2.ok());
+    EXPECT_EQ(listed(*s1), want) << "tick " << tick;
+    EXPECT_EQ(listed(*s2), want) << "tick " << tick;
+    EXPECT_EQ(s2->removed, removed) << "tick " << tick;
+  };
+  both({{a, 10}, {b, 1}});  // both named at the first tick, counting from the start
+  set(a, counters(30, 50'000, 3'000'000));
+  both({{a, 20}});
+  both({});
+  set(b, counters(4, 4'000, 400'000));
+  both({{b, 3}});
+
+  // A cgroup whose directory comes later: tried again each tick until named.
+  const uint64_t c = 987'654'321;  // no such inode yet
+  set(c, counters(5, 5'000, 500'000));
+  both({});
+  both({});
+
+  // Removed: the kernel's report removes it from both.
+  whole_maps.next.removed = {a};
+  moved_maps.next.removed = {a};
+  tick++;
+  auto s1 = whole.tick_at(tick * 1'000'000'000, tick);
+  auto s2 = moved.tick_at(tick * 1'000'000'000, tick);
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  EXPECT_EQ(s2->removed, std::vector<uint64_t>{a});
+  EXPECT_EQ(s1->removed, std::vector<uint64_t>{a});
+  EXPECT_EQ(moved_maps.next.cgroups.count(a), 0u);  // its entry deleted
+  whole_maps.next.removed.clear();
+  moved_maps.next.removed.clear();
+  set(b, counters(5, 5'000, 500'000));
+  both({{b, 1}});
+}

@@ -217,7 +217,7 @@ int Agent::run() {
     spdlog::error("{}", r.error().str());
     return 1;
   }
-  maps_ = std::make_unique<BpfMapSource>(bpf_->map_fds());
+  maps_ = std::make_unique<BpfMapSource>(bpf_->map_fds(true));
   index_ = std::make_unique<CgroupIndex>(mounts_.cgroup2);
   cpu_stat_ = std::make_unique<CpuStatThrottleReader>(mounts_.cgroup2, mounts_.cpu_v1);
   collector_ = std::make_unique<Collector>(*maps_, *index_, cpu_stat_.get(), bpf_->throttle_source());

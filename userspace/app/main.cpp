@@ -65,7 +65,7 @@ int run_observe(const khagent::CliOptions& o) {
   } else {
     spdlog::info("{} cgroups under {}", *n, mounts->cgroup2);
   }
-  BpfMapSource maps((*bpf)->map_fds());
+  BpfMapSource maps((*bpf)->map_fds(true));
   CpuStatThrottleReader cpu_stat(mounts->cgroup2, mounts->cpu_v1);
   Collector collector(maps, index, &cpu_stat, (*bpf)->throttle_source());
   ObserveView view{o.cgroup_prefix, o.limit};

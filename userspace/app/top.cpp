@@ -196,7 +196,7 @@ int run_top(const CliOptions& o) {
     spdlog::error("{}", n.error().str());
     return 1;
   }
-  BpfMapSource maps((*bpf)->map_fds());
+  BpfMapSource maps((*bpf)->map_fds(true));
   CpuStatThrottleReader cpu_stat(mounts->cgroup2, mounts->cpu_v1);
   Collector collector(maps, index, &cpu_stat, (*bpf)->throttle_source());
   Classifier classifier(cfg->classes, cfg->offline.yarn_hierarchy);

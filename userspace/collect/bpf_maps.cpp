@@ -2,6 +2,7 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,6 +12,9 @@
 #include <vector>
 
 #include <spdlog/spdlog.h>
+
+#include "khagent/util/clock.h"
+#include "khagent/util/file.h"
 
 namespace khagent {
 
@@ -89,6 +93,46 @@ Result<void> BpfMapSource::read_into(RawMaps& raw) {
     if (errno != ENOENT) return make_error(errno, "reading removed_cgroups");
   }
 
+  // cgroup_stats: only what moved where the reader is attached, whole once
+  // a minute (entries deleted by another reader of the pins drop out then)
+  // and whenever the last read is not at hand.
+  constexpr uint64_t kWholeReadNs = 60'000'000'000ULL;
+  const uint64_t now = mono_ns();
+  bool done = false;
+  if (fds_.moved_reader >= 0 && raw.primed && now - full_read_ns_ < kWholeReadNs) done = read_stats_moved(raw);
+  if (!done) {
+    if (auto r = read_stats_whole(raw); !r) return r;
+    full_read_ns_ = now;
+  }
+
+  raw.pairs.clear();
+  auto r = for_each_entry<kh_pair, kh_pair_stats>(
+      fds_.interference, batch_ok_, pair_buf_, [&](const kh_pair& k, const kh_pair_stats& v) {
+        raw.pairs.push_back(RawPair{k.victim, k.aggressor, v.wait_ns, v.count});
+      });
+  if (!r) return make_error(r.error().err, "reading interference: " + r.error().message);
+
+  raw.throttle.clear();
+  if (fds_.throttle_stats >= 0) {
+    r = for_each_entry<uint64_t, kh_throttle_stats>(fds_.throttle_stats, batch_ok_, throttle_buf_,
+                                                    [&](const uint64_t& id, const kh_throttle_stats& v) {
+                                                      raw.throttle[id] = ThrottleCounters{v.events, v.throttled_ns};
+                                                    });
+    if (!r) return make_error(r.error().err, "reading throttle_stats: " + r.error().message);
+  }
+
+  counter_vals_.resize(static_cast<size_t>(ncpus_));
+  raw.counters.fill(0);
+  for (uint32_t k = 0; k < KH_NR_COUNTERS; k++) {
+    if (bpf_map_lookup_elem(fds_.counters, &k, counter_vals_.data()) != 0) return make_error(errno, "reading counters");
+    for (auto v : counter_vals_) raw.counters[k] += v;
+  }
+  return {};
+}
+
+Result<void> BpfMapSource::read_stats_whole(RawMaps& raw) {
+  raw.moved_only = false;
+  raw.moved.clear();
   // Entries are updated in place: an entry whose counts did not move since
   // the last read (most of them, on a node with thousands of cgroups) costs
   // a lookup and a compare, no allocation and no copy.
@@ -114,6 +158,7 @@ Result<void> BpfMapSource::read_into(RawMaps& raw) {
       });
   if (!r) {
     raw.cgroups.clear();  // nothing half-updated
+    raw.primed = false;
     return make_error(r.error().err, "reading cgroup_stats: " + r.error().message);
   }
   if (kept != before) {  // entries deleted since the last read (by us or another reader)
@@ -122,29 +167,55 @@ Result<void> BpfMapSource::read_into(RawMaps& raw) {
       it = now.count(it->first) ? std::next(it) : raw.cgroups.erase(it);
   }
 
-  raw.pairs.clear();
-  r = for_each_entry<kh_pair, kh_pair_stats>(fds_.interference, batch_ok_, pair_buf_,
-                                             [&](const kh_pair& k, const kh_pair_stats& v) {
-                                               raw.pairs.push_back(RawPair{k.victim, k.aggressor, v.wait_ns, v.count});
-                                             });
-  if (!r) return make_error(r.error().err, "reading interference: " + r.error().message);
-
-  raw.throttle.clear();
-  if (fds_.throttle_stats >= 0) {
-    r = for_each_entry<uint64_t, kh_throttle_stats>(fds_.throttle_stats, batch_ok_, throttle_buf_,
-                                                    [&](const uint64_t& id, const kh_throttle_stats& v) {
-                                                      raw.throttle[id] = ThrottleCounters{v.events, v.throttled_ns};
-                                                    });
-    if (!r) return make_error(r.error().err, "reading throttle_stats: " + r.error().message);
-  }
-
-  counter_vals_.resize(static_cast<size_t>(ncpus_));
-  raw.counters.fill(0);
-  for (uint32_t k = 0; k < KH_NR_COUNTERS; k++) {
-    if (bpf_map_lookup_elem(fds_.counters, &k, counter_vals_.data()) != 0) return make_error(errno, "reading counters");
-    for (auto v : counter_vals_) raw.counters[k] += v;
-  }
+  raw.primed = true;
   return {};
+}
+
+bool BpfMapSource::read_stats_moved(RawMaps& raw) {
+  raw.moved.clear();
+  int fd = bpf_iter_create(fds_.moved_reader);
+  if (fd < 0) {
+    spdlog::warn("creating a read_moved_stats iterator: {}; reading cgroup_stats whole", std::strerror(errno));
+    return false;
+  }
+  Fd owned(fd);
+  constexpr size_t kRecord = sizeof(uint64_t) + sizeof(kh_cgroup_stats);
+  if (iter_buf_.size() < (64u << 10)) iter_buf_.resize(64u << 10);
+  size_t have = 0;  // bytes of a record cut by the last read()
+  for (;;) {
+    ssize_t n = ::read(fd, iter_buf_.data() + have, iter_buf_.size() - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      // Entries already marked seen were read into `raw`; the next read is
+      // whole all the same, so nothing that moved is lost.
+      spdlog::warn("reading the read_moved_stats iterator: {}; reading cgroup_stats whole", std::strerror(errno));
+      raw.primed = false;
+      return false;
+    }
+    if (n == 0) break;
+    have += static_cast<size_t>(n);
+    size_t off = 0;
+    for (; have - off >= kRecord; off += kRecord) {
+      uint64_t id;
+      kh_cgroup_stats st;
+      std::memcpy(&id, iter_buf_.data() + off, sizeof id);
+      std::memcpy(&st, iter_buf_.data() + off + sizeof id, sizeof st);
+      CgroupCounters& c = raw.cgroups[id];
+      c.wait_ns = st.wait_ns;
+      c.waits = st.waits;
+      c.cpu_ns = st.cpu_ns;
+      c.preemptions = st.preemptions;
+      for (int i = 0; i < KH_NR_WAIT_CAUSES; i++) c.cause_ns[i] = st.cause_ns[i];
+      for (int i = 0; i < KH_HIST_BUCKETS; i++) c.hist[i] = st.hist[i];
+      raw.moved.push_back(id);
+    }
+    std::memmove(iter_buf_.data(), iter_buf_.data() + off, have - off);
+    have -= off;
+  }
+  raw.moved_only = true;
+  moved_reads_++;
+  spdlog::trace("cgroup_stats: {} of {} entries moved", raw.moved.size(), raw.cgroups.size());
+  return true;
 }
 
 void BpfMapSource::forget(const std::vector<uint64_t>& ids, const std::vector<std::pair<uint64_t, uint64_t>>& pairs) {

@@ -68,15 +68,28 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
   const uint64_t lost = raw->counters[KH_CNT_REMOVALS_LOST];
   const bool removals_complete = maps_.reports_removals() && last_removals_lost_ && lost == *last_removals_lost_;
   last_removals_lost_ = lost;
+  // Where the source read only what moved, a new id is among the moved
+  // ones, or still waiting for its name (pending_).
+  const bool moved_view = changes_only_ && raw->moved_only;
   bool unknown = false;
-  for (const auto& [id, _] : raw->cgroups)
-    if (!cgroups_.count(id) && !index_.path_of(id) && !(handles && index_.resolve(id))) {
-      unknown = true;
-      if (!handles) break;
-      // Its handle is stale: removed before it was ever named. Delete it
-      // now rather than at the next full walk.
-      if (index_.alive(id) == CgroupIndex::Liveness::Gone) gone.insert(id);
-    }
+  auto check_new = [&](uint64_t id) {
+    if (cgroups_.count(id) || index_.path_of(id) || (handles && index_.resolve(id))) return true;
+    unknown = true;
+    if (!handles) return false;
+    // Its handle is stale: removed before it was ever named. Delete it
+    // now rather than at the next full walk.
+    if (index_.alive(id) == CgroupIndex::Liveness::Gone) gone.insert(id);
+    return true;
+  };
+  if (moved_view) {
+    for (uint64_t id : raw->moved)
+      if (!check_new(id)) break;
+    for (uint64_t id : pending_)
+      if (!unknown && !check_new(id)) break;
+  } else {
+    for (const auto& [id, _] : raw->cgroups)
+      if (!check_new(id)) break;
+  }
   bool rescanned = false;
   const uint64_t period = handles ? kHandleRescanPeriodNs : kRescanPeriodNs;
   if (!last_rescan_ || ((unknown || filling) && !handles && mono_ns - *last_rescan_ >= kRescanMinNs) ||
@@ -115,22 +128,31 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
   out.bpf_counters = raw->counters;
 
   out.complete = !changes_only_;
-  for (const auto& [id, now] : raw->cgroups) {
+  // Each entry to look at this tick (all of them, or where the source read
+  // only what moved: the moved ones, those waiting for a name or reported
+  // removed, and those whose throttling is read or may have changed).
+  std::vector<uint64_t> watch;  // active with cpu.stat as the source: read again next tick
+  auto visit = [&](uint64_t id, const CgroupCounters& now) {
     auto it = cgroups_.find(id);
     if ((rescanned && !index_.path_of(id)) || gone.count(id)) {
       // Not in the tree after a fresh walk: the cgroup was removed (or is not
       // visible from this mount namespace). Delete its entries.
       dead.push_back(id);
+      pending_.erase(id);
       if (it != cgroups_.end()) {
         cgroups_.erase(it);
         out.removed.push_back(id);
       }
-      continue;
+      return;
     }
     bool named = false;
     if (it == cgroups_.end()) {
       auto path = index_.path_of(id);
-      if (!path) continue;  // new since the last walk: resolved on a later tick
+      if (!path) {  // new since the last walk: resolved on a later tick
+        pending_.insert(id);
+        return;
+      }
+      pending_.erase(id);
       CgState st;
       st.path = *path;
       // Counts accumulated before the first tick belong to this agent run
@@ -162,7 +184,7 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     st.thr_total.throttled_ns += thr.throttled_ns;
     if (changes_only_ && !moved && !named && thr.events == 0 && thr.throttled_ns == 0) {
       st.active_prev = false;
-      continue;
+      return;
     }
     // Built in place: a sample carries two sets of counters with their
     // histograms (about 2 KB), and copying it was most of a tick's work.
@@ -172,23 +194,51 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     if (moved) {
       cs.interval = counters_delta(now, st.last_raw);
       st.last_raw = now;
-      counters_add(st.total, cs.interval);
+      if (totals_) counters_add(st.total, cs.interval);  // the agent keeps no totals
     }
     if (totals_) cs.total = st.total;
     cs.throttle_interval = thr;
     cs.throttle_total = st.thr_total;
     st.active_prev = cs.interval.cpu_ns > 0 || cs.interval.waits > 0;
-  }
+    if (st.active_prev && source_ == ThrottleSource::CpuStat) watch.push_back(id);
+  };
+  const bool partial = moved_view && !rescanned;
+  if (partial) {
+    std::unordered_set<uint64_t> todo(raw->moved.begin(), raw->moved.end());
+    todo.insert(pending_.begin(), pending_.end());
+    todo.insert(watch_.begin(), watch_.end());
+    todo.insert(gone.begin(), gone.end());
+    for (const auto& [id, _] : raw->throttle) todo.insert(id);
+    for (uint64_t id : todo) {
+      auto r = raw->cgroups.find(id);
+      if (r != raw->cgroups.end()) {
+        visit(id, r->second);
+        continue;
+      }
+      pending_.erase(id);
+      auto it = cgroups_.find(id);
+      if (it != cgroups_.end() && gone.count(id)) {  // its entry went with it
+        cgroups_.erase(it);
+        out.removed.push_back(id);
+      }
+    }
+  } else {
+    pending_.clear();
+    for (const auto& [id, now] : raw->cgroups) visit(id, now);
 
-  // Entries deleted (here, or by another reader of the pins): drop our state too.
-  for (auto it = cgroups_.begin(); it != cgroups_.end();) {
-    if (it->second.seen_tick != tick) {
-      out.removed.push_back(it->first);
-      it = cgroups_.erase(it);
-    } else {
-      ++it;
+    // Entries deleted (here, or by another reader of the pins): drop our
+    // state too. (A source that reads only what moved keeps every entry
+    // until a whole read.)
+    for (auto it = cgroups_.begin(); it != cgroups_.end();) {
+      if (it->second.seen_tick != tick) {
+        out.removed.push_back(it->first);
+        it = cgroups_.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
+  watch_ = std::move(watch);
 
   last_listed_ = out.cgroups.size();
   std::unordered_set<uint64_t> dead_set(dead.begin(), dead.end());
@@ -219,6 +269,7 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
 
   if (!dead.empty() || !dead_pairs.empty()) {
     maps_.forget(dead, dead_pairs);
+    for (uint64_t id : dead) raw_.cgroups.erase(id);  // a source reading only what moved keeps the rest
     forgotten_ += dead.size() + dead_pairs.size();
     spdlog::debug("forgot {} gone cgroups and {} pairs", dead.size(), dead_pairs.size());
   }

@@ -276,6 +276,19 @@ Result<void> RunqBpf::attach() {
           "idle ones every few seconds",
           std::strerror(errno));
   }
+  // The reader of moved cgroup_stats entries, bound to that map. Without it
+  // every tick copies the whole map.
+  {
+    union bpf_iter_link_info info{};
+    info.map.map_fd = static_cast<__u32>(bpf_map__fd(s->maps.cgroup_stats));
+    LIBBPF_OPTS(bpf_iter_attach_opts, io, .link_info = &info, .link_info_len = sizeof info);
+    s->links.read_moved_stats = bpf_program__attach_iter(s->progs.read_moved_stats, &io);
+    if (s->links.read_moved_stats)
+      spdlog::info("cgroup_stats: read by an iterator that copies only the entries that moved");
+    else
+      spdlog::warn("attaching the read_moved_stats map iterator failed ({}); every tick copies all of cgroup_stats",
+                   std::strerror(errno));
+  }
   if (scan_) {
     s->links.scan_waits = bpf_program__attach_iter(s->progs.scan_waits, nullptr);
     if (!s->links.scan_waits) {
@@ -326,8 +339,11 @@ Result<void> RunqBpf::pin(const std::string& dir) {
   return {};
 }
 
-RunqMapFds RunqBpf::map_fds() const {
+RunqMapFds RunqBpf::map_fds(bool moved_reader) const {
   RunqMapFds f;
+  if (moved_reader && skel_->links.read_moved_stats) {
+    f.moved_reader = bpf_link__fd(skel_->links.read_moved_stats);
+  }
   f.cgroup_stats = bpf_map__fd(skel_->maps.cgroup_stats);
   f.interference = bpf_map__fd(skel_->maps.interference);
   f.throttle_stats = throttle_source_ == ThrottleSource::Fentry ? bpf_map__fd(skel_->maps.throttle_stats) : -1;

@@ -79,8 +79,9 @@ enum kh_wait_cause {
  *    value per key, updated with atomic adds), no longer per-CPU LRU hashes.
  * 3: counter KH_CNT_REMOVALS_LOST; map removed_cgroups (a queue of removed
  *    cgroup ids, popped by the process that loaded the object).
+ * 4: kh_cgroup_stats.seen, written by the read_moved_stats iterator.
  */
-enum { KH_RUNQ_ABI_VERSION = 3 };
+enum { KH_RUNQ_ABI_VERSION = 4 };
 
 /*
  * Value of the cgroup_stats map: one per cgroup, shared by all CPUs. Each CPU
@@ -93,10 +94,14 @@ struct kh_cgroup_stats {
 	__u64 waits;                         /* switch-ins that ended a measured wait */
 	__u64 cpu_ns;                        /* time on CPU */
 	__u64 preemptions;                   /* switched out while still runnable */
+	/* The first four fields as the read_moved_stats iterator last wrote
+	 * them out (its only writer; not counters): in the same cache line as
+	 * what it compares them with. */
+	__u64 seen[4];
 	__u64 cause_ns[KH_NR_WAIT_CAUSES];   /* wait_ns split by enum kh_wait_cause */
 	__u64 hist[KH_HIST_BUCKETS];         /* waits by duration, see kh_hist_layout */
 };
-KH_STATIC_ASSERT(sizeof(struct kh_cgroup_stats) == sizeof(__u64) * (8 + KH_HIST_BUCKETS),
+KH_STATIC_ASSERT(sizeof(struct kh_cgroup_stats) == sizeof(__u64) * (12 + KH_HIST_BUCKETS),
 	       "kh_cgroup_stats layout");
 
 /* Key of the interference map. */

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,13 @@ struct RawMaps {
   // Cgroups the kernel reported removed since the last read (where the
   // source reports removals).
   std::vector<uint64_t> removed;
+  // Whether this read brought only the cgroups in `moved` up to date, the
+  // other entries being as the last read left them (false: every entry was
+  // read). A source that reads only what moved needs the last read in
+  // `cgroups`: primed says it has it (cleared, the next read is whole).
+  bool moved_only = false;
+  std::vector<uint64_t> moved;
+  bool primed = false;
 };
 
 class MapSource {
@@ -69,7 +77,8 @@ class Collector {
   // Whether samples carry each cgroup's counters since start (`total`; on by
   // default). observe and top print them; the agent decides on intervals
   // only, and copying every cgroup's totals with their histogram was a fifth
-  // of its tick at thousands of cgroups. Off: `total` stays empty.
+  // of its tick at thousands of cgroups. Off: `total` stays empty. Set
+  // before the first tick.
   void set_totals(bool on) { totals_ = on; }
   // Whether samples list only the cgroups that moved, were named for the
   // first time, or had throttling in the interval, with the rest left to
@@ -119,7 +128,9 @@ class Collector {
   RawMaps raw_;  // the last read, updated in place by the next
   bool totals_ = true;
   bool changes_only_ = false;
-  size_t last_listed_ = 0;  // cgroups in the last sample
+  size_t last_listed_ = 0;                // cgroups in the last sample
+  std::unordered_set<uint64_t> pending_;  // in the maps, not named yet
+  std::vector<uint64_t> watch_;           // to read cpu.stat of at the next tick
   uint64_t forgotten_ = 0;
 };
 

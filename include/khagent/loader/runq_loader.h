@@ -97,7 +97,9 @@ class RunqBpf {
   RunqBpf& operator=(const RunqBpf&) = delete;
 
   ThrottleSource throttle_source() const { return throttle_source_; }
-  RunqMapFds map_fds() const;
+  // With `moved_reader`, also the reader of moved cgroup_stats entries
+  // (where it attached): for the one collector of this process.
+  RunqMapFds map_fds(bool moved_reader = false) const;
   std::vector<ProgStats> prog_stats() const;
   // Every map of the object (including .rodata/.bss), with its memlock.
   std::vector<MapMemory> map_memory() const;

@@ -17,6 +17,10 @@ struct RunqMapFds {
   // Queue of removed cgroup ids (handle_cgroup_rmdir); -1 where the hook is
   // not attached. Only the process that loaded the object pops it.
   int removed_cgroups = -1;
+  // The reader of moved cgroup_stats entries (an iter/bpf_map_elem link);
+  // -1 where not handed out. One reader per loaded object: a second would
+  // miss what the first marked seen.
+  int moved_reader = -1;
 };
 
 }  // namespace khagent
