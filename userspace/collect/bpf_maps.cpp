@@ -77,6 +77,15 @@ Result<void> for_each_entry(int fd, bool& batch_ok, BatchBuffers<K, V>& buf,
   return {};
 }
 
+void copy_counters(CgroupCounters& c, const kh_cgroup_stats& s) {
+  c.wait_ns = s.wait_ns;
+  c.waits = s.waits;
+  c.cpu_ns = s.cpu_ns;
+  c.preemptions = s.preemptions;
+  for (int i = 0; i < KH_NR_WAIT_CAUSES; i++) c.cause_ns[i] = s.cause_ns[i];
+  for (int i = 0; i < KH_HIST_BUCKETS; i++) c.hist[i] = s.hist[i];
+}
+
 }  // namespace
 
 BpfMapSource::BpfMapSource(RunqMapFds fds) : fds_(fds), ncpus_(libbpf_num_possible_cpus()) {
@@ -149,12 +158,7 @@ Result<void> BpfMapSource::read_stats_whole(RawMaps& raw) {
           if (c.waits == s.waits && c.cpu_ns == s.cpu_ns && c.wait_ns == s.wait_ns && c.preemptions == s.preemptions)
             return;
         }
-        c.wait_ns = s.wait_ns;
-        c.waits = s.waits;
-        c.cpu_ns = s.cpu_ns;
-        c.preemptions = s.preemptions;
-        for (int i = 0; i < KH_NR_WAIT_CAUSES; i++) c.cause_ns[i] = s.cause_ns[i];
-        for (int i = 0; i < KH_HIST_BUCKETS; i++) c.hist[i] = s.hist[i];
+        copy_counters(c, s);
       });
   if (!r) {
     raw.cgroups.clear();  // nothing half-updated
@@ -200,13 +204,7 @@ bool BpfMapSource::read_stats_moved(RawMaps& raw) {
       kh_cgroup_stats st;
       std::memcpy(&id, iter_buf_.data() + off, sizeof id);
       std::memcpy(&st, iter_buf_.data() + off + sizeof id, sizeof st);
-      CgroupCounters& c = raw.cgroups[id];
-      c.wait_ns = st.wait_ns;
-      c.waits = st.waits;
-      c.cpu_ns = st.cpu_ns;
-      c.preemptions = st.preemptions;
-      for (int i = 0; i < KH_NR_WAIT_CAUSES; i++) c.cause_ns[i] = st.cause_ns[i];
-      for (int i = 0; i < KH_HIST_BUCKETS; i++) c.hist[i] = st.hist[i];
+      copy_counters(raw.cgroups[id], st);
       raw.moved.push_back(id);
     }
     std::memmove(iter_buf_.data(), iter_buf_.data() + off, have - off);
