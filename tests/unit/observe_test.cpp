@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "khagent/export/observe.h"
+#include "khagent/util/strings.h"
 
 using namespace khagent;
 
@@ -96,4 +97,12 @@ TEST(Observe, TableShowsCgroupsAndAggressor) {
   EXPECT_NE(t.find("/hadoop-yarn/container_1 (250ns)"), std::string::npos);
   auto limited = observe_table(sample_signals(), {"", 1});
   EXPECT_NE(limited.find("1 more"), std::string::npos);
+}
+
+TEST(Strings, PathAtOrBelowMatchesWholeComponents) {
+  EXPECT_TRUE(path_at_or_below("/a/b", "/a"));
+  EXPECT_TRUE(path_at_or_below("/a", "/a"));
+  EXPECT_FALSE(path_at_or_below("/ab", "/a"));
+  EXPECT_FALSE(path_at_or_below("/a", "/a/b"));
+  EXPECT_TRUE(path_at_or_below("/anything", "/"));
 }

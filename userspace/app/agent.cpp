@@ -32,18 +32,13 @@
 #include "khagent/policy/levers.h"
 #include "khagent/signals/workload.h"
 #include "khagent/util/clock.h"
+#include "khagent/util/strings.h"
 
 namespace khagent {
 
 volatile std::sig_atomic_t g_stop = 0;
 
 namespace {
-
-bool under(const std::string& path, const std::string& parent) {
-  if (parent == "/") return true;
-  return path == parent ||
-         (path.size() > parent.size() && path.compare(0, parent.size(), parent) == 0 && path[parent.size()] == '/');
-}
 
 // Subdirectories of a cgroup (one level), as cgroup paths.
 std::vector<std::string> child_cgroups(const std::string& root, const std::string& cgroup) {
@@ -568,7 +563,7 @@ void Agent::tick() {
   targets_ = targets(node);
   for (auto& t : targets_)
     for (const auto& c : sample->cgroups)
-      if (under(c.path, t.path) && sample->interval_ns)
+      if (path_at_or_below(c.path, t.path) && sample->interval_ns)
         t.usage_cores += static_cast<double>(c.interval.cpu_ns) / static_cast<double>(sample->interval_ns);
 
   ControllerInput in;

@@ -32,10 +32,8 @@ std::string shorten(const std::string& s, size_t width) {
 }  // namespace
 
 bool path_matches(const std::string& path, const std::string& prefix) {
-  if (prefix.empty() || prefix == "/") return true;
-  std::string p = normalize(path), q = normalize(prefix);
-  if (p.size() < q.size() || p.compare(0, q.size(), q) != 0) return false;
-  return p.size() == q.size() || p[q.size()] == '/';
+  if (prefix.empty()) return true;
+  return path_at_or_below(normalize(path), normalize(prefix));
 }
 
 // Written as it goes, not built as a tree: with thousands of cgroups a

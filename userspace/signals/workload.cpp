@@ -8,6 +8,8 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "khagent/util/strings.h"
+
 namespace khagent {
 
 const char* qos_name(QosTier q) {
@@ -159,6 +161,21 @@ CgroupClass classify_cgroup(const std::string& path, const CgroupIdentity& id, c
   return id.pod_uid.empty() ? cfg.default_class : cfg.default_pod_class;
 }
 
+namespace {
+
+// Cgroups counted in an index entry; the entry goes with the last one.
+size_t& refs(size_t& n) { return n; }
+size_t& refs(Classifier::Pod& p) { return p.cgroups; }
+size_t& refs(Classifier::YarnContainer& y) { return y.cgroups; }
+
+template <typename Index>
+void release(Index& index, const std::string& key) {
+  auto it = index.find(key);
+  if (it != index.end() && --refs(it->second) == 0) index.erase(it);
+}
+
+}  // namespace
+
 Classifier::Entry Classifier::classify(const std::string& path) const {
   Entry e;
   e.path = path;
@@ -192,16 +209,10 @@ void Classifier::index(const Entry& e, uint64_t cgroup_id) {
 
 void Classifier::unindex(const Entry& e, uint64_t cgroup_id) {
   online_.erase(cgroup_id);
-  auto drop = [](auto& m, const std::string& key, auto count) {
-    auto it = m.find(key);
-    if (it != m.end() && --count(it->second) == 0) m.erase(it);
-  };
-  auto self = [](size_t& n) -> size_t& { return n; };
-  if (e.id.qos == QosTier::BestEffort && !e.id.qos_path.empty()) drop(parents_, e.id.qos_path, self);
-  if (e.id.yarn) drop(parents_, e.id.yarn_root, self);
-  if (!e.id.pod_uid.empty()) drop(pods_by_uid_, e.id.pod_uid, [](Pod& p) -> size_t& { return p.cgroups; });
-  if (!e.id.yarn_container.empty())
-    drop(yarn_, e.id.yarn_container, [](YarnContainer& y) -> size_t& { return y.cgroups; });
+  if (e.id.qos == QosTier::BestEffort && !e.id.qos_path.empty()) release(parents_, e.id.qos_path);
+  if (e.id.yarn) release(parents_, e.id.yarn_root);
+  if (!e.id.pod_uid.empty()) release(pods_by_uid_, e.id.pod_uid);
+  if (!e.id.yarn_container.empty()) release(yarn_, e.id.yarn_container);
 }
 
 const Classifier::Entry& Classifier::get(uint64_t cgroup_id, const std::string& path) {
@@ -250,15 +261,6 @@ void Classifier::retain(const std::vector<uint64_t>& alive) {
     if (!keep.count(id)) gone.push_back(id);
   forget(gone);
 }
-
-namespace {
-
-bool at_or_below(const std::string& path, const std::string& parent) {
-  if (path.size() < parent.size() || path.compare(0, parent.size(), parent) != 0) return false;
-  return path.size() == parent.size() || parent == "/" || path[parent.size()] == '/';
-}
-
-}  // namespace
 
 NodeSignals rollup(const Sample& s, Classifier& classifier) {
   NodeSignals out;
@@ -311,7 +313,7 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
       CgroupClass cls = pod ? pod->cls : e.cls;
       if (cls == CgroupClass::System)
         for (const auto& [parent, _] : classifier.offline_parents())
-          if (at_or_below(e.path, parent)) cls = CgroupClass::Offline;
+          if (path_at_or_below(e.path, parent)) cls = CgroupClass::Offline;
       out.throttled_ns[static_cast<size_t>(cls)] += c.throttle_interval.throttled_ns;
     }
   }

@@ -17,6 +17,14 @@ inline bool has_word(const std::string& text, const std::string& word) {
   return false;
 }
 
+// Whether cgroup `path` is `parent` or below it ("/a/b" is below "/a", not
+// "/ab"); everything is below "/". Both as cgroup paths, normalized.
+inline bool path_at_or_below(const std::string& path, const std::string& parent) {
+  if (parent == "/") return true;
+  if (path.size() < parent.size() || path.compare(0, parent.size(), parent) != 0) return false;
+  return path.size() == parent.size() || path[parent.size()] == '/';
+}
+
 // The whole of a (small) file as text; "" if it cannot be read.
 std::string read_text_file(const std::string& path);
 
