@@ -84,8 +84,11 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
   if (moved_view) {
     for (uint64_t id : raw->moved)
       if (!check_new(id)) break;
-    for (uint64_t id : pending_)
-      if (!unknown && !check_new(id)) break;
+    // Without handles one unknown id is enough (the tree is walked); with
+    // them, each id waiting for its name is tried by handle.
+    if (handles || !unknown)
+      for (uint64_t id : pending_)
+        if (!check_new(id)) break;
   } else {
     for (const auto& [id, _] : raw->cgroups)
       if (!check_new(id)) break;
