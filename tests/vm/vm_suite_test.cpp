@@ -554,17 +554,24 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
       // it (a phase with no hogs has shown a 144 ms p99, the baseline one
       // 25 ms). A round counts only if the hogs visibly hurt the probe
       // (its p99 at least 1 ms above the baseline without the agent); it
-      // shows protection if the agent halves that gap. A round that does not
+      // shows protection if the agent halves that gap. Where the baseline's
+      // own noise hides the hogs' harm (its p99 near theirs), a round also
+      // shows it if the hogs gave the probe a p99 of at least 1 ms, the agent
+      // halved that p99, and with the agent the probe did no worse than with
+      // no hogs at all. A round that does not
       // is measured again, side by side (the probe alone, the hogs without
       // the agent, then the agent with this profile), at most twice more.
       std::string rounds;
       auto judge = [&](int round, const Probe::Stats& alone_st, const Probe::Stats& off_st, const Result& on) {
         double gap_on = on.on.p99 - alone_st.p99, gap_off = off_st.p99 - alone_st.p99;
-        bool counts = gap_off >= 1000;
-        bool shown = counts && gap_on < 0.5 * gap_off;
-        char line[240];
-        std::snprintf(line, sizeof line, "round %d: p99 gap to baseline %.0f us with khagent on, %.0f us off: %s\n",
-                      round, gap_on, gap_off,
+        bool beside_noise = off_st.p99 >= 1000 && on.on.p99 < 0.5 * off_st.p99 && on.on.p99 <= alone_st.p99;
+        bool counts = gap_off >= 1000 || beside_noise;
+        bool shown = (gap_off >= 1000 && gap_on < 0.5 * gap_off) || beside_noise;
+        char line[320];
+        std::snprintf(line, sizeof line,
+                      "round %d: p99 gap to baseline %.0f us with khagent on, %.0f us off (p99 %.0f us on, %.0f us "
+                      "off): %s\n",
+                      round, gap_on, gap_off, on.on.p99, off_st.p99,
                       shown    ? "shown"
                       : counts ? "not shown"
                                : "does not count (the hogs did not visibly hurt the probe)");
