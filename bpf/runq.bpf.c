@@ -1018,6 +1018,17 @@ static __always_inline __u64 cfs_rq_cgid(struct cfs_rq *cfs_rq)
 	return BPF_CORE_READ(cfs_rq, tg, css.cgroup, kn, id);
 }
 
+/*
+ * Whether the cfs_rq's cgroup is on the default (v2) hierarchy, number 0.
+ * On a hybrid host the cpu controller is on a v1 hierarchy, whose cgroup
+ * ids collide with the v2 ids that key every map: no throttle_stats entry
+ * then (the loader reads cpu.stat instead).
+ */
+static __always_inline bool cfs_rq_on_v2(struct cfs_rq *cfs_rq)
+{
+	return BPF_CORE_READ(cfs_rq, tg, css.cgroup, root, hierarchy_id) == 0;
+}
+
 SEC("fentry/throttle_cfs_rq")
 int BPF_PROG(handle_throttle_cfs_rq, struct cfs_rq *cfs_rq)
 {
@@ -1031,14 +1042,17 @@ SEC("fentry/unthrottle_cfs_rq")
 int BPF_PROG(handle_unthrottle_cfs_rq, struct cfs_rq *cfs_rq)
 {
 	__u64 key = (__u64)cfs_rq, now = bpf_ktime_get_ns(), cgid, *start;
-	struct kh_throttle_stats *v, init = {};
+	struct kh_throttle_stats *v = NULL, init = {};
+	bool v2;
 
 	start = bpf_map_lookup_elem(&throttle_start, &key);
 	if (!start)
 		return 0;
 	cgid = cfs_rq_cgid(cfs_rq);
-	v = bpf_map_lookup_elem(&throttle_stats, &cgid);
-	if (!v) {
+	v2 = cfs_rq_on_v2(cfs_rq);
+	if (v2)
+		v = bpf_map_lookup_elem(&throttle_stats, &cgid);
+	if (!v && v2) {
 		/* EEXIST from a racing CPU is fine: the lookup finds its entry. */
 		bpf_map_update_elem(&throttle_stats, &cgid, &init, BPF_NOEXIST);
 		v = bpf_map_lookup_elem(&throttle_stats, &cgid);

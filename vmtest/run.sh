@@ -21,6 +21,9 @@
 #   --maxcpus N       possible CPUs of the guest (default 2): 2 are online,
 #                     the rest hot-pluggable, as on a large node's kernel
 #                     (per-CPU BPF maps are sized by the possible CPUs)
+#   --hybrid          a hybrid cgroup layout instead, as systemd makes it:
+#                     cgroup2 without controllers at /sys/fs/cgroup/unified,
+#                     the cpu,cpuacct and cpuset controllers on cgroup v1
 #
 # Known TCG fault, and what the runner does about it: when the kernel patches
 # its own code (attaching or detaching a BPF program: trampolines, tracepoint
@@ -62,6 +65,7 @@ mem=2048
 append=""
 cpu="max,-monitor"
 maxcpus=2
+hybrid=0
 includes=()
 
 die() { echo "vmtest: $*" >&2; exit 2; }
@@ -77,6 +81,7 @@ while (($#)); do
     --append) append="$2"; shift 2 ;;
     --cpu) cpu="$2"; shift 2 ;;
     --maxcpus) maxcpus="$2"; shift 2 ;;
+    --hybrid) hybrid=1; shift ;;
     --) shift; break ;;
     -h|--help) sed -n '2,/^set -euo/{/^set/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
@@ -194,6 +199,7 @@ printf 'root:x:0:\nnogroup:x:65534:\n' >"$stage/etc/group"
   printf '\n'
 } >"$stage/vmtest-cmd"
 chmod +x "$stage/vmtest-cmd"
+if ((hybrid)); then : >"$stage/vmtest-hybrid"; fi
 
 cat >"$stage/init" <<'INIT'
 #!/bin/sh
@@ -206,12 +212,20 @@ mount -t devpts devpts /dev/pts
 # / is the initramfs (in RAM, writable): /tmp needs no mount of its own, and
 # one would hide binaries included from a build directory under /tmp.
 mkdir -p /tmp
-mount -t cgroup2 cgroup2 /sys/fs/cgroup
+if [ -e /vmtest-hybrid ]; then
+  mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup
+  mkdir /sys/fs/cgroup/unified /sys/fs/cgroup/cpu,cpuacct /sys/fs/cgroup/cpuset
+  mount -t cgroup2 cgroup2 /sys/fs/cgroup/unified
+  mount -t cgroup -o cpu,cpuacct cgroup /sys/fs/cgroup/cpu,cpuacct
+  mount -t cgroup -o cpuset cgroup /sys/fs/cgroup/cpuset
+else
+  mount -t cgroup2 cgroup2 /sys/fs/cgroup
+fi
 mount -t bpf bpf /sys/fs/bpf
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 # Loopback only (the VM has no network device): tests serve emulated peers on it.
 ip link set lo up || ifconfig lo 127.0.0.1 up
-echo "+cpu +cpuset +memory" > /sys/fs/cgroup/cgroup.subtree_control
+[ -e /vmtest-hybrid ] || echo "+cpu +cpuset +memory" > /sys/fs/cgroup/cgroup.subtree_control
 # Fewer flips of kernel code, each a chance of the TCG fault described at
 # the top. The kernel turns some static keys on with the first user of a
 # feature and off with the last: cpusets_enabled() (the page allocator) with
@@ -224,8 +238,13 @@ echo "+cpu +cpuset +memory" > /sys/fs/cgroup/cgroup.subtree_control
 # only changes the list of probes. The guest boots with one CPU online
 # (maxcpus=1) and brings the others up after these flips: code patched
 # while no other vCPU runs cannot be stale in one.
-mkdir /sys/fs/cgroup/vmtest-static-keys
-echo "100000 100000" > /sys/fs/cgroup/vmtest-static-keys/cpu.max
+if [ -e /vmtest-hybrid ]; then
+  mkdir /sys/fs/cgroup/cpu,cpuacct/vmtest-static-keys /sys/fs/cgroup/cpuset/vmtest-static-keys
+  echo 100000 > /sys/fs/cgroup/cpu,cpuacct/vmtest-static-keys/cpu.cfs_quota_us
+else
+  mkdir /sys/fs/cgroup/vmtest-static-keys
+  echo "100000 100000" > /sys/fs/cgroup/vmtest-static-keys/cpu.max
+fi
 if [ -d /sys/kernel/tracing/events/sched ]; then
   mkdir -p /sys/kernel/tracing/instances/vmtest-static-keys
   for t in /sys/kernel/tracing /sys/kernel/tracing/instances/vmtest-static-keys; do
@@ -238,7 +257,11 @@ fi
 for c in /sys/devices/system/cpu/cpu[0-9]*; do
   [ -f $c/online ] && [ "$(cat $c/online)" = 0 ] && echo 1 > $c/online
 done
-echo "vmtest: kernel $(uname -r), $(nproc) CPUs, controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
+if [ -e /vmtest-hybrid ]; then
+  echo "vmtest: kernel $(uname -r), $(nproc) CPUs, hybrid cgroups: $(grep cgroup /proc/mounts | cut -d' ' -f2,3 | tr '\n' ' ')"
+else
+  echo "vmtest: kernel $(uname -r), $(nproc) CPUs, controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
+fi
 cd /tmp
 # Tests may relax what emulation makes slow (each BPF handler takes µs under TCG).
 export KHAGENT_VMTEST=1

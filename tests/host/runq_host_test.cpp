@@ -64,6 +64,7 @@ class RunqHost : public ::testing::Test {
     ASSERT_NE(mt_->skel, nullptr) << "could not load the reference tracer";
     LoaderOptions o;
     o.pin_dir = "/sys/fs/bpf/" + unique("khagent-test");
+    o.cpu_controller_on_v1 = !m_.cpu_v1.empty();
     auto b = RunqBpf::open_and_load(o);
     ASSERT_TRUE(b.ok()) << b.error().str();
     bpf_ = std::move(b.value());
@@ -72,7 +73,7 @@ class RunqHost : public ::testing::Test {
   }
   void TearDown() override {
     children_.clear();
-    cgroups_.clear();
+    while (!cgroups_.empty()) cgroups_.pop_back();  // children (made later) first
     parent_.reset();
     bpf_.reset();
     EXPECT_NE(::access(("/sys/fs/bpf/" + unique("khagent-test")).c_str(), F_OK), 0) << "pins left behind";
@@ -397,6 +398,85 @@ TEST_F(RunqHost, SelfThrottledWaitsSplitByTheirThrottledOverlap) {
   std::printf("throttled clock in this kernel: %s\n", exact ? "yes" : "no (approximate split)");
   EXPECT_NEAR(thr / truth, 1.0, exact ? 0.04 : 0.25) << "throttled part of the waits off the kernel's throttled time";
   EXPECT_NEAR((thr + same + other + static_cast<double>(d.cause_ns[KH_WAIT_UNATTRIBUTED])) / wait, 1.0, 0.01);
+}
+
+// (Issue item 5) A quota on a pod's cgroup throttles the pod's cfs_rq, not
+// its container's: the throttling belongs to the pod, which has no task of
+// its own and so no map entry. It used to be dropped. The agent's collector
+// (changes only) now lists it as the pod's own sample, and its throttled
+// time is the kernel's (the pod's cpu.stat); the container shows none.
+TEST_F(RunqHost, APodsQuotaIsReportedAtThePod) {
+  auto& pod = cgroup("qpod");
+  auto& ctr = cgroup("qpod/c");
+  std::string v1_procs, quota_dir;
+  if (!m_.cpu_v1.empty()) {
+    // Hybrid host: the quota in v1, shaped like v2 below the pod (as the
+    // kubelet makes both).
+    TestCgroup& v1pod = v1_cpu_cgroup("qpod");
+    cgroups_.push_back(std::make_unique<TestCgroup>(m_.cpu_v1, v1pod.rel + "/c"));
+    ASSERT_TRUE(write_file(v1pod.dir() + "/cpu.cfs_period_us", "100000") &&
+                write_file(v1pod.dir() + "/cpu.cfs_quota_us", "20000"));
+    v1_procs = cgroups_.back()->dir() + "/cgroup.procs";
+    quota_dir = v1pod.dir();
+  } else {
+    ASSERT_TRUE(write_file(parent_->dir() + "/cgroup.subtree_control", "+cpu") &&
+                write_file(pod.dir() + "/cpu.max", "20000 100000"));
+    quota_dir = pod.dir();
+  }
+  CgroupIndex index(m_.cgroup2);
+  CpuStatThrottleReader cpu_stat(m_.cgroup2, m_.cpu_v1);
+  Collector col(*maps_, index, &cpu_stat, bpf_->throttle_source());
+  col.set_changes_only(true);
+  ASSERT_GT(spawn(ctr, 0, [] { busy_loop(); }, v1_procs), 0);
+  ASSERT_GT(spawn(ctr, 0, [] { busy_loop(); }, v1_procs), 0);
+  sleep_s(0.3);
+  ASSERT_TRUE(col.tick().ok());
+  ASSERT_TRUE(col.tick().ok());  // the pod's first cpu.stat reading is the base
+  double k0 = kernel_throttled_ns(quota_dir);
+  uint64_t at_pod = 0, at_ctr = 0, pod_events = 0;
+  auto add = [&](const Sample& s) {
+    for (const auto& c : s.cgroups) {
+      if (c.id == pod.id()) {
+        at_pod += c.throttle_interval.throttled_ns;
+        pod_events += c.throttle_interval.events;
+        EXPECT_FALSE(counters_moved(c.interval)) << "the pod has no task of its own";
+      }
+      if (c.id == ctr.id()) at_ctr += c.throttle_interval.throttled_ns;
+    }
+  };
+  for (int i = 0; i < 15; i++) {
+    sleep_s(0.2);
+    auto s = col.tick();
+    ASSERT_TRUE(s.ok()) << s.error().str();
+    add(*s);
+  }
+  double k1 = kernel_throttled_ns(quota_dir);
+  auto s = col.tick();
+  ASSERT_TRUE(s.ok());
+  add(*s);
+  ASSERT_GE(k0, 0) << "no throttled time in " << quota_dir << "/cpu.stat";
+  std::printf(
+      "pod quota 0.2 CPU, 2 busy threads in its container (throttle source %s): at the pod %.1f ms "
+      "(%llu events), at the container %.1f ms; kernel (pod's cpu.stat) %.1f ms\n",
+      throttle_source_name(bpf_->throttle_source()), static_cast<double>(at_pod) / 1e6,
+      static_cast<unsigned long long>(pod_events), static_cast<double>(at_ctr) / 1e6, (k1 - k0) / 1e6);
+  ASSERT_GT(k1 - k0, 1e9) << "the quota did not throttle the pod";
+  // One throttled stretch (about 80 ms) may fall either side of a reading.
+  EXPECT_NEAR(static_cast<double>(at_pod) / (k1 - k0), 1.0, 0.1) << "the pod's throttling is not the kernel's";
+  EXPECT_GE(pod_events, 10u);
+  EXPECT_EQ(at_ctr, 0u) << "the pod's throttling was counted at its container too";
+
+  if (!m_.cpu_v1.empty()) {
+    // Hybrid: the throttled cfs_rqs are v1 cgroups, whose ids would collide
+    // with the v2 ids the maps use. cpu.stat is the source, and the fentry
+    // hooks (where they load: the throttled clock) key nothing by them.
+    EXPECT_EQ(bpf_->throttle_source(), ThrottleSource::CpuStat);
+    int fd = bpf_obj_get(("/sys/fs/bpf/" + unique("khagent-test") + "/throttle_stats").c_str());
+    ASSERT_GE(fd, 0) << "throttle_stats is not pinned";
+    uint64_t key = 0;
+    EXPECT_NE(bpf_map_get_next_key(fd, nullptr, &key), 0) << "throttle_stats has an entry keyed by v1 id " << key;
+    ::close(fd);
+  }
 }
 
 // (4) kernel engineers can read the pinned maps with bpftool, with field names.

@@ -399,3 +399,111 @@ TEST(Collector, AReaderOfWhatMovedGivesTheSameSamples) {
   set(b, counters(5, 5'000, 500'000));
   both({{b, 1}});
 }
+
+namespace {
+
+const CgroupSample* find_sample(const Sample& s, uint64_t id) {
+  for (const auto& cs : s.cgroups)
+    if (cs.id == id) return &cs;
+  return nullptr;
+}
+
+}  // namespace
+
+// A quota on a pod (or a QoS or YARN root, or a cap khagent writes there)
+// throttles the pod's cfs_rq: fentry keys it to the pod, which has no map
+// entry of its own. Its throttling is listed as the pod's sample, and the
+// pod is let go of (reported removed, its entry deleted) with its last
+// container.
+TEST(Collector, AnAncestorsThrottlingIsListedAsItsOwn) {
+  TempDir t;
+  fs::create_directories(t.path / "pod" / "c1");
+  fs::create_directories(t.path / "pod" / "c2");
+  uint64_t pod = ino(t.path / "pod"), c1 = ino(t.path / "pod" / "c1"), c2 = ino(t.path / "pod" / "c2");
+  CgroupIndex idx(t.path.string());
+  FakeMaps maps;
+  Collector c(maps, idx, nullptr, ThrottleSource::Fentry);
+  c.set_changes_only(true);
+  maps.next.cgroups[c1] = counters(10, 10'000, 1'000'000);
+  maps.next.cgroups[c2] = counters(1, 1'000, 100'000);
+  maps.next.throttle[pod] = {3, 30'000'000};  // since the maps were made: this run's
+  auto s = c.tick_at(1'000'000'000, 1);
+  ASSERT_TRUE(s.ok());
+  const CgroupSample* p = find_sample(*s, pod);
+  ASSERT_NE(p, nullptr) << "the pod's throttling was dropped";
+  EXPECT_EQ(p->path, "/pod");
+  EXPECT_EQ(p->throttle_interval.throttled_ns, 30'000'000u);
+  EXPECT_EQ(p->throttle_interval.events, 3u);
+  EXPECT_FALSE(counters_moved(p->interval));
+
+  s = c.tick_at(2'000'000'000, 2);  // not throttled since: not listed
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(find_sample(*s, pod), nullptr);
+
+  maps.next.throttle[pod] = {5, 50'000'000};
+  s = c.tick_at(3'000'000'000, 3);
+  ASSERT_TRUE(s.ok());
+  p = find_sample(*s, pod);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->throttle_interval.throttled_ns, 20'000'000u);
+  EXPECT_EQ(p->throttle_total.throttled_ns, 50'000'000u);
+
+  maps.next.removed = {c1};  // one container goes: the pod stays held
+  maps.next.cgroups.erase(c1);
+  s = c.tick_at(4'000'000'000, 4);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->removed, std::vector<uint64_t>{c1});
+
+  maps.next.removed = {c2};  // the last one: the pod goes with it
+  maps.next.cgroups.erase(c2);
+  s = c.tick_at(5'000'000'000, 5);
+  ASSERT_TRUE(s.ok());
+  auto removed = s->removed;
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed, (std::vector<uint64_t>{std::min(c2, pod), std::max(c2, pod)}));
+  EXPECT_NE(std::find(maps.forgotten_ids.begin(), maps.forgotten_ids.end(), pod), maps.forgotten_ids.end())
+      << "the pod's throttle entry was kept: held again, it would count its past twice";
+}
+
+// With cpu.stat as the source, an ancestor's cpu.stat is read while a
+// cgroup below it is active, and once more after (the first reading is the
+// base, as for any cpu.stat).
+TEST(Collector, AnAncestorsCpuStatIsReadWhileCgroupsBelowAreActive) {
+  TempDir t;
+  fs::create_directories(t.path / "yarn" / "c1");
+  uint64_t yarn = ino(t.path / "yarn"), c1 = ino(t.path / "yarn" / "c1");
+  CgroupIndex idx(t.path.string());
+  FakeMaps maps;
+  FakeThrottle thr;
+  thr.values["/yarn"] = {10, 1'000'000'000};
+  Collector c(maps, idx, &thr, ThrottleSource::CpuStat);
+  c.set_changes_only(true);
+  maps.next.cgroups[c1] = counters(10, 10'000, 1'000'000);
+  auto s = c.tick_at(1'000'000'000, 1);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(find_sample(*s, yarn), nullptr);  // the base
+
+  maps.next.cgroups[c1] = counters(20, 20'000, 2'000'000);
+  thr.values["/yarn"] = {12, 1'040'000'000};
+  s = c.tick_at(2'000'000'000, 2);
+  ASSERT_TRUE(s.ok());
+  const CgroupSample* y = find_sample(*s, yarn);
+  ASSERT_NE(y, nullptr) << "the YARN root's throttling was dropped";
+  EXPECT_EQ(y->path, "/yarn");
+  EXPECT_EQ(y->throttle_interval.throttled_ns, 40'000'000u);
+  EXPECT_EQ(y->throttle_interval.events, 2u);
+
+  // c1 went idle; the throttling that made it wait shows at the next read.
+  thr.values["/yarn"] = {13, 1'050'000'000};
+  s = c.tick_at(3'000'000'000, 3);
+  ASSERT_TRUE(s.ok());
+  y = find_sample(*s, yarn);
+  ASSERT_NE(y, nullptr);
+  EXPECT_EQ(y->throttle_interval.throttled_ns, 10'000'000u);
+
+  // Nothing below it is active: not read (cannot be throttled meanwhile).
+  thr.values["/yarn"] = {99, 9'000'000'000};
+  s = c.tick_at(4'000'000'000, 4);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(find_sample(*s, yarn), nullptr);
+}

@@ -80,3 +80,28 @@ TEST(CpuStat, HybridHostSkipsV2CpuStat) {
   CpuStatThrottleReader r((t.path / "v2").string(), (t.path / "v1").string(), (t.path / "proc").string());
   EXPECT_EQ(r.read(2, "/job")->events, 5u);
 }
+
+// A pod's (or QoS root's) cgroup has no task of its own: on a hybrid host
+// its v1 cpu cgroup is found through a container below it with a task,
+// where both hierarchies have the same shape below the pod.
+TEST(CpuStat, ATasklessCgroupMapsToV1ThroughADescendant) {
+  TempDir t;
+  t.write("v2/cgroup.controllers", "cpuset memory pids\n");
+  t.write("v2/kubepods/pod1/cgroup.procs", "");
+  t.write("v2/kubepods/pod1/c0/cgroup.procs", "");  // a container with no task: skipped
+  t.write("v2/kubepods/pod1/c1/cgroup.procs", "42\n");
+  t.write("proc/42/cgroup", "5:cpu,cpuacct:/k8s/kubepods/pod1/c1\n0::/kubepods/pod1/c1\n");
+  t.write("v1/k8s/kubepods/pod1/cpu.stat", "nr_periods 10\nnr_throttled 4\nthrottled_time 123456\n");
+  CpuStatThrottleReader r((t.path / "v2").string(), (t.path / "v1").string(), (t.path / "proc").string());
+  auto pod = r.read(7, "/kubepods/pod1");
+  ASSERT_TRUE(pod.has_value());
+  EXPECT_EQ(pod->events, 4u);
+  EXPECT_EQ(pod->throttled_ns, 123456u);
+
+  // Shaped differently below it: no guess.
+  t.write("v2/other/cgroup.procs", "");
+  t.write("v2/other/x/cgroup.procs", "43\n");
+  t.write("proc/43/cgroup", "5:cpu,cpuacct:/elsewhere/y\n");
+  t.write("v1/elsewhere/cpu.stat", "nr_periods 10\nnr_throttled 4\nthrottled_time 1\n");
+  EXPECT_FALSE(r.read(8, "/other").has_value());
+}

@@ -198,7 +198,9 @@ int Agent::run() {
     yarn_ = std::make_unique<YarnDownscaler>(cfg_.yarn, cfg_.dry_run, mounts_.cgroup2, hosts,
                                              cfg_.dry_run ? "" : cfg_.state_file + ".yarn");
   }
-  auto bpf = RunqBpf::open_and_load(with_fast_path(opts_.loader, cfg_.fast_path));
+  LoaderOptions lo = with_fast_path(opts_.loader, cfg_.fast_path);
+  lo.cpu_controller_on_v1 = !mounts_.cpu_v1.empty();
+  auto bpf = RunqBpf::open_and_load(lo);
   if (!bpf) {
     spdlog::error("{}", bpf.error().str());
     return 1;

@@ -53,6 +53,7 @@ int run_observe(const khagent::CliOptions& o) {
 
   LoaderOptions lo = o.loader;
   lo.replace_pins = false;  // a running agent's pins stay its own
+  lo.cpu_controller_on_v1 = !mounts->cpu_v1.empty();
   auto bpf = RunqBpf::open_and_load(lo);
   if (!bpf) {
     spdlog::error("{}", bpf.error().str());

@@ -186,6 +186,7 @@ int run_top(const CliOptions& o) {
   // top is a viewer: it never pins, so it cannot replace a running agent's pins.
   LoaderOptions lo = o.loader;
   lo.pin = false;
+  lo.cpu_controller_on_v1 = !mounts->cpu_v1.empty();
   auto bpf = RunqBpf::open_and_load(lo);
   if (!bpf) {
     spdlog::error("{}", bpf.error().str());

@@ -169,6 +169,15 @@ CgroupIndex::Liveness CgroupIndex::alive(uint64_t id) {
   return err == ESTALE || err == ENOENT ? Liveness::Gone : Liveness::Unknown;
 }
 
+std::optional<uint64_t> CgroupIndex::id_of(const std::string& path) {
+  struct stat st{};
+  if (path.empty() || path.front() != '/' || ::stat((path == "/" ? root_ : root_ + path).c_str(), &st) != 0 ||
+      !S_ISDIR(st.st_mode))
+    return std::nullopt;
+  paths_[st.st_ino] = path;
+  return st.st_ino;
+}
+
 Result<size_t> CgroupIndex::rescan() {
   std::unordered_map<uint64_t, std::string> found;
   struct stat st{};

@@ -142,10 +142,7 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
       // visible from this mount namespace). Delete its entries.
       dead.push_back(id);
       pending_.erase(id);
-      if (it != cgroups_.end()) {
-        cgroups_.erase(it);
-        out.removed.push_back(id);
-      }
+      if (it != cgroups_.end()) drop(it, out);
       return;
     }
     bool named = false;
@@ -158,6 +155,7 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
       pending_.erase(id);
       CgState st;
       st.path = *path;
+      st.parent = hold_parent(*path);
       // Counts accumulated before the first tick belong to this agent run
       // (the maps are created at start) and are kept.
       it = cgroups_.emplace(id, std::move(st)).first;
@@ -169,22 +167,8 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     const bool moved = now.waits != st.last_raw.waits || now.cpu_ns != st.last_raw.cpu_ns ||
                        now.wait_ns != st.last_raw.wait_ns || now.preemptions != st.last_raw.preemptions;
     ThrottleCounters thr;
-    if (source_ == ThrottleSource::Fentry) {
-      auto t = raw->throttle.find(id);
-      if (t != raw->throttle.end()) {
-        thr = throttle_delta(t->second, st.thr_last);
-        st.thr_last = t->second;
-      }
-    } else if (source_ == ThrottleSource::CpuStat && cpu_stat_ && (moved || st.active_prev || !st.thr_seen)) {
-      if (auto t = cpu_stat_->read(id, st.path)) {
-        // cpu.stat counts from the cgroup's creation: the first reading is the base.
-        if (st.thr_seen) thr = throttle_delta(*t, st.thr_last);
-        st.thr_last = *t;
-        st.thr_seen = true;
-      }
-    }
-    st.thr_total.events += thr.events;
-    st.thr_total.throttled_ns += thr.throttled_ns;
+    if (source_ == ThrottleSource::Fentry || moved || st.active_prev || !st.thr.seen)
+      thr = throttle_of(id, st.path, st.thr, *raw);
     if (changes_only_ && !moved && !named && thr.events == 0 && thr.throttled_ns == 0) {
       st.active_prev = false;
       return;
@@ -201,7 +185,7 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     }
     if (totals_) cs.total = st.total;
     cs.throttle_interval = thr;
-    cs.throttle_total = st.thr_total;
+    cs.throttle_total = st.thr.total;
     st.active_prev = cs.interval.cpu_ns > 0 || cs.interval.waits > 0;
     if (st.active_prev && source_ == ThrottleSource::CpuStat) watch.push_back(id);
   };
@@ -220,10 +204,7 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
       }
       pending_.erase(id);
       auto it = cgroups_.find(id);
-      if (it != cgroups_.end() && gone.count(id)) {  // its entry went with it
-        cgroups_.erase(it);
-        out.removed.push_back(id);
-      }
+      if (it != cgroups_.end() && gone.count(id)) drop(it, out);  // its entry went with it
     }
   } else {
     pending_.clear();
@@ -234,14 +215,19 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     // until a whole read.)
     for (auto it = cgroups_.begin(); it != cgroups_.end();) {
       if (it->second.seen_tick != tick) {
-        out.removed.push_back(it->first);
-        it = cgroups_.erase(it);
+        it = drop(it, out);
       } else {
         ++it;
       }
     }
   }
+  visit_holders(*raw, watch, tick, out);
   watch_ = std::move(watch);
+  // Holders let go of: their throttling entries (fentry) go too, so one
+  // held again later counts from zero.
+  for (uint64_t id : released_)
+    if (!cgroups_.count(id) && !pending_.count(id)) dead.push_back(id);
+  released_.clear();
 
   last_listed_ = out.cgroups.size();
   std::unordered_set<uint64_t> dead_set(dead.begin(), dead.end());
@@ -278,6 +264,105 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
   }
   last_mono_ = mono_ns;
   return out;
+}
+
+ThrottleCounters Collector::throttle_of(uint64_t id, const CgroupPath& path, ThrState& t, const RawMaps& raw) {
+  ThrottleCounters d;
+  if (source_ == ThrottleSource::Fentry) {
+    auto it = raw.throttle.find(id);
+    if (it != raw.throttle.end()) {
+      d = throttle_delta(it->second, t.last);
+      t.last = it->second;
+    }
+  } else if (source_ == ThrottleSource::CpuStat && cpu_stat_) {
+    if (auto v = cpu_stat_->read(id, path)) {
+      // cpu.stat counts from the cgroup's creation: the first reading is the base.
+      if (t.seen) d = throttle_delta(*v, t.last);
+      t.last = *v;
+      t.seen = true;
+    }
+  }
+  t.total.events += d.events;
+  t.total.throttled_ns += d.throttled_ns;
+  return d;
+}
+
+uint64_t Collector::hold_parent(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return 0;  // the root's throttling is nobody's
+  std::string parent = path.substr(0, slash);
+  auto id = index_.id_of(parent);
+  if (!id) return 0;
+  auto [it, fresh] = holders_.try_emplace(*id);
+  it->second.refs++;
+  if (fresh) {
+    it->second.path = parent;
+    uint64_t up = hold_parent(parent);
+    holders_.at(*id).parent = up;  // the recursion may have rehashed
+  }
+  return *id;
+}
+
+void Collector::release(uint64_t holder, Sample& out) {
+  while (holder) {
+    auto it = holders_.find(holder);
+    if (it == holders_.end() || --it->second.refs > 0) return;
+    const uint64_t up = it->second.parent;
+    holders_.erase(it);
+    if (!cgroups_.count(holder)) {  // else still tracked as a cgroup of its own
+      out.removed.push_back(holder);
+      released_.push_back(holder);
+    }
+    holder = up;
+  }
+}
+
+std::unordered_map<uint64_t, Collector::CgState>::iterator Collector::drop(
+    std::unordered_map<uint64_t, CgState>::iterator it, Sample& out) {
+  const uint64_t parent = it->second.parent;
+  out.removed.push_back(it->first);
+  auto next = cgroups_.erase(it);
+  release(parent, out);
+  return next;
+}
+
+void Collector::visit_holders(const RawMaps& raw, const std::vector<uint64_t>& active, uint64_t tick, Sample& out) {
+  if (holders_.empty()) return;
+  std::vector<uint64_t> due;
+  auto mark = [&](uint64_t id) {
+    auto it = holders_.find(id);
+    if (it == holders_.end() || it->second.due_tick == tick) return false;
+    it->second.due_tick = tick;
+    due.push_back(id);
+    return true;
+  };
+  if (source_ == ThrottleSource::Fentry) {
+    // Entries exist for throttled cfs_rqs only: few, and exact.
+    for (const auto& [id, _] : raw.throttle) mark(id);
+  } else if (source_ == ThrottleSource::CpuStat && cpu_stat_) {
+    // Read while a cgroup below is active, and once more after.
+    std::vector<uint64_t> next;
+    for (uint64_t id : active) {
+      auto c = cgroups_.find(id);
+      for (uint64_t p = c == cgroups_.end() ? 0 : c->second.parent; p && mark(p); p = holders_.at(p).parent)
+        next.push_back(p);
+    }
+    for (uint64_t id : holder_watch_) mark(id);
+    holder_watch_ = std::move(next);
+  }
+  for (uint64_t id : due) {
+    // A cgroup with tasks of its own and children (possible without the
+    // cpu controller on v2): its throttling is read as a cgroup's.
+    if (cgroups_.count(id)) continue;
+    Holder& h = holders_.at(id);
+    ThrottleCounters d = throttle_of(id, h.path, h.thr, raw);
+    if (d.events == 0 && d.throttled_ns == 0) continue;
+    CgroupSample& cs = out.cgroups.emplace_back();
+    cs.id = id;
+    cs.path = h.path;
+    cs.throttle_interval = d;
+    cs.throttle_total = h.thr.total;
+  }
 }
 
 }  // namespace khagent

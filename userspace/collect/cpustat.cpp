@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -11,7 +12,12 @@
 
 namespace khagent {
 
+namespace fs = std::filesystem;
+
 namespace {
+
+// A task-less cgroup is mapped to v1 through at most this many descendants.
+constexpr size_t kMaxDescendantsTried = 64;
 
 // Small kernel files: one open and read(2), no streams (this runs for every
 // active cgroup every tick).
@@ -72,21 +78,51 @@ std::optional<std::string> v1_cpu_path(const std::string& text) {
 CpuStatThrottleReader::CpuStatThrottleReader(std::string cgroup2_root, std::string cpu_v1_root, std::string proc_root)
     : v2_root_(std::move(cgroup2_root)), v1_root_(std::move(cpu_v1_root)), proc_root_(std::move(proc_root)) {}
 
+std::optional<std::string> CpuStatThrottleReader::v1_path_of_tasks(const std::string& path) const {
+  auto procs = slurp(join(v2_root_, path) + "/cgroup.procs");
+  if (!procs) return std::nullopt;
+  std::istringstream in(*procs);
+  std::string pid;
+  while (std::getline(in, pid)) {
+    if (pid.empty()) continue;
+    auto cg = slurp(proc_root_ + "/" + pid + "/cgroup");
+    if (!cg) continue;  // exited meanwhile: try the next one
+    if (auto v1 = v1_cpu_path(*cg)) return v1;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> CpuStatThrottleReader::v1_path_of(const std::string& path) const {
+  if (auto v1 = v1_path_of_tasks(path)) return v1;
+  // No task of its own (a pod, a QoS or YARN root): through the first
+  // descendant that has one, where the two hierarchies have the same shape
+  // below it (as the kubelet and the NodeManager make them).
+  const std::string base = join(v2_root_, path);
+  std::error_code ec;
+  fs::recursive_directory_iterator it(base, fs::directory_options::skip_permission_denied, ec);
+  size_t visited = 0;
+  for (auto end = fs::recursive_directory_iterator(); !ec && it != end && visited < kMaxDescendantsTried;
+       it.increment(ec)) {
+    if (!it->is_directory(ec) || it->is_symlink(ec)) continue;
+    visited++;
+    const std::string& full = it->path().native();
+    const std::string below = full.substr(base.size());  // "/c" or "/c/d"
+    auto v1 = v1_path_of_tasks(path == "/" ? below : path + below);
+    if (!v1) continue;
+    if (v1->size() <= below.size() || v1->compare(v1->size() - below.size(), below.size(), below) != 0)
+      return std::nullopt;  // shaped differently: no way to tell
+    std::string up = v1->substr(0, v1->size() - below.size());
+    return up.empty() ? "/" : up;
+  }
+  return std::nullopt;
+}
+
 CpuStatThrottleReader::V1File* CpuStatThrottleReader::v1_stat_file(uint64_t id, const std::string& path) {
   auto now = std::chrono::steady_clock::now();
   auto it = v1_cache_.find(id);
   if (it != v1_cache_.end() && now - it->second.when < kV1MappingTtl) return it->second.file.get();
   std::string file;
-  if (auto procs = slurp(join(v2_root_, path) + "/cgroup.procs")) {
-    std::istringstream in(*procs);
-    std::string pid;
-    while (file.empty() && std::getline(in, pid)) {
-      if (pid.empty()) continue;
-      auto cg = slurp(proc_root_ + "/" + pid + "/cgroup");
-      if (!cg) continue;  // exited meanwhile: try the next one
-      if (auto v1 = v1_cpu_path(*cg)) file = join(v1_root_, *v1) + "/cpu.stat";
-    }
-  }
+  if (auto v1 = v1_path_of(path)) file = join(v1_root_, *v1) + "/cpu.stat";
   std::shared_ptr<V1File> shared;
   if (!file.empty()) {
     auto& weak = v1_files_[file];

@@ -204,7 +204,12 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
     spdlog::info("fast path: waits over their threshold reported when they end{}",
                  self->scan_ ? ", and while they last (a task iterator, every fast_path.scan_interval)"
                              : "; not while they last (no bpf_map_lookup_percpu_elem before 5.19)");
-  self->throttle_source_ = fentry ? ThrottleSource::Fentry : ThrottleSource::CpuStat;
+  self->fentry_ = fentry;
+  self->throttle_source_ = fentry && !o.cpu_controller_on_v1 ? ThrottleSource::Fentry : ThrottleSource::CpuStat;
+  if (fentry && o.cpu_controller_on_v1)
+    spdlog::info(
+        "throttled time: from cpu.stat, as the cpu controller is on cgroup v1 here (fentry sees v1 cgroups, "
+        "whose ids are not the v2 ids the maps use)");
   spdlog::info("throttled waits: {}", kernel_clock ? "split by the kernel's throttled clock (cfs_rq, 6.6+)"
                                       : fentry
                                           ? "split by a throttled clock kept by fentry (a cfs_rq's own throttling; an "
@@ -228,8 +233,9 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
       "interference {})",
       static_cast<double>(mem) / (1 << 20), libbpf_num_possible_cpus(), o.max_cgroups, o.max_pairs);
   spdlog::info("throttling source: {}{}", throttle_source_name(self->throttle_source_),
-               fentry ? " (fentry on throttle_cfs_rq/unthrottle_cfs_rq)"
-                      : " (fentry unavailable on this kernel; reading cpu.stat each tick)");
+               self->throttle_source_ == ThrottleSource::Fentry ? " (fentry on throttle_cfs_rq/unthrottle_cfs_rq)"
+               : self->fentry_ ? " (cpu controller on cgroup v1; reading cpu.stat of active cgroups each tick)"
+                               : " (fentry unavailable on this kernel; reading cpu.stat of active cgroups each tick)");
   self->replace_ = o.replace_pins;
   if (o.pin) {
     if (auto r = self->pin(o.pin_dir); !r) spdlog::warn("maps not pinned: {}", r.error().str());
@@ -251,7 +257,7 @@ Result<void> RunqBpf::attach() {
       {s->progs.handle_throttle_cfs_rq, &s->links.handle_throttle_cfs_rq, false},
       {s->progs.handle_unthrottle_cfs_rq, &s->links.handle_unthrottle_cfs_rq, false},
   };
-  bool fentry_ok = throttle_source_ == ThrottleSource::Fentry;
+  bool fentry_ok = fentry_;
   for (auto& p : progs) {
     if (!bpf_program__autoload(p.prog)) continue;
     *p.link = bpf_program__attach(p.prog);
@@ -299,13 +305,14 @@ Result<void> RunqBpf::attach() {
       scan_ = false;
     }
   }
-  if (throttle_source_ == ThrottleSource::Fentry && !fentry_ok) {
+  if (fentry_ && !fentry_ok) {
     // Half-attached throttle hooks would count events without their ends.
     bpf_link__destroy(s->links.handle_throttle_cfs_rq);
     bpf_link__destroy(s->links.handle_unthrottle_cfs_rq);
     s->links.handle_throttle_cfs_rq = nullptr;
     s->links.handle_unthrottle_cfs_rq = nullptr;
     throttle_source_ = ThrottleSource::CpuStat;
+    fentry_ = false;
   }
   return {};
 }

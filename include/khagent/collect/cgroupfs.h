@@ -55,6 +55,10 @@ class CgroupIndex {
   enum class Liveness { Alive, Gone, Unknown };
   // Whether the cgroup still exists (Gone: the handle is stale).
   Liveness alive(uint64_t id);
+  // The id of the cgroup at `path` (relative to the root), recorded for
+  // path_of; nullopt if it cannot be stat'ed. On cgroup2 the inode number
+  // is the cgroup id.
+  std::optional<uint64_t> id_of(const std::string& path);
 
  private:
   int open_id(uint64_t id, int& err);

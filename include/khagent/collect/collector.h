@@ -90,15 +90,29 @@ class Collector {
   uint64_t forgotten() const { return forgotten_; }
 
  private:
+  struct ThrState {
+    ThrottleCounters last;  // last raw reading
+    bool seen = false;
+    ThrottleCounters total;
+  };
   struct CgState {
     CgroupPath path;
     CgroupCounters last_raw;
     CgroupCounters total;
-    ThrottleCounters thr_last;  // last raw throttle reading
-    bool thr_seen = false;
-    ThrottleCounters thr_total;
+    ThrState thr;
+    uint64_t parent = 0;  // in holders_ (0: a child of the root)
     bool active_prev = false;
     uint64_t seen_tick = 0;  // the last tick its entry was in the map
+  };
+  // An ancestor of tracked cgroups. It has no map entries of its own (no
+  // task of its own waits or runs), but its throttling is theirs: the
+  // quota of a pod, a QoS or YARN root, the caps khagent writes itself.
+  struct Holder {
+    CgroupPath path;
+    uint64_t parent = 0;
+    uint32_t refs = 0;  // tracked cgroups and holders whose parent it is
+    ThrState thr;
+    uint64_t due_tick = 0;  // the last tick its throttling was read
   };
   struct PairState {
     RawPair last_raw;
@@ -116,7 +130,25 @@ class Collector {
   CgroupIndex& index_;
   ThrottleStatReader* cpu_stat_;
   ThrottleSource source_;
+  // This tick's throttling of a cgroup (fentry: its throttle_stats entry;
+  // cpu.stat: read now), added to t.total.
+  ThrottleCounters throttle_of(uint64_t id, const CgroupPath& path, ThrState& t, const RawMaps& raw);
+  // The holder of the cgroup at `path` (its parent), taken once more; 0 for
+  // a child of the root or a parent that cannot be found.
+  uint64_t hold_parent(const std::string& path);
+  // Gives back a hold; holders nothing holds any more are dropped (and
+  // reported removed in `out`).
+  void release(uint64_t holder, Sample& out);
+  // Drops a tracked cgroup, reports it removed in `out`; the next entry.
+  std::unordered_map<uint64_t, CgState>::iterator drop(std::unordered_map<uint64_t, CgState>::iterator it, Sample& out);
+  // Reads the throttling of the holders that may have moved this tick and
+  // lists those whose throttling did.
+  void visit_holders(const RawMaps& raw, const std::vector<uint64_t>& active, uint64_t tick, Sample& out);
+
   std::unordered_map<uint64_t, CgState> cgroups_;
+  std::unordered_map<uint64_t, Holder> holders_;
+  std::vector<uint64_t> holder_watch_;  // cpu.stat source: holders to read once more at the next tick
+  std::vector<uint64_t> released_;      // holders let go of this tick
   std::unordered_map<std::pair<uint64_t, uint64_t>, PairState, PairHash> pairs_;
   uint64_t tick_no_ = 0;
   std::optional<uint64_t> last_mono_;

@@ -37,7 +37,9 @@ class CpuStatThrottleReader : public ThrottleStatReader {
   // Cumulative throttling of the cgroup at `path` (relative to the cgroup2
   // root): cgroup v2 cpu.stat nr_throttled/throttled_usec where the cpu
   // controller is enabled, else the v1 cpu cgroup of one of its tasks
-  // (nr_throttled/throttled_time). nullopt if neither can be read.
+  // (nr_throttled/throttled_time); a cgroup without tasks of its own (a pod
+  // or QoS root) is found in v1 through a descendant with tasks, where both
+  // hierarchies have the same shape below it. nullopt if neither can be read.
   // `id` keys the cached v2 -> v1 mapping (refreshed every 60 s).
   std::optional<ThrottleCounters> read(uint64_t id, const std::string& path) override;
 
@@ -57,6 +59,10 @@ class CpuStatThrottleReader : public ThrottleStatReader {
     std::shared_ptr<V1File> file;  // null: the cgroup has no task to map through
     std::chrono::steady_clock::time_point when;
   };
+  // The v1 cpu cgroup of the tasks of the v2 cgroup at `path`.
+  std::optional<std::string> v1_path_of_tasks(const std::string& path) const;
+  // Same, or for a cgroup without tasks, through a descendant with some.
+  std::optional<std::string> v1_path_of(const std::string& path) const;
   // The v1 cpu.stat of cgroup `id` at `path` (cached), or null.
   V1File* v1_stat_file(uint64_t id, const std::string& path);
 

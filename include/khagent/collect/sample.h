@@ -107,6 +107,9 @@ struct Sample {
   // or throttling moved in the interval and those named for the first time
   // (not complete: Collector::set_changes_only). Consumers that need the
   // idle ones too keep them from earlier samples until they are `removed`.
+  // Either way also the ancestors of those cgroups whose own throttling
+  // moved (a quota on a pod, a QoS or YARN root), with no counters of their
+  // own: they have no map entries, since no task of theirs runs.
   std::vector<CgroupSample> cgroups;
   bool complete = true;
   std::vector<uint64_t> removed;  // cgroups the collector stopped tracking at this tick

@@ -39,6 +39,11 @@ struct LoaderOptions {
   uint32_t max_cgroups = 4096;  // entries of cgroup_stats / throttle_stats
   uint32_t max_pairs = 16384;   // entries of interference
   bool allow_fentry = true;     // false: always use cpu.stat for throttling
+  // The cpu controller is on a cgroup v1 hierarchy (a hybrid host): a
+  // throttled cfs_rq belongs to a v1 cgroup, whose id is not the v2 id the
+  // maps are keyed by, so throttled time comes from cpu.stat (fentry still
+  // keeps the throttled clock that splits waits before 6.6).
+  bool cpu_controller_on_v1 = false;
   // Fast path: waits of protected cgroups at least this long are reported
   // through the ring buffer (UINT64_MAX: never), at most once per interval.
   uint64_t event_min_ns = UINT64_MAX;
@@ -141,6 +146,7 @@ class RunqBpf {
   std::unique_ptr<ring_buffer, RingDeleter> events_;
   EventFn on_event_;
   ThrottleSource throttle_source_ = ThrottleSource::CpuStat;
+  bool fentry_ = false;  // the throttle hooks are loaded (attached, once attach() succeeded)
   std::vector<std::string> pinned_;
   bool replace_ = true;
   bool scan_ = false;
