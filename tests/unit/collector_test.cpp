@@ -31,7 +31,9 @@ struct FakeMaps : MapSource {
 
 struct FakeThrottle : ThrottleStatReader {
   std::map<std::string, ThrottleCounters> values;
+  std::map<std::string, int> reads;
   std::optional<ThrottleCounters> read(uint64_t /*id*/, const std::string& path) override {
+    reads[path]++;
     auto it = values.find(path);
     if (it == values.end()) return std::nullopt;
     return it->second;
@@ -76,6 +78,7 @@ TEST(Collector, TotalsAndIntervalDeltas) {
   ASSERT_EQ(s1->cgroups.size(), 2u);
 
   maps.next.cgroups[a] = counters(30, 50'000, 3'000'000);
+  maps.next.cgroups[a].cause_ns[KH_WAIT_THROTTLED] = 3'000;  // throttled waits: its cpu.stat is read
   maps.next.pairs[0] = {a, b, 40'000, 30};
   thr.values["/a"] = {5, 4000};
   auto s2 = c.tick_at(2'000'000'000, 8);
@@ -265,10 +268,24 @@ TEST(Collector, ChangesOnlyListsWhatMovedAndReportsRemovals) {
   EXPECT_EQ(ids(*s), (std::vector<uint64_t>{std::min(a, b), std::max(a, b)}));  // named now
 
   maps.next.cgroups[a] = counters(30, 50'000, 3'000'000);
+  maps.next.pairs = {{a, b, 9'000, 10}, {b, a, 1'000, 1}};
   s = c.tick_at(2'000'000'000, 2);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(ids(*s), std::vector<uint64_t>{a});  // b is idle
-  EXPECT_EQ(s->cgroups[0].interval.waits, 20u);
+  EXPECT_EQ(s->pairs.size(), 2u);                // new: both moved
+
+  maps.next.pairs[0] = {a, b, 12'000, 12};  // (b, a) quiet: not listed
+  s = c.tick_at(2'500'000'000, 2);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->pairs.size(), 1u);
+  EXPECT_EQ(s->pairs[0].victim, a);
+  EXPECT_EQ(s->pairs[0].wait_ns_interval, 3'000u);
+  EXPECT_EQ(s->pairs[0].wait_ns_total, 12'000u);
+  maps.next.cgroups[a] = counters(40, 60'000, 4'000'000);
+  s = c.tick_at(2'700'000'000, 2);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(ids(*s), std::vector<uint64_t>{a});
+  EXPECT_EQ(s->cgroups[0].interval.waits, 10u);
   EXPECT_TRUE(s->removed.empty());
 
   maps.next.throttle[b] = {2, 5'000'000};  // b idle, but throttled
@@ -466,9 +483,11 @@ TEST(Collector, AnAncestorsThrottlingIsListedAsItsOwn) {
 }
 
 // With cpu.stat as the source, an ancestor's cpu.stat is read while a
-// cgroup below it is active, and once more after (the first reading is the
-// base, as for any cpu.stat).
-TEST(Collector, AnAncestorsCpuStatIsReadWhileCgroupsBelowAreActive) {
+// cgroup below it has waits that began throttled (by its quota or an
+// ancestor's), and once more after; the first reading, when the ancestor is
+// first seen, is the base. Active cgroups with no throttled wait cost no
+// reads.
+TEST(Collector, AnAncestorsCpuStatIsReadWhileCgroupsBelowWaitThrottled) {
   TempDir t;
   fs::create_directories(t.path / "yarn" / "c1");
   uint64_t yarn = ino(t.path / "yarn"), c1 = ino(t.path / "yarn" / "c1");
@@ -476,6 +495,7 @@ TEST(Collector, AnAncestorsCpuStatIsReadWhileCgroupsBelowAreActive) {
   FakeMaps maps;
   FakeThrottle thr;
   thr.values["/yarn"] = {10, 1'000'000'000};
+  thr.values["/yarn/c1"] = {0, 0};
   Collector c(maps, idx, &thr, ThrottleSource::CpuStat);
   c.set_changes_only(true);
   maps.next.cgroups[c1] = counters(10, 10'000, 1'000'000);
@@ -483,9 +503,17 @@ TEST(Collector, AnAncestorsCpuStatIsReadWhileCgroupsBelowAreActive) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(find_sample(*s, yarn), nullptr);  // the base
 
-  maps.next.cgroups[c1] = counters(20, 20'000, 2'000'000);
-  thr.values["/yarn"] = {12, 1'040'000'000};
+  maps.next.cgroups[c1] = counters(20, 20'000, 2'000'000);  // active, nothing throttled
   s = c.tick_at(2'000'000'000, 2);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(find_sample(*s, yarn), nullptr);
+  EXPECT_EQ(thr.reads["/yarn"], 1);     // the base only
+  EXPECT_EQ(thr.reads["/yarn/c1"], 1);  // the same
+
+  maps.next.cgroups[c1] = counters(30, 30'000, 3'000'000);
+  maps.next.cgroups[c1].cause_ns[KH_WAIT_THROTTLED] = 5'000;
+  thr.values["/yarn"] = {12, 1'040'000'000};
+  s = c.tick_at(2'500'000'000, 2);
   ASSERT_TRUE(s.ok());
   const CgroupSample* y = find_sample(*s, yarn);
   ASSERT_NE(y, nullptr) << "the YARN root's throttling was dropped";

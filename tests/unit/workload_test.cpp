@@ -174,7 +174,19 @@ TEST(Rollup, PodsClassesAndInterference) {
   ASSERT_EQ(n.yarn.size(), 1u);
   EXPECT_EQ(n.yarn[0].container, "container_1_2_3_4");
   EXPECT_EQ(n.yarn[0].online_wait_caused_ns, 3'500'000u);
+  EXPECT_EQ(n.yarn[0].online_wait_caused_ns_total, 3'500'000u);
   EXPECT_EQ(n.offline_parents, std::vector<std::string>{"/hadoop-yarn"});
+
+  // The agent's samples list only the pairs that moved: the container's
+  // total since it was known is kept here, not summed from the listed pairs.
+  Sample next;
+  next.interval_ns = 1'000'000'000;
+  next.complete = false;
+  next.pairs.push_back({2, 3, 600'000, 600'000, 100'000});  // pair (1, 3) quiet
+  n = rollup(next, k);
+  ASSERT_EQ(n.yarn.size(), 1u);
+  EXPECT_EQ(n.yarn[0].online_wait_caused_ns, 100'000u);
+  EXPECT_EQ(n.yarn[0].online_wait_caused_ns_total, 3'600'000u);
 }
 
 // Sibling containers of one pod (app, sidecar, pause) share its CPU: a wait

@@ -134,7 +134,7 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
   // Each entry to look at this tick (all of them, or where the source read
   // only what moved: the moved ones, those waiting for a name or reported
   // removed, and those whose throttling is read or may have changed).
-  std::vector<uint64_t> watch;  // active with cpu.stat as the source: read again next tick
+  std::vector<uint64_t> watch;  // cpu.stat source: to read again next tick (thr_watch)
   auto visit = [&](uint64_t id, const CgroupCounters& now) {
     auto it = cgroups_.find(id);
     if ((rescanned && !index_.path_of(id)) || gone.count(id)) {
@@ -166,13 +166,18 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     // Most cgroups of a big node did nothing this tick: no histogram work.
     const bool moved = now.waits != st.last_raw.waits || now.cpu_ns != st.last_raw.cpu_ns ||
                        now.wait_ns != st.last_raw.wait_ns || now.preemptions != st.last_raw.preemptions;
+    // cpu.stat is read where throttling can have moved: a wait of the
+    // cgroup began throttled (its own quota or an ancestor's) in the
+    // interval, or the last reading grew (the tail of a throttled stretch),
+    // and once for the base. Reading it for every active cgroup was a tenth
+    // of the tick at thousands of cgroups, nearly always to find nothing.
+    const bool throttled_wait = moved && now.cause_ns[KH_WAIT_THROTTLED] != st.last_raw.cause_ns[KH_WAIT_THROTTLED];
     ThrottleCounters thr;
-    if (source_ == ThrottleSource::Fentry || moved || st.active_prev || !st.thr.seen)
+    if (source_ == ThrottleSource::Fentry || throttled_wait || st.thr_watch || !st.thr.seen)
       thr = throttle_of(id, st.path, st.thr, *raw);
-    if (changes_only_ && !moved && !named && thr.events == 0 && thr.throttled_ns == 0) {
-      st.active_prev = false;
-      return;
-    }
+    st.thr_watch = source_ == ThrottleSource::CpuStat && (throttled_wait || thr.events || thr.throttled_ns);
+    if (st.thr_watch) watch.push_back(id);
+    if (changes_only_ && !moved && !named && thr.events == 0 && thr.throttled_ns == 0) return;
     // Built in place: a sample carries two sets of counters with their
     // histograms (about 2 KB), and copying it was most of a tick's work.
     CgroupSample& cs = out.cgroups.emplace_back();
@@ -186,8 +191,6 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     if (totals_) cs.total = st.total;
     cs.throttle_interval = thr;
     cs.throttle_total = st.thr.total;
-    st.active_prev = cs.interval.cpu_ns > 0 || cs.interval.waits > 0;
-    if (st.active_prev && source_ == ThrottleSource::CpuStat) watch.push_back(id);
   };
   const bool partial = moved_view && !rescanned;
   if (partial) {
@@ -249,6 +252,8 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     ps.last_raw = p;
     ps.wait_ns_total += dw;
     ps.count_total += dc;
+    // Thousands of pairs on a big node, most of them quiet in any one tick.
+    if (changes_only_ && dw == 0 && dc == 0) continue;
     out.pairs.push_back(PairSample{p.victim, p.aggressor, ps.wait_ns_total, ps.count_total, dw});
   }
   for (auto it = pairs_.begin(); it != pairs_.end();) {
@@ -297,6 +302,15 @@ uint64_t Collector::hold_parent(const std::string& path) {
   it->second.refs++;
   if (fresh) {
     it->second.path = parent;
+    // The base, before any throttling below it is seen (cpu.stat counts
+    // from the cgroup's creation).
+    if (source_ == ThrottleSource::CpuStat && cpu_stat_) {
+      Holder& h = it->second;
+      if (auto v = cpu_stat_->read(*id, h.path)) {
+        h.thr.last = *v;
+        h.thr.seen = true;
+      }
+    }
     uint64_t up = hold_parent(parent);
     holders_.at(*id).parent = up;  // the recursion may have rehashed
   }
@@ -326,7 +340,7 @@ std::unordered_map<uint64_t, Collector::CgState>::iterator Collector::drop(
   return next;
 }
 
-void Collector::visit_holders(const RawMaps& raw, const std::vector<uint64_t>& active, uint64_t tick, Sample& out) {
+void Collector::visit_holders(const RawMaps& raw, const std::vector<uint64_t>& below, uint64_t tick, Sample& out) {
   if (holders_.empty()) return;
   std::vector<uint64_t> due;
   auto mark = [&](uint64_t id) {
@@ -340,9 +354,9 @@ void Collector::visit_holders(const RawMaps& raw, const std::vector<uint64_t>& a
     // Entries exist for throttled cfs_rqs only: few, and exact.
     for (const auto& [id, _] : raw.throttle) mark(id);
   } else if (source_ == ThrottleSource::CpuStat && cpu_stat_) {
-    // Read while a cgroup below is active, and once more after.
+    // Read while a cgroup below has throttled waits, and once more after.
     std::vector<uint64_t> next;
-    for (uint64_t id : active) {
+    for (uint64_t id : below) {
       auto c = cgroups_.find(id);
       for (uint64_t p = c == cgroups_.end() ? 0 : c->second.parent; p && mark(p); p = holders_.at(p).parent)
         next.push_back(p);

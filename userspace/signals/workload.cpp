@@ -223,6 +223,11 @@ const Classifier::Entry& Classifier::get(uint64_t cgroup_id, const std::string& 
   return it->second;
 }
 
+void Classifier::add_online_wait_caused(const std::string& container, uint64_t ns) {
+  auto it = yarn_.find(container);
+  if (it != yarn_.end()) it->second.online_wait_caused_ns += ns;
+}
+
 const Classifier::Entry* Classifier::find(uint64_t cgroup_id) const {
   auto it = cache_.find(cgroup_id);
   return it == cache_.end() ? nullptr : &it->second;
@@ -339,8 +344,14 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
     if (v->cls == CgroupClass::Online && !a->id.yarn_container.empty()) {
       auto& y = yarn[a->id.yarn_container];
       y.online_wait_caused_ns += pr.wait_ns_interval;
-      y.online_wait_caused_ns_total += pr.wait_ns_total;
+      classifier.add_online_wait_caused(a->id.yarn_container, pr.wait_ns_interval);
     }
+  }
+  // Totals kept here: a sample that is not complete lists only the pairs
+  // that moved.
+  for (auto& [id, y] : yarn) {
+    auto it = classifier.yarn_containers().find(id);
+    if (it != classifier.yarn_containers().end()) y.online_wait_caused_ns_total = it->second.online_wait_caused_ns;
   }
 
   for (auto& [uid, p] : pods) {

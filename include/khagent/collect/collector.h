@@ -100,8 +100,8 @@ class Collector {
     CgroupCounters last_raw;
     CgroupCounters total;
     ThrState thr;
-    uint64_t parent = 0;  // in holders_ (0: a child of the root)
-    bool active_prev = false;
+    uint64_t parent = 0;     // in holders_ (0: a child of the root)
+    bool thr_watch = false;  // cpu.stat source: read it again at the next tick
     uint64_t seen_tick = 0;  // the last tick its entry was in the map
   };
   // An ancestor of tracked cgroups. It has no map entries of its own (no
@@ -143,7 +143,8 @@ class Collector {
   std::unordered_map<uint64_t, CgState>::iterator drop(std::unordered_map<uint64_t, CgState>::iterator it, Sample& out);
   // Reads the throttling of the holders that may have moved this tick and
   // lists those whose throttling did.
-  void visit_holders(const RawMaps& raw, const std::vector<uint64_t>& active, uint64_t tick, Sample& out);
+  // `below`: cgroups whose cpu.stat is watched this tick (throttled waits).
+  void visit_holders(const RawMaps& raw, const std::vector<uint64_t>& below, uint64_t tick, Sample& out);
 
   std::unordered_map<uint64_t, CgState> cgroups_;
   std::unordered_map<uint64_t, Holder> holders_;
@@ -162,7 +163,7 @@ class Collector {
   bool changes_only_ = false;
   size_t last_listed_ = 0;                // cgroups in the last sample
   std::unordered_set<uint64_t> pending_;  // in the maps, not named yet
-  std::vector<uint64_t> watch_;           // to read cpu.stat of at the next tick
+  std::vector<uint64_t> watch_;           // to read cpu.stat of at the next tick (thr_watch)
   uint64_t forgotten_ = 0;
 };
 

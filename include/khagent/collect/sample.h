@@ -113,7 +113,7 @@ struct Sample {
   std::vector<CgroupSample> cgroups;
   bool complete = true;
   std::vector<uint64_t> removed;  // cgroups the collector stopped tracking at this tick
-  std::vector<PairSample> pairs;
+  std::vector<PairSample> pairs;  // not complete: only those that moved
   std::array<uint64_t, KH_NR_COUNTERS> bpf_counters{};
 };
 

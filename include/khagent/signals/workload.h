@@ -78,7 +78,10 @@ class Classifier {
   struct YarnContainer {
     std::string path;
     size_t cgroups = 0;
+    uint64_t online_wait_caused_ns = 0;  // since it was first known (the roll-up adds each interval)
   };
+  // Online waits the YARN container held the CPU for, in one interval.
+  void add_online_wait_caused(const std::string& container, uint64_t ns);
   const std::unordered_set<uint64_t>& online() const { return online_; }
   const std::map<std::string, size_t>& offline_parents() const { return parents_; }  // -> cgroups below
   const std::map<std::string, Pod>& pods() const { return pods_by_uid_; }            // by uid
@@ -120,7 +123,7 @@ struct YarnContainerSignals {
   std::string path;
   double cpu_cores = 0;
   uint64_t online_wait_caused_ns = 0;        // in the interval
-  uint64_t online_wait_caused_ns_total = 0;  // since start
+  uint64_t online_wait_caused_ns_total = 0;  // since its cgroup was first known
 };
 
 struct ClassSignals {
