@@ -529,9 +529,61 @@ TEST(Collector, AnAncestorsCpuStatIsReadWhileCgroupsBelowWaitThrottled) {
   ASSERT_NE(y, nullptr);
   EXPECT_EQ(y->throttle_interval.throttled_ns, 10'000'000u);
 
-  // Nothing below it is active: not read (cannot be throttled meanwhile).
-  thr.values["/yarn"] = {99, 9'000'000'000};
+  // It grew: read once more, unchanged.
+  const int reads = thr.reads["/yarn"];
   s = c.tick_at(4'000'000'000, 4);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(find_sample(*s, yarn), nullptr);
+  EXPECT_EQ(thr.reads["/yarn"], reads + 1);
+
+  // No throttled wait below it: not read (it cannot be throttled meanwhile).
+  thr.values["/yarn"] = {99, 9'000'000'000};
+  s = c.tick_at(5'000'000'000, 5);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(find_sample(*s, yarn), nullptr);
+  EXPECT_EQ(thr.reads["/yarn"], reads + 1);
+}
+
+// A QoS root's only pod replaced in one tick: the root is let go of and held
+// again at once, and keeps its throttling state (with fentry, reading its
+// entry from zero again would count its past twice). A holder that later
+// gets tasks of its own keeps one state too.
+TEST(Collector, AHolderHeldAgainInTheSameTickKeepsItsState) {
+  TempDir t;
+  fs::create_directories(t.path / "qos" / "pod1");
+  uint64_t qos = ino(t.path / "qos"), pod1 = ino(t.path / "qos" / "pod1");
+  CgroupIndex idx(t.path.string());
+  FakeMaps maps;
+  Collector c(maps, idx, nullptr, ThrottleSource::Fentry);
+  c.set_changes_only(true);
+  maps.next.cgroups[pod1] = counters(1, 1'000, 1'000);
+  maps.next.throttle[qos] = {2, 20'000'000};
+  auto s = c.tick_at(1'000'000'000, 1);
+  ASSERT_TRUE(s.ok());
+  ASSERT_NE(find_sample(*s, qos), nullptr);
+
+  fs::create_directories(t.path / "qos" / "pod2");
+  uint64_t pod2 = ino(t.path / "qos" / "pod2");
+  maps.next.removed = {pod1};  // its entry still there: deleted at this tick
+  maps.next.cgroups[pod2] = counters(1, 1'000, 1'000);
+  maps.next.throttle[qos] = {3, 30'000'000};
+  s = c.tick_at(2'000'000'000, 2);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->removed, std::vector<uint64_t>{pod1}) << "the QoS root was reported removed";
+  const CgroupSample* q = find_sample(*s, qos);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->throttle_interval.throttled_ns, 10'000'000u) << "its past counted again";
+  EXPECT_EQ(std::count(maps.forgotten_ids.begin(), maps.forgotten_ids.end(), qos), 0) << "its entry was deleted";
+
+  // Tasks of its own show up (no cpu controller on v2 lets that be): it is
+  // tracked as a cgroup now, with the same throttling state.
+  maps.next.removed.clear();
+  maps.next.cgroups[qos] = counters(1, 1'000, 1'000);
+  maps.next.throttle[qos] = {4, 35'000'000};
+  s = c.tick_at(3'000'000'000, 3);
+  ASSERT_TRUE(s.ok());
+  uint64_t listed = 0;
+  for (const auto& cs : s->cgroups)
+    if (cs.id == qos) listed += cs.throttle_interval.throttled_ns;
+  EXPECT_EQ(listed, 5'000'000u);
 }

@@ -187,6 +187,15 @@ TEST(Rollup, PodsClassesAndInterference) {
   ASSERT_EQ(n.yarn.size(), 1u);
   EXPECT_EQ(n.yarn[0].online_wait_caused_ns, 100'000u);
   EXPECT_EQ(n.yarn[0].online_wait_caused_ns_total, 3'600'000u);
+
+  // New pod metadata re-indexes every cgroup: the totals stay.
+  k.set_pods({});
+  Sample quiet;
+  quiet.interval_ns = 1'000'000'000;
+  quiet.complete = false;
+  n = rollup(quiet, k);
+  ASSERT_EQ(n.yarn.size(), 1u);
+  EXPECT_EQ(n.yarn[0].online_wait_caused_ns_total, 3'600'000u);
 }
 
 // Sibling containers of one pod (app, sidecar, pause) share its CPU: a wait
@@ -241,6 +250,38 @@ TEST(Rollup, ThrottledTimeIsClassed) {
   EXPECT_EQ(n.throttled_ns[static_cast<size_t>(CgroupClass::Online)], 100'000'000u);
   EXPECT_EQ(n.throttled_ns[static_cast<size_t>(CgroupClass::Offline)], 225'000'000u);
   EXPECT_EQ(n.throttled_ns[static_cast<size_t>(CgroupClass::System)], 307'000'000u);
+}
+
+// A quota on a pod throttles the pod's own cgroup, listed as an ancestor
+// (throttling only): the time counts for the pod and its class, but the
+// pod's cgroup is not made a protected member, nor a pod of its own.
+TEST(Rollup, AnAncestorsThrottlingCountsForItsPodWithoutJoiningIt) {
+  Config c = default_config();
+  Classifier k(c.classes, "hadoop-yarn");
+  std::string pod = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + kUidSd + ".slice";
+  Sample s;
+  s.interval_ns = 1'000'000'000;
+  s.complete = false;
+  s.cgroups.push_back(cg(1, pod + "/cri-containerd-aaaaaaaaaaaa.scope", 100'000'000, 0, 0, 0));
+  CgroupSample a;
+  a.id = 2;
+  a.path = pod;
+  a.ancestor = true;
+  a.throttle_interval = {3, 80'000'000};
+  s.cgroups.push_back(a);
+  CgroupSample y;  // the YARN root, capped by khagent
+  y.id = 3;
+  y.path = "/hadoop-yarn";
+  y.ancestor = true;
+  y.throttle_interval = {5, 40'000'000};
+  s.cgroups.push_back(y);
+  NodeSignals n = rollup(s, k);
+  EXPECT_EQ(n.online_cgroups, std::vector<uint64_t>{1});
+  ASSERT_EQ(n.pods.size(), 1u);
+  EXPECT_EQ(n.pods[0].throttle_interval.throttled_ns, 80'000'000u);
+  EXPECT_EQ(n.throttled_ns[static_cast<size_t>(CgroupClass::Online)], 80'000'000u);
+  EXPECT_EQ(n.throttled_ns[static_cast<size_t>(CgroupClass::Offline)], 40'000'000u);
+  EXPECT_EQ(k.size(), 1u) << "an ancestor was made a member";
 }
 
 // The agent's samples list only cgroups that moved: an idle online cgroup

@@ -156,6 +156,9 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
       CgState st;
       st.path = *path;
       st.parent = hold_parent(*path);
+      // Held before as an ancestor (tasks of its own showed up): one
+      // throttling state, so nothing is counted twice.
+      if (auto h = holders_.find(id); h != holders_.end()) st.thr = h->second.thr;
       // Counts accumulated before the first tick belong to this agent run
       // (the maps are created at start) and are kept.
       it = cgroups_.emplace(id, std::move(st)).first;
@@ -226,11 +229,7 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
   }
   visit_holders(*raw, watch, tick, out);
   watch_ = std::move(watch);
-  // Holders let go of: their throttling entries (fentry) go too, so one
-  // held again later counts from zero.
-  for (uint64_t id : released_)
-    if (!cgroups_.count(id) && !pending_.count(id)) dead.push_back(id);
-  released_.clear();
+  drop_released(dead, out);
 
   last_listed_ = out.cgroups.size();
   std::unordered_set<uint64_t> dead_set(dead.begin(), dead.end());
@@ -317,30 +316,42 @@ uint64_t Collector::hold_parent(const std::string& path) {
   return *id;
 }
 
-void Collector::release(uint64_t holder, Sample& out) {
-  while (holder) {
-    auto it = holders_.find(holder);
-    if (it == holders_.end() || --it->second.refs > 0) return;
+void Collector::release(uint64_t holder) {
+  auto it = holders_.find(holder);
+  if (it != holders_.end() && --it->second.refs == 0) released_.push_back(holder);
+}
+
+void Collector::drop_released(std::vector<uint64_t>& dead, Sample& out) {
+  // At the end of the tick: a holder let go of and held again in the same
+  // tick (the only pod of a QoS root replaced) keeps its state.
+  for (size_t i = 0; i < released_.size(); i++) {  // grows as parents are let go of
+    const uint64_t id = released_[i];
+    auto it = holders_.find(id);
+    if (it == holders_.end() || it->second.refs > 0) continue;
     const uint64_t up = it->second.parent;
     holders_.erase(it);
-    if (!cgroups_.count(holder)) {  // else still tracked as a cgroup of its own
-      out.removed.push_back(holder);
-      released_.push_back(holder);
+    if (!cgroups_.count(id)) {  // else still tracked as a cgroup of its own
+      out.removed.push_back(id);
+      // Its throttling entry (fentry) goes too: held again later, it counts from zero.
+      if (!pending_.count(id)) dead.push_back(id);
     }
-    holder = up;
+    release(up);
   }
+  released_.clear();
 }
 
 std::unordered_map<uint64_t, Collector::CgState>::iterator Collector::drop(
     std::unordered_map<uint64_t, CgState>::iterator it, Sample& out) {
   const uint64_t parent = it->second.parent;
+  // Still an ancestor of tracked cgroups: its throttling state goes back.
+  if (auto h = holders_.find(it->first); h != holders_.end()) h->second.thr = it->second.thr;
   out.removed.push_back(it->first);
   auto next = cgroups_.erase(it);
-  release(parent, out);
+  release(parent);
   return next;
 }
 
-void Collector::visit_holders(const RawMaps& raw, const std::vector<uint64_t>& below, uint64_t tick, Sample& out) {
+void Collector::visit_holders(const RawMaps& raw, std::vector<uint64_t>& below, uint64_t tick, Sample& out) {
   if (holders_.empty()) return;
   std::vector<uint64_t> due;
   auto mark = [&](uint64_t id) {
@@ -366,14 +377,25 @@ void Collector::visit_holders(const RawMaps& raw, const std::vector<uint64_t>& b
   }
   for (uint64_t id : due) {
     // A cgroup with tasks of its own and children (possible without the
-    // cpu controller on v2): its throttling is read as a cgroup's.
-    if (cgroups_.count(id)) continue;
+    // cpu controller on v2): its throttling is read as a cgroup's, at the
+    // next tick.
+    if (auto c = cgroups_.find(id); c != cgroups_.end()) {
+      if (source_ == ThrottleSource::CpuStat && !c->second.thr_watch) {
+        c->second.thr_watch = true;
+        below.push_back(id);
+      }
+      continue;
+    }
     Holder& h = holders_.at(id);
+    if (h.refs == 0) continue;  // let go of this tick: reported removed
     ThrottleCounters d = throttle_of(id, h.path, h.thr, raw);
     if (d.events == 0 && d.throttled_ns == 0) continue;
+    // Growing: read once more at the next tick.
+    if (source_ == ThrottleSource::CpuStat) holder_watch_.push_back(id);
     CgroupSample& cs = out.cgroups.emplace_back();
     cs.id = id;
     cs.path = h.path;
+    cs.ancestor = true;
     cs.throttle_interval = d;
     cs.throttle_total = h.thr.total;
   }

@@ -234,8 +234,9 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
       static_cast<double>(mem) / (1 << 20), libbpf_num_possible_cpus(), o.max_cgroups, o.max_pairs);
   spdlog::info("throttling source: {}{}", throttle_source_name(self->throttle_source_),
                self->throttle_source_ == ThrottleSource::Fentry ? " (fentry on throttle_cfs_rq/unthrottle_cfs_rq)"
-               : self->fentry_ ? " (cpu controller on cgroup v1; reading cpu.stat of active cgroups each tick)"
-                               : " (fentry unavailable on this kernel; reading cpu.stat of active cgroups each tick)");
+               : self->fentry_
+                   ? " (cpu controller on cgroup v1; reading the cpu.stat of cgroups with throttled waits)"
+                   : " (fentry unavailable on this kernel; reading the cpu.stat of cgroups with throttled waits)");
   self->replace_ = o.replace_pins;
   if (o.pin) {
     if (auto r = self->pin(o.pin_dir); !r) spdlog::warn("maps not pinned: {}", r.error().str());

@@ -235,6 +235,8 @@ const Classifier::Entry* Classifier::find(uint64_t cgroup_id) const {
 
 void Classifier::set_pods(std::unordered_map<std::string, PodMeta> pods) {
   pods_ = std::move(pods);
+  std::unordered_map<std::string, uint64_t> caused;  // kept across the re-index
+  for (const auto& [c, y] : yarn_) caused[c] = y.online_wait_caused_ns;
   online_.clear();
   parents_.clear();
   pods_by_uid_.clear();
@@ -243,6 +245,8 @@ void Classifier::set_pods(std::unordered_map<std::string, PodMeta> pods) {
     e = classify(e.path);
     index(e, id);
   }
+  for (auto& [c, y] : yarn_)
+    if (auto it = caused.find(c); it != caused.end()) y.online_wait_caused_ns = it->second;
 }
 
 void Classifier::forget(const std::vector<uint64_t>& gone) {
@@ -273,16 +277,29 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
   out.interval_ns = s.interval_ns;
   double secs = s.interval_ns ? static_cast<double>(s.interval_ns) / 1e9 : 0;
 
-  // Membership first: the sample's cgroups are known from now on, removed
-  // ones (or, for a complete sample, unlisted ones) no longer.
+  // Membership first: removed cgroups (or, for a complete sample, unlisted
+  // ones) are no longer known, the sample's cgroups are from now on. (In
+  // this order: the entries below stay valid.)
+  classifier.forget(s.removed);
   std::vector<const Classifier::Entry*> entries;
   entries.reserve(s.cgroups.size());
-  for (const auto& c : s.cgroups) entries.push_back(&classifier.get(c.id, c.path));
-  classifier.forget(s.removed);
+  // Ancestors listed for their throttling only are classed but not made
+  // members: an online pod's own cgroup has no task to protect, and a pod's
+  // class is its containers'.
+  size_t n_ancestors = 0;
+  for (const auto& c : s.cgroups) n_ancestors += c.ancestor;
+  std::vector<Classifier::Entry> ancestors;
+  ancestors.reserve(n_ancestors);  // no reallocation: entries point into it
+  for (const auto& c : s.cgroups) {
+    const Classifier::Entry* known = c.ancestor ? classifier.find(c.id) : nullptr;
+    if (c.ancestor && !known) known = &ancestors.emplace_back(classifier.classify_only(c.path));
+    entries.push_back(known ? known : &classifier.get(c.id, c.path));
+  }
   if (s.complete) {
     std::vector<uint64_t> alive;
     alive.reserve(s.cgroups.size());
-    for (const auto& c : s.cgroups) alive.push_back(c.id);
+    for (const auto& c : s.cgroups)
+      if (!c.ancestor) alive.push_back(c.id);
     classifier.retain(alive);
   }
 
@@ -306,7 +323,7 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
     const bool moved = counters_moved(c.interval);  // a complete sample lists idle cgroups too
     if (moved) counters_add(out.classes[static_cast<size_t>(e.cls)].interval, c.interval);
     PodSignals* pod = nullptr;
-    if (!e.id.pod_uid.empty()) {
+    if (!e.id.pod_uid.empty() && (!c.ancestor || pods.count(e.id.pod_uid))) {
       pod = &pods[e.id.pod_uid];
       if (moved) counters_add(pod->interval, c.interval);
       pod->throttle_interval.events += c.throttle_interval.events;

@@ -136,20 +136,24 @@ class Collector {
   // The holder of the cgroup at `path` (its parent), taken once more; 0 for
   // a child of the root or a parent that cannot be found.
   uint64_t hold_parent(const std::string& path);
-  // Gives back a hold; holders nothing holds any more are dropped (and
-  // reported removed in `out`).
-  void release(uint64_t holder, Sample& out);
+  // Gives back a hold; a holder nothing holds any more is let go of at the
+  // end of the tick (drop_released), unless held again by then.
+  void release(uint64_t holder);
+  // Drops the holders let go of this tick (and their own holders, in
+  // turn): reported removed in `out`, their entries added to `dead`.
+  void drop_released(std::vector<uint64_t>& dead, Sample& out);
   // Drops a tracked cgroup, reports it removed in `out`; the next entry.
   std::unordered_map<uint64_t, CgState>::iterator drop(std::unordered_map<uint64_t, CgState>::iterator it, Sample& out);
   // Reads the throttling of the holders that may have moved this tick and
   // lists those whose throttling did.
-  // `below`: cgroups whose cpu.stat is watched this tick (throttled waits).
-  void visit_holders(const RawMaps& raw, const std::vector<uint64_t>& below, uint64_t tick, Sample& out);
+  // `below`: cgroups whose cpu.stat is watched this tick (throttled waits);
+  // a holder that is also a tracked cgroup is added to it.
+  void visit_holders(const RawMaps& raw, std::vector<uint64_t>& below, uint64_t tick, Sample& out);
 
   std::unordered_map<uint64_t, CgState> cgroups_;
   std::unordered_map<uint64_t, Holder> holders_;
   std::vector<uint64_t> holder_watch_;  // cpu.stat source: holders to read once more at the next tick
-  std::vector<uint64_t> released_;      // holders let go of this tick
+  std::vector<uint64_t> released_;      // holders let go of this tick (refs 0)
   std::unordered_map<std::pair<uint64_t, uint64_t>, PairState, PairHash> pairs_;
   uint64_t tick_no_ = 0;
   std::optional<uint64_t> last_mono_;

@@ -89,6 +89,9 @@ struct CgroupSample {
   CgroupCounters interval;  // during the last interval
   ThrottleCounters throttle_total;
   ThrottleCounters throttle_interval;
+  // An ancestor of tracked cgroups, listed for its own throttling only (no
+  // map entries, no counters): not a member of any class or pod itself.
+  bool ancestor = false;
 };
 
 struct PairSample {

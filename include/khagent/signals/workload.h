@@ -62,6 +62,9 @@ class Classifier {
   const Entry& get(uint64_t cgroup_id, const std::string& path);
   // Null if the id is not known.
   const Entry* find(uint64_t cgroup_id) const;
+  // The identity and class of a path, without adding it (an ancestor listed
+  // for its throttling only).
+  Entry classify_only(const std::string& path) const { return classify(path); }
   // New pod metadata: every known cgroup is classed again.
   void set_pods(std::unordered_map<std::string, PodMeta> pods);
   // Drops these ids.
