@@ -587,3 +587,58 @@ TEST(Collector, AHolderHeldAgainInTheSameTickKeepsItsState) {
     if (cs.id == qos) listed += cs.throttle_interval.throttled_ns;
   EXPECT_EQ(listed, 5'000'000u);
 }
+
+// The same over a source that reads only what moved (the agent's): an
+// ancestor's throttling is listed though nothing below it moved in the
+// interval (fentry), and read from cpu.stat after a throttled wait below
+// it, once more after, then not.
+TEST(Collector, AnAncestorsThrottlingWithAReaderOfWhatMoved) {
+  TempDir t;
+  fs::create_directories(t.path / "pod" / "c1");
+  uint64_t pod = ino(t.path / "pod"), c1 = ino(t.path / "pod" / "c1");
+  CgroupIndex idx(t.path.string());
+  {
+    MovedOnlyMaps maps;
+    Collector c(maps, idx, nullptr, ThrottleSource::Fentry);
+    c.set_changes_only(true);
+    maps.next.cgroups[c1] = counters(1, 1'000, 1'000);
+    ASSERT_TRUE(c.tick_at(1'000'000'000, 1).ok());
+    maps.next.throttle[pod] = {1, 7'000'000};  // c1 did not move
+    auto s = c.tick_at(2'000'000'000, 2);
+    ASSERT_TRUE(s.ok());
+    ASSERT_EQ(s->cgroups.size(), 1u);
+    EXPECT_EQ(s->cgroups[0].id, pod);
+    EXPECT_TRUE(s->cgroups[0].ancestor);
+    EXPECT_EQ(s->cgroups[0].throttle_interval.throttled_ns, 7'000'000u);
+  }
+  {
+    MovedOnlyMaps maps;
+    FakeThrottle thr;
+    thr.values["/pod"] = {0, 0};
+    thr.values["/pod/c1"] = {0, 0};
+    Collector c(maps, idx, &thr, ThrottleSource::CpuStat);
+    c.set_changes_only(true);
+    maps.next.cgroups[c1] = counters(1, 1'000, 1'000);
+    ASSERT_TRUE(c.tick_at(1'000'000'000, 1).ok());
+    maps.next.cgroups[c1] = counters(2, 2'000, 2'000);
+    maps.next.cgroups[c1].cause_ns[KH_WAIT_THROTTLED] = 1'000;
+    thr.values["/pod"] = {1, 8'000'000};
+    auto s = c.tick_at(2'000'000'000, 2);
+    ASSERT_TRUE(s.ok());
+    const CgroupSample* p = find_sample(*s, pod);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->throttle_interval.throttled_ns, 8'000'000u);
+    thr.values["/pod"] = {2, 9'000'000};  // c1 no longer moves: read once more
+    s = c.tick_at(3'000'000'000, 3);
+    ASSERT_TRUE(s.ok());
+    p = find_sample(*s, pod);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->throttle_interval.throttled_ns, 1'000'000u);
+    const int reads = thr.reads["/pod"];
+    s = c.tick_at(4'000'000'000, 4);  // unchanged: read once more
+    ASSERT_TRUE(s.ok());
+    s = c.tick_at(5'000'000'000, 5);  // then not
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(thr.reads["/pod"], reads + 1);
+  }
+}
