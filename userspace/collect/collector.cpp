@@ -301,14 +301,11 @@ uint64_t Collector::hold_parent(const std::string& path) {
   it->second.refs++;
   if (fresh) {
     it->second.path = parent;
-    // The base, before any throttling below it is seen (cpu.stat counts
-    // from the cgroup's creation).
-    if (source_ == ThrottleSource::CpuStat && cpu_stat_) {
-      Holder& h = it->second;
-      if (auto v = cpu_stat_->read(*id, h.path)) {
-        h.thr.last = *v;
-        h.thr.seen = true;
-      }
+    // cpu.stat: the base (a first reading), before any throttling below it
+    // is seen. (Fentry entries count from the maps' creation: no base.)
+    if (source_ == ThrottleSource::CpuStat) {
+      static const RawMaps kNoMaps;
+      throttle_of(*id, it->second.path, it->second.thr, kNoMaps);
     }
     uint64_t up = hold_parent(parent);
     holders_.at(*id).parent = up;  // the recursion may have rehashed
