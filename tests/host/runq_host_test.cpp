@@ -569,9 +569,17 @@ TEST_F(RunqHost, RemovedCgroupsAreForgotten) {
 // cgroup_stats) gives the collector the same counts as whole reads of the
 // map: run alongside a collector that reads whole, each cgroup's sum of
 // intervals agrees once the load has stopped, and an idle cgroup is not
-// copied out at all.
+// copied out at all. A kernel that refuses map-element iterators (one 6.18
+// host here: EPERM) gets the object without the reader, and whole reads;
+// the reader itself is then tested in the VMs (6.1, 6.12).
 TEST_F(RunqHost, TheMovedReaderGivesWhatWholeReadsGive) {
   RunqMapFds fds = bpf_->map_fds(true);
+  if (std::string refused = iterator_refusal("bpf_map_elem"); !refused.empty()) {
+    EXPECT_LT(fds.moved_reader, 0) << "a reader attached where the probe says map iterators are refused";
+    EXPECT_GE(bpf_->map_fds().cgroup_stats, 0);
+    std::printf("this kernel: %s; the object loaded without the moved reader (whole reads)\n", refused.c_str());
+    return;
+  }
   ASSERT_GE(fds.moved_reader, 0) << "read_moved_stats did not attach (see the log)";
   BpfMapSource moved_src(fds);
   CgroupIndex index(m_.cgroup2);

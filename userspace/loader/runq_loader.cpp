@@ -120,6 +120,26 @@ std::string fentry_refusal(const struct btf* vmlinux, const std::string& func) {
   return "";
 }
 
+// Why not, or "" when this kernel loads a BPF iterator program of `target`
+// (task, bpf_map_elem, ...). Kernels and security policies differ: one 6.18
+// host here loads task iterators but refuses map-element ones (EPERM).
+std::string iterator_refusal(const struct btf* vmlinux, const std::string& target) {
+  if (!vmlinux) return "the kernel's BTF could not be read";
+  std::string func = "bpf_iter_" + target;
+  int id = btf__find_by_name_kind(vmlinux, func.c_str(), BTF_KIND_FUNC);
+  if (id < 0) return func + " is not in the kernel's BTF";
+  struct bpf_insn insns[] = {
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+  };
+  LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_TRACE_ITER,
+              .attach_btf_id = static_cast<__u32>(id));
+  int fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "kh_probe", "GPL", insns, 2, &opts);
+  if (fd < 0) return "loading an iter/" + target + " program refused: " + std::strerror(errno);
+  close(fd);
+  return "";
+}
+
 bool probe_fentry_in(const struct btf* vmlinux, const std::string& func, std::string* why = nullptr) {
   std::string refused = fentry_refusal(vmlinux, func);
   if (!refused.empty()) spdlog::info("fentry probe: {}", refused);
@@ -148,6 +168,11 @@ bool probe_fentry(const std::string& func) {
   return probe_fentry_in(v.btf, func);
 }
 
+std::string iterator_refusal(const std::string& target) {
+  VmlinuxBtf v;
+  return iterator_refusal(v.btf, target);
+}
+
 Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) {
   std::unique_ptr<RunqBpf> self(new RunqBpf());
   self->skel_ = runq_bpf__open();
@@ -168,11 +193,19 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   };
   bool fentry = false, kernel_clock = false;
   std::string no_fentry = "turned off (--no-fentry): throttling read from cpu.stat";
+  std::string no_map_iter, no_task_iter;
   {  // freed before the load parses the kernel's BTF again
     VmlinuxBtf vmlinux;
     fentry = o.allow_fentry && probe_fentry_in(vmlinux.btf, "throttle_cfs_rq", &no_fentry) &&
              probe_fentry_in(vmlinux.btf, "unthrottle_cfs_rq", &no_fentry);
     kernel_clock = has_throttled_clock(vmlinux.btf);
+    no_map_iter = iterator_refusal(vmlinux.btf, "bpf_map_elem");
+    no_task_iter = iterator_refusal(vmlinux.btf, "task");
+  }
+  // Iterators are optional: a refused one is left out, never the whole load.
+  if (!no_map_iter.empty()) {
+    leave_out(s->progs.read_moved_stats, no_map_iter);
+    spdlog::info("cgroup_stats: copied whole every tick ({})", no_map_iter);
   }
   s->rodata->cfg_fentry_clock = fentry && !kernel_clock;
   if (!fentry) {
@@ -195,15 +228,17 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   spdlog::info("waits that move to another CPU while queued: {}",
                percpu_lookup ? "each part blamed on who ran where it was queued (sched_migrate_task)"
                              : "blamed by the CPU where they end (no bpf_map_lookup_percpu_elem before 5.19)");
-  self->scan_ = o.event_min_ns != UINT64_MAX && o.scan_waits && percpu_lookup;
+  self->scan_ = o.event_min_ns != UINT64_MAX && o.scan_waits && percpu_lookup && no_task_iter.empty();
+  const std::string no_scan = !percpu_lookup ? std::string(no_percpu_lookup) : no_task_iter;
   if (!self->scan_)
     leave_out(s->progs.scan_waits, o.event_min_ns == UINT64_MAX ? "fast path off (fast_path.enabled: false)"
                                    : !o.scan_waits              ? "fast_path.scan_interval is 0"
-                                                                : no_percpu_lookup);
+                                                                : no_scan);
   if (o.event_min_ns != UINT64_MAX)
     spdlog::info("fast path: waits over their threshold reported when they end{}",
-                 self->scan_ ? ", and while they last (a task iterator, every fast_path.scan_interval)"
-                             : "; not while they last (no bpf_map_lookup_percpu_elem before 5.19)");
+                 self->scan_    ? ", and while they last (a task iterator, every fast_path.scan_interval)"
+                 : o.scan_waits ? "; not while they last (" + no_scan + ")"
+                                : "; not while they last (fast_path.scan_interval is 0)");
   self->fentry_ = fentry;
   self->throttle_source_ = fentry && !o.cpu_controller_on_v1 ? ThrottleSource::Fentry : ThrottleSource::CpuStat;
   if (fentry && o.cpu_controller_on_v1)
@@ -285,7 +320,7 @@ Result<void> RunqBpf::attach() {
   }
   // The reader of moved cgroup_stats entries, bound to that map. Without it
   // every tick copies the whole map.
-  {
+  if (bpf_program__autoload(s->progs.read_moved_stats)) {
     union bpf_iter_link_info info{};
     info.map.map_fd = static_cast<__u32>(bpf_map__fd(s->maps.cgroup_stats));
     LIBBPF_OPTS(bpf_iter_attach_opts, io, .link_info = &info, .link_info_len = sizeof info);

@@ -88,6 +88,12 @@ Result<void> preflight(const std::string& btf_path = "/sys/kernel/btf/vmlinux");
 // trivial one).
 bool probe_fentry(const std::string& func);
 
+// Why this kernel refuses BPF iterator programs of `target` ("task",
+// "bpf_map_elem"), or "" when it loads one (loads and frees a trivial one).
+// The loader leaves a refused iterator out and falls back (whole reads of
+// cgroup_stats; long waits reported only when they end).
+std::string iterator_refusal(const std::string& target);
+
 // True if the kernel keeps a per-cfs_rq throttled clock
 // (cfs_rq::throttled_clock_self_time, 6.6+): then the BPF side splits each
 // wait by how much of it its cfs_rq spent throttled. Older kernels: a wait
