@@ -2,7 +2,8 @@
 // writers khagent uses here (v1 cpu and cpuset on a hybrid host, v2
 // otherwise): a service-like probe (wakes every 5 ms, computes 1 ms) in a
 // Burstable pod next to CPU hogs in a YARN container. The agent with its
-// defaults must keep the probe's p99 near its alone baseline while the hogs
+// defaults must take away nearly all of the hogs' harm to the probe's p99,
+// and do as well as its lever (cpu.idle) written by hand, while the hogs
 // keep most of the CPU the probe leaves idle, must never put a quota on a
 // cgroup without cpu.idle, and must leave the kubelet's and the
 // NodeManager's own weight writes working.
@@ -107,6 +108,32 @@ double rq_wait_ms(pid_t pid) {
   return static_cast<double>(wait) / 1e6;
 }
 
+// Milliseconds of CPU time a process has used (utime + stime of
+// /proc/<pid>/stat, in clock ticks).
+double cpu_ms(pid_t pid) {
+  std::string st = read_file("/proc/" + std::to_string(pid) + "/stat");
+  size_t at = st.rfind(')');
+  if (at == std::string::npos) return 0;
+  std::istringstream in(st.substr(at + 2));
+  std::string f;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && in >> f; i++)
+    if (i == 14 || i == 15) ticks += std::atof(f.c_str());
+  return ticks * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// Milliseconds the hypervisor kept this machine's CPUs from running (the
+// steal column of /proc/stat, all CPUs): time in which a task that the
+// guest thinks is running does not run. 0 on bare metal.
+double steal_ms() {
+  std::istringstream in(read_file("/proc/stat"));
+  std::string cpu;
+  double v[8] = {};
+  in >> cpu;
+  for (double& x : v) in >> x;
+  return v[7] * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 // Where the probe and the hogs ran while they competed: the share of
 // samples in which the probe's CPU also had a hog, and the hogs per CPU.
 struct Placement {
@@ -193,26 +220,43 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
       for (int i = 0; i < 8; i++) hogs.emplace_back(c_ycont.procs(), -1, 0, [] { busy_loop(); });
     };
 
-    std::vector<double> alone, off, on, off_cpu, on_cpu, spare_on;
+    std::vector<double> alone, off, by_hand, on, off_cpu, on_cpu, spare_on;
     std::string logs;
     bool quota_without_idle = false, idle_seen = false;
     const double T = 4.0;
     measure(shm, 1.0);  // warm up
-    // Three rounds, medians: one bad round (another job waking on this
-    // 2-CPU machine) does not decide the verdict.
-    for (int round = 0; round < 3; round++) {
+    // Five rounds, medians: two bad rounds (another job waking on this
+    // 2-CPU machine) do not decide the verdict.
+    for (int round = 0; round < 5; round++) {
+      double s0 = steal_ms();
       alone.push_back(measure(shm, T).p99);
+      double steal_alone = steal_ms() - s0;
 
       start_hogs();
       double u0 = usage_s(yarn_v2), w0 = rq_wait_ms(probe.pid);
       std::vector<pid_t> hog_pids;
       for (const auto& h : hogs) hog_pids.push_back(h.pid);
       Placement where(probe.pid, hog_pids);
+      s0 = steal_ms();
       off.push_back(measure(shm, T).p99);
+      double steal_off = steal_ms() - s0;
       off_cpu.push_back(usage_s(yarn_v2) - u0);
       std::printf("round %d, hogs free: the probe waited %.0f ms in run queues; %s\n", round,
                   rq_wait_ms(probe.pid) - w0, where.stop().c_str());
+
+      // The control: khagent's first lever, cpu.idle on the YARN root,
+      // written by hand with no agent running. Like khagent's window (and
+      // unlike the alone one) it keeps both CPUs busy, so it sees the same
+      // hypervisor effects on a VM: vCPUs that never halt wake the probe
+      // at once, busy vCPUs lose time to steal.
+      ASSERT_TRUE(write_file(idle_file, "1"));
+      s0 = steal_ms();
+      by_hand.push_back(measure(shm, T).p99);
+      double steal_hand = steal_ms() - s0;
       hogs.clear();
+      ASSERT_TRUE(write_file(idle_file, "0"));
+      if (v1) ASSERT_TRUE(write_file(c_yarn.v1_file("cpu.shares"), "8192"));
+      else ASSERT_TRUE(write_file(yarn_v2 + "/cpu.weight", "800"));
 
       std::string log = "/tmp/" + k + "-agent.log";
       ::unlink(state.c_str());
@@ -238,7 +282,10 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
           sleep_s(0.02);
         }
       });
+      s0 = steal_ms();
+      double a0 = cpu_ms(agent);
       on.push_back(measure(shm, T).p99);
+      double steal_on = steal_ms() - s0, agent_cpu = cpu_ms(agent) - a0;
       done = true;
       watch.join();
       double used = usage_s(yarn_v2) - u0;
@@ -271,8 +318,11 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
       EXPECT_EQ(read_file(v1 ? c_yarn.v1_file("cpu.shares") : yarn_v2 + "/cpu.weight"), v1 ? "8192\n" : "800\n")
           << "the YARN root's weight not restored after cpu.idle\n"
           << text;
-      std::printf("round %d: p99 alone %.0f, hogs %.0f, khagent %.0f us; offline %.2f s\n", round, alone.back(),
-                  off.back(), on.back(), on_cpu.back());
+      std::printf(
+          "round %d: p99 alone %.0f, hogs %.0f, cpu.idle by hand %.0f, khagent %.0f us; offline %.2f s; steal "
+          "%.0f/%.0f/%.0f/%.0f ms; the agent used %.0f ms of CPU\n",
+          round, alone.back(), off.back(), by_hand.back(), on.back(), on_cpu.back(), steal_alone, steal_off, steal_hand,
+          steal_on, agent_cpu);
       for (const auto& line : {"ladder escalate", "ladder kept", "ladder: ", "cpu.idle: '", "reverted", "rejected"})
         for (size_t at = text.find(line); at != std::string::npos; at = text.find(line, at + 1)) {
           size_t b = text.rfind('\n', at), e = text.find('\n', at);
@@ -287,15 +337,14 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
     ::unlink((state + ".prev").c_str());
     probe.stop();
 
-    // "The hogs hurt" is their worst round; the claim about khagent is its
-    // median round.
-    double a = median(alone), o = *std::max_element(off.begin(), off.end()), n = median(on);
+    // "The hogs hurt" is their worst round; the claims about khagent are
+    // its median round.
+    double a = median(alone), o = *std::max_element(off.begin(), off.end()), h = median(by_hand), n = median(on);
     double kept = median(on_cpu), spare = median(spare_on), free_cpu = median(off_cpu);
     std::printf(
-        "probe response p99 (us), medians of %zu rounds (hogs: worst round): alone %.0f, hogs %.0f, hogs + khagent "
-        "%.0f "
-        "(ratio to alone %.2f)\n",
-        alone.size(), a, o, n, a > 0 ? n / a : 0);
+        "probe response p99 (us), medians of %zu rounds (hogs: worst round): alone %.0f, hogs %.0f, cpu.idle by "
+        "hand %.0f, hogs + khagent %.0f (ratio to alone %.2f, to cpu.idle by hand %.2f)\n",
+        alone.size(), a, o, h, n, a > 0 ? n / a : 0, h > 0 ? n / h : 0);
     std::printf(
         "offline CPU s per %.0f s: hogs free %.2f, khagent on %.2f; the probe left %.2f s idle, offline kept "
         "%.0f%% of it\n",
@@ -304,10 +353,16 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
     EXPECT_FALSE(quota_without_idle) << "a quota was written on a cgroup without cpu.idle\n" << logs;
     // The hogs must hurt, or the test shows nothing.
     ASSERT_GT(o, 1.3 * a) << "the hogs did not delay the probe (alone " << a << " us, hogs " << o << " us)";
-    // Near the baseline: within a quarter of it, and well below the hogs' p99.
-    EXPECT_LT(n, 1.25 * a) << "khagent's defaults did not keep the probe's p99 near its baseline; the agents' logs:\n"
+    // khagent takes away nearly all of the hogs' harm...
+    EXPECT_LT(n - a, 0.1 * (o - a)) << "khagent left more than a tenth of the hogs' harm; the agents' logs:\n" << logs;
+    // ...and does as well as its lever set by hand: what the agent adds (its
+    // reaction time, its own CPU, its BPF programs on every switch) stays
+    // within a quarter. Against the control rather than the alone baseline:
+    // on a VM the alone probe wakes halted vCPUs (slower when the host is
+    // busy) while busy vCPUs lose time to steal; neither is khagent's doing.
+    EXPECT_LT(n, 1.25 * h) << "khagent's defaults protected the probe less than cpu.idle written by hand; the agents' "
+                              "logs:\n"
                            << logs;
-    EXPECT_LT(n - a, 0.5 * (o - a));
     EXPECT_GT(kept, 0.8 * spare) << "offline did not keep most of the spare CPU";
   }
   ::unlink(cfg.c_str());
