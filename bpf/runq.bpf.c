@@ -131,7 +131,7 @@ struct task_state {
 	__u64 seg_start;  /* when it last moved: the ring of its CPU covers the rest */
 	__u64 acc_same;   /* ns of the earlier part behind its own cgroup */
 	__u64 acc_other;  /* ns behind other cgroups (already in the interference pairs) */
-	__u64 acc_top;    /* the cgroup with the longest run in the earlier part */
+	__u64 acc_top;    /* the cgroup that held the CPU longest in total in the earlier part */
 	__u64 acc_top_ns;
 };
 
@@ -557,25 +557,66 @@ static __always_inline void report_wait(__u64 cgid, __u64 wait, __u64 now, __u64
 	count(KH_CNT_EVENTS);
 }
 
-/* Who held a CPU while a task of cgroup cgid waited there. */
+/*
+ * Who held a CPU while a task of cgroup cgid waited there. The event's
+ * aggressor is the cgroup that held it longest in total: runs of one
+ * cgroup are summed in a small table (the first BLAME_TOP cgroups met;
+ * later ones still go to the pairs and to "other", not to the aggressor).
+ */
+#define BLAME_TOP 4
 struct blame {
 	__u64 same;   /* ns a task of its own cgroup ran */
 	__u64 other;  /* ns other cgroups ran (charged to the interference pairs) */
 	__u64 agg;    /* the cgroup of the run being summed, and its ns */
 	__u64 agg_ns;
-	__u64 top;    /* the cgroup with the longest run so far, and its ns */
-	__u64 top_ns;
+	__u64 ids[BLAME_TOP]; /* the cgroups met, 0 = free, and their totals */
+	__u64 ns[BLAME_TOP];
 };
+
+/*
+ * A global function: the verifier checks it once, not at every slice of
+ * every ring walk it is called from (inlined, it made handle_sched_switch
+ * 3.5x costlier to verify).
+ */
+__noinline int blame_add(struct blame *b, __u64 id, __u64 ns)
+{
+	int k;
+
+	if (!b)
+		return 0;
+	for (k = 0; k < BLAME_TOP; k++) {
+		if (b->ids[k] == id || !b->ids[k]) {
+			b->ids[k] = id;
+			b->ns[k] += ns;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* The cgroup with the most ns in b's table (0 if none), and its ns. */
+static __always_inline __u64 blame_top(const struct blame *b, __u64 *ns)
+{
+	__u64 top = 0, top_ns = 0;
+	int k;
+
+	for (k = 0; k < BLAME_TOP; k++) {
+		if (b->ids[k] && b->ns[k] > top_ns) {
+			top = b->ids[k];
+			top_ns = b->ns[k];
+		}
+	}
+	*ns = top_ns;
+	return top;
+}
 
 static __always_inline void blame_run_ends(struct blame *b, __u64 victim)
 {
 	if (!b->agg_ns)
 		return;
 	pair_add(victim, b->agg, b->agg_ns);
-	if (b->agg_ns > b->top_ns) {
-		b->top = b->agg;
-		b->top_ns = b->agg_ns;
-	}
+	blame_add(b, b->agg, b->agg_ns);
+	b->agg_ns = 0;
 }
 
 /*
@@ -659,8 +700,8 @@ static __always_inline void end_wait(struct cpu_state *cs, struct pending *pd, _
 	if (seg > t0) {
 		bl.same = ts->acc_same;
 		bl.other = ts->acc_other;
-		bl.top = ts->acc_top;
-		bl.top_ns = ts->acc_top_ns;
+		if (ts->acc_top)
+			blame_add(&bl, ts->acc_top, ts->acc_top_ns);
 		w0 = seg < w1 ? (seg > w0 ? seg : w0) : w1;
 	}
 
@@ -679,12 +720,14 @@ static __always_inline void end_wait(struct cpu_state *cs, struct pending *pd, _
 	pd->cause_ns[KH_WAIT_OTHER_CGROUP] += other;
 	pd->cause_ns[KH_WAIT_UNATTRIBUTED] += rest;
 	if (wait >= cfg_event_min_ns) {
+		__u64 top_ns, top = blame_top(&bl, &top_ns);
+
 		cause = other >= same ? (other >= rest ? KH_WAIT_OTHER_CGROUP : KH_WAIT_UNATTRIBUTED)
 				      : KH_WAIT_SAME_CGROUP;
 		if (thr >= other && thr >= same && thr >= rest)
 			cause = KH_WAIT_THROTTLED;
-		report_wait(cgid, wait, now, cause == KH_WAIT_THROTTLED ? 0 : bl.top,
-			    cause == KH_WAIT_THROTTLED ? 0 : bl.top_ns, cause);
+		report_wait(cgid, wait, now, cause == KH_WAIT_THROTTLED ? 0 : top,
+			    cause == KH_WAIT_THROTTLED ? 0 : top_ns, cause);
 	}
 }
 
@@ -849,8 +892,8 @@ int BPF_PROG(handle_sched_migrate_task, struct task_struct *p, int dest_cpu)
 		w0 = ts->seg_start;
 		b.same = ts->acc_same;
 		b.other = ts->acc_other;
-		b.top = ts->acc_top;
-		b.top_ns = ts->acc_top_ns;
+		if (ts->acc_top)
+			blame_add(&b, ts->acc_top, ts->acc_top_ns);
 	}
 	if (now <= w0)
 		return 0;
@@ -872,8 +915,7 @@ int BPF_PROG(handle_sched_migrate_task, struct task_struct *p, int dest_cpu)
 	blame_ring(cs, cs->head, cgid, w0, now, &b);
 	ts->acc_same = b.same;
 	ts->acc_other = b.other;
-	ts->acc_top = b.top;
-	ts->acc_top_ns = b.top_ns;
+	ts->acc_top = blame_top(&b, &ts->acc_top_ns);
 	ts->seg_start = now;
 	return 0;
 }

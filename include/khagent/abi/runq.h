@@ -139,7 +139,7 @@ struct kh_wait_event {
 	                      * CLOCK_MONOTONIC) */
 	__u64 cgroup_id;     /* the cgroup that waited */
 	__u64 wait_ns;
-	__u64 aggressor_id;  /* the cgroup that held the CPU longest meanwhile; 0 = none */
+	__u64 aggressor_id;  /* the cgroup that held the CPU longest in total meanwhile; 0 = none */
 	__u64 aggressor_ns;
 	__u32 cause;         /* enum kh_wait_cause with the largest share of the wait */
 	__u16 cpu;
