@@ -96,20 +96,24 @@ bool has_throttled_clock(const struct btf* vmlinux) {
   return false;
 }
 
+// Loads `r0 = 0; exit` as a tracing program of `type` on the kernel's BTF
+// function `btf_id`: its fd, or -1 with errno set.
+int load_trivial_tracing(enum bpf_attach_type type, int btf_id) {
+  struct bpf_insn insns[] = {
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+  };
+  LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = type, .attach_btf_id = static_cast<__u32>(btf_id));
+  return bpf_prog_load(BPF_PROG_TYPE_TRACING, "kh_probe", "GPL", insns, 2, &opts);
+}
+
 // Why not, or "" when this kernel loads and attaches an fentry program on
 // `func`.
 std::string fentry_refusal(const struct btf* vmlinux, const std::string& func) {
   if (!vmlinux) return "the kernel's BTF could not be read";
   int id = btf__find_by_name_kind(vmlinux, func.c_str(), BTF_KIND_FUNC);
   if (id < 0) return func + " is not in the kernel's BTF";
-  // r0 = 0; exit
-  struct bpf_insn insns[] = {
-      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
-      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
-  };
-  LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_TRACE_FENTRY,
-              .attach_btf_id = static_cast<__u32>(id));
-  int fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "kh_probe", "GPL", insns, 2, &opts);
+  int fd = load_trivial_tracing(BPF_TRACE_FENTRY, id);
   if (fd < 0) return "loading fentry/" + func + " refused: " + std::strerror(errno);
   // Loading is not enough on every kernel: try to attach as well.
   int link = bpf_link_create(fd, 0, BPF_TRACE_FENTRY, nullptr);
@@ -128,13 +132,7 @@ std::string iterator_refusal(const struct btf* vmlinux, const std::string& targe
   std::string func = "bpf_iter_" + target;
   int id = btf__find_by_name_kind(vmlinux, func.c_str(), BTF_KIND_FUNC);
   if (id < 0) return func + " is not in the kernel's BTF";
-  struct bpf_insn insns[] = {
-      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
-      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
-  };
-  LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_TRACE_ITER,
-              .attach_btf_id = static_cast<__u32>(id));
-  int fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "kh_probe", "GPL", insns, 2, &opts);
+  int fd = load_trivial_tracing(BPF_TRACE_ITER, id);
   if (fd < 0) return "loading an iter/" + target + " program refused: " + std::strerror(errno);
   close(fd);
   return "";
