@@ -88,16 +88,24 @@ double usage_s(const std::string& v2_dir) {
   return 0;
 }
 
-// The CPU a task last ran on (field 39 of /proc/<pid>/stat), -1 if gone.
-int last_cpu(pid_t pid) {
+// Fields `from`..`to` of /proc/<pid>/stat (1-based, counted as proc(5)
+// does; the command name may hold spaces), empty if the task is gone.
+std::vector<std::string> stat_fields(pid_t pid, int from, int to) {
   std::string st = read_file("/proc/" + std::to_string(pid) + "/stat");
   size_t at = st.rfind(')');
-  if (at == std::string::npos) return -1;
+  std::vector<std::string> out;
+  if (at == std::string::npos) return out;
   std::istringstream in(st.substr(at + 2));
   std::string f;
-  for (int i = 3; i <= 39 && in >> f; i++)
-    if (i == 39) return std::atoi(f.c_str());
-  return -1;
+  for (int i = 3; i <= to && in >> f; i++)
+    if (i >= from) out.push_back(f);
+  return out;
+}
+
+// The CPU a task last ran on (field 39 of /proc/<pid>/stat), -1 if gone.
+int last_cpu(pid_t pid) {
+  auto f = stat_fields(pid, 39, 39);
+  return f.empty() ? -1 : std::atoi(f[0].c_str());
 }
 
 // Nanoseconds a task has waited in run queues (second field of schedstat).
@@ -108,17 +116,11 @@ double rq_wait_ms(pid_t pid) {
   return static_cast<double>(wait) / 1e6;
 }
 
-// Milliseconds of CPU time a process has used (utime + stime of
-// /proc/<pid>/stat, in clock ticks).
+// Milliseconds of CPU time a process has used (utime + stime, fields 14
+// and 15 of /proc/<pid>/stat, in clock ticks).
 double cpu_ms(pid_t pid) {
-  std::string st = read_file("/proc/" + std::to_string(pid) + "/stat");
-  size_t at = st.rfind(')');
-  if (at == std::string::npos) return 0;
-  std::istringstream in(st.substr(at + 2));
-  std::string f;
   double ticks = 0;
-  for (int i = 3; i <= 15 && in >> f; i++)
-    if (i == 14 || i == 15) ticks += std::atof(f.c_str());
+  for (const auto& f : stat_fields(pid, 14, 15)) ticks += std::atof(f.c_str());
   return ticks * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
