@@ -9,16 +9,21 @@
  * cgroup ran, or another cgroup ran (interference, recorded per pair). Who
  * ran is read from a small per-CPU ring of the slices that ended recently.
  *
- * Memory: the per-cgroup and per-pair maps are shared hashes, one value per
- * key whatever the number of CPUs, updated with atomic adds. Per-CPU copies
- * of them would grow with the possible CPUs: at 128 CPUs the per-CPU
- * cgroup_stats alone took 474 MB. They are not LRU maps either: an LRU insert
- * evicts another cgroup's entry instead of failing (so "full" was never
- * seen), and an evicted element reused under a new key while another CPU
- * still held a pointer to it took that CPU's increments under the new key.
- * Here an insert into a full map fails and is counted (KH_CNT_STATS_FULL,
- * KH_CNT_PAIRS_FULL), and userspace deletes the entries of cgroups that are
- * gone (collect/collector.cpp).
+ * Memory: the per-cgroup and per-pair counters are shared slots, one per
+ * cgroup (pair) whatever the number of CPUs, updated with atomic adds.
+ * Per-CPU copies would grow with the possible CPUs: at 128 CPUs a per-CPU
+ * cgroup_stats alone took 474 MB. They are not LRU maps either: an LRU
+ * insert evicts another cgroup's entry instead of failing (so "full" was
+ * never seen), and an evicted element reused under a new key while another
+ * CPU still held a pointer to it took that CPU's increments under the new
+ * key. Here a new cgroup with no slot left is counted (KH_CNT_STATS_FULL,
+ * KH_CNT_PAIRS_FULL), and userspace frees the slots of cgroups that are
+ * gone (collect/bpf_maps.cpp).
+ *
+ * Reading: the slot arrays are mmapable. The agent reads them in place,
+ * only the slots whose bit is set in the moved bitmaps, so a tick at
+ * thousands of mostly idle cgroups costs neither a syscall per entry nor a
+ * copy of the whole map (nor a BPF iterator, which some kernels refuse).
  *
  * Cost: a shared entry costs a hash lookup and atomic adds, which on every
  * switch would make sched_switch about a third dearer. So each CPU gathers
@@ -73,8 +78,6 @@ const volatile __u64 cfg_event_interval_ns = 50000000;
  */
 const volatile bool cfg_fentry_clock = false;
 
-/* A zeroed stats value to create map entries from (too big for the stack). */
-const struct kh_cgroup_stats kh_zero_stats = {};
 
 /* A run of one task on a CPU: who ran (cgroup v2 id) and when. */
 struct slice {
@@ -137,24 +140,76 @@ struct task_state {
 
 
 /*
- * key: cgroup v2 id; value: that cgroup's counters, summed over all CPUs.
- * Preallocated (max_entries set by the loader): lookups never allocate, and
- * an insert into a full map fails. Userspace deletes gone cgroups.
+ * The counters of each cgroup, summed over all CPUs, in slots of an array
+ * that userspace maps into its memory (BPF_F_MMAPABLE) and reads in place:
+ * a tick costs no copy through the kernel. Each slot names its owner
+ * (kh_cgroup_stats.id; 0 = free). cgroup_slots gives a cgroup's slot. When
+ * a slot changes, its bit is set in cgroup_moved; the owner of the maps
+ * clears the bits it reads, so a tick reads only the slots that moved.
+ * Sizes set by the loader (--max-cgroups); all preallocated, so a slot is
+ * taken without allocating, and with none left the insert fails (counted).
  */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct kh_cgroup_stats);
+} cgroup_stats SEC(".maps");
+
+/* key: cgroup v2 id; value: its slot in cgroup_stats */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u64);
-	__type(value, struct kh_cgroup_stats);
-} cgroup_stats SEC(".maps");
+	__type(value, __u32);
+} cgroup_slots SEC(".maps");
 
-/* key: (victim, aggressor) cgroup ids; value: victim wait while aggressor ran */
+/* Bit s of word s / 64: slot s of cgroup_stats changed since it was read. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u64);
+} cgroup_moved SEC(".maps");
+
+/* Slots of cgroup_stats given back by userspace (zeroed), for reuse. */
+struct {
+	__uint(type, BPF_MAP_TYPE_QUEUE);
+	__uint(max_entries, 4096);
+	__type(value, __u32);
+} cgroup_free SEC(".maps");
+
+/* The same for (victim, aggressor) pairs: victim wait while aggressor ran. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct kh_pair_stats);
+} interference SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct kh_pair);
-	__type(value, struct kh_pair_stats);
-} interference SEC(".maps");
+	__type(value, __u32);
+} pair_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u64);
+} pair_moved SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_QUEUE);
+	__uint(max_entries, 16384);
+	__type(value, __u32);
+} pair_free SEC(".maps");
 
 /* key: cgroup v2 id; value: throttle events and time (fentry source only) */
 struct {
@@ -258,34 +313,96 @@ static __always_inline __u64 task_cgid(struct task_struct *p)
 }
 
 /*
- * The counters of cgroup cgid, created zeroed on first use.
+ * Slots. The loader fills cgroup_free and pair_free with every slot; a new
+ * cgroup (pair) pops one, writes its id into it, then publishes it in
+ * cgroup_slots (pair_slots). Userspace gives back the slots of cgroups that
+ * are gone: it deletes the hash entry, waits a tick, zeroes the slot and
+ * pushes it back.
  *
  * Races, said out loud:
- * - Two CPUs may insert the same new id at once: the loser's BPF_NOEXIST
- *   update fails with EEXIST and its second lookup finds the winner's entry.
- * - Userspace deletes the entry of a cgroup that is gone. A prealloc'd
- *   element goes back to the free list at once, so a CPU that looked it up
- *   just before could add into it after it was reused for another cgroup.
- *   That needs a task of the removed cgroup to switch in or out during the
- *   delete; a cgroup can only be removed once it has no tasks, and userspace
- *   deletes only cgroups that are gone and were idle for a whole interval.
- *   A CPU's pending counts of such a cgroup, added after the delete,
- *   create the entry again: userspace finds it gone and deletes it again.
- * - Userspace reads values while CPUs add to them: each 8-byte counter is
+ * - Two CPUs may take a slot for the same new id at once: the loser's
+ *   BPF_NOEXIST update fails, it frees its slot again and adds to the
+ *   winner's.
+ * - A CPU holding a slot looked up just before userspace deleted its hash
+ *   entry adds to it for the rest of that program run; userspace zeroes it
+ *   only a tick later. A CPU's pending counts of a removed cgroup, added
+ *   after the delete, take a new slot: userspace finds the cgroup gone and
+ *   gives that back too.
+ * - Userspace reads slots while CPUs add to them: each 8-byte counter is
  *   read whole, but one batch's fields (wait_ns, waits, hist, cause_ns) may
  *   be read half-added; the rest shows in the next read.
  */
-static __always_inline struct kh_cgroup_stats *stats_of(__u64 cgid)
-{
-	struct kh_cgroup_stats *st = bpf_map_lookup_elem(&cgroup_stats, &cgid);
 
-	if (st)
-		return st;
-	bpf_map_update_elem(&cgroup_stats, &cgid, &kh_zero_stats, BPF_NOEXIST);
-	st = bpf_map_lookup_elem(&cgroup_stats, &cgid);
+/* Marks slot as changed in a moved bitmap (an atomic or, only if unset). */
+static __always_inline void mark_moved(void *moved, __u32 slot)
+{
+	__u32 w = slot / 64;
+	__u64 bit = 1ULL << (slot % 64);
+	__u64 *m = bpf_map_lookup_elem(moved, &w);
+
+	if (m && !(*m & bit))
+		__sync_fetch_and_or(m, bit);
+}
+
+/*
+ * The slot of cgroup cgid in cgroup_stats, taken on first use; KH_NO_SLOT
+ * if none is free (counted). A global function: verified once.
+ */
+__noinline __u32 kh_cgroup_slot(__u64 cgid)
+{
+	struct kh_cgroup_stats *st;
+	__u32 *sp, slot;
+
+	sp = bpf_map_lookup_elem(&cgroup_slots, &cgid);
+	if (sp)
+		return *sp;
+	if (bpf_map_pop_elem(&cgroup_free, &slot))
+		goto full;
+	st = bpf_map_lookup_elem(&cgroup_stats, &slot);
 	if (!st)
-		count(KH_CNT_STATS_FULL); /* full (E2BIG): counted, never evicts */
-	return st;
+		goto full;
+	st->id = cgid;
+	if (!bpf_map_update_elem(&cgroup_slots, &cgid, &slot, BPF_NOEXIST))
+		return slot;
+	/* Another CPU published one first (or the index is full): give ours back. */
+	st->id = 0;
+	bpf_map_push_elem(&cgroup_free, &slot, 0);
+	sp = bpf_map_lookup_elem(&cgroup_slots, &cgid);
+	if (sp)
+		return *sp;
+full:
+	count(KH_CNT_STATS_FULL);
+	return KH_NO_SLOT;
+}
+
+/* The same for the (victim, aggressor) pair in interference. */
+__noinline __u32 kh_pair_slot(__u64 victim, __u64 aggressor)
+{
+	struct kh_pair key = { .victim = victim, .aggressor = aggressor };
+	struct kh_pair_stats *v;
+	__u32 *sp, slot;
+
+	sp = bpf_map_lookup_elem(&pair_slots, &key);
+	if (sp)
+		return *sp;
+	if (bpf_map_pop_elem(&pair_free, &slot))
+		goto full;
+	v = bpf_map_lookup_elem(&interference, &slot);
+	if (!v)
+		goto full;
+	v->victim = victim;
+	v->aggressor = aggressor;
+	if (!bpf_map_update_elem(&pair_slots, &key, &slot, BPF_NOEXIST))
+		return slot;
+	v->victim = 0;
+	v->aggressor = 0;
+	bpf_map_push_elem(&pair_free, &slot, 0);
+	sp = bpf_map_lookup_elem(&pair_slots, &key);
+	if (sp)
+		return *sp;
+full:
+	count(KH_CNT_PAIRS_FULL);
+	return KH_NO_SLOT;
 }
 
 /*
@@ -296,11 +413,12 @@ static __always_inline struct kh_cgroup_stats *stats_of(__u64 cgid)
 static __always_inline void flush_pending(struct pending *pd)
 {
 	struct kh_cgroup_stats *st;
-	__u32 i, b;
+	__u32 i, b, slot;
 
 	if (!pd->cgid)
 		return;
-	st = stats_of(pd->cgid);
+	slot = kh_cgroup_slot(pd->cgid);
+	st = bpf_map_lookup_elem(&cgroup_stats, &slot);
 	if (st) {
 		if (pd->cpu_ns)
 			kh_add(&st->cpu_ns, pd->cpu_ns);
@@ -321,6 +439,7 @@ static __always_inline void flush_pending(struct pending *pd)
 				b = KH_HIST_BUCKETS - 1;
 			kh_add(&st->hist[b], pd->hist_n[i]);
 		}
+		mark_moved(&cgroup_moved, slot);
 	}
 	pd->cgid = 0;
 	pd->wait_ns = 0;
@@ -392,28 +511,17 @@ static __always_inline void pending_hist(struct pending *pd, __u32 b)
 	pd->nhist = n + 1;
 }
 
-/* Adds ns of a victim's wait to the (victim, aggressor) pair; same races as stats_of. */
-/* Inlined: a BPF-to-BPF call makes 6.1 reject the tp_btf main program ("reg type unsupported for arg#0"). */
+/* Adds ns of a victim's wait to the (victim, aggressor) pair. */
 static __always_inline void pair_add(__u64 victim, __u64 aggressor, __u64 ns)
 {
-	struct kh_pair key = { .victim = victim, .aggressor = aggressor };
-	struct kh_pair_stats *v, init = { .wait_ns = ns, .count = 1 };
-	long err;
+	__u32 slot = kh_pair_slot(victim, aggressor);
+	struct kh_pair_stats *v = bpf_map_lookup_elem(&interference, &slot);
 
-	v = bpf_map_lookup_elem(&interference, &key);
-	if (!v) {
-		err = bpf_map_update_elem(&interference, &key, &init, BPF_NOEXIST);
-		if (!err)
-			return;
-		/* Another CPU inserted the pair first: add to its entry. */
-		v = err == -KH_EEXIST ? bpf_map_lookup_elem(&interference, &key) : NULL;
-		if (!v) {
-			count(KH_CNT_PAIRS_FULL);
-			return;
-		}
-	}
+	if (!v)
+		return;
 	kh_add(&v->wait_ns, ns);
 	kh_add(&v->count, 1);
+	mark_moved(&pair_moved, slot);
 }
 
 /*
@@ -945,6 +1053,11 @@ int scan_waits(struct bpf_iter__task *ctx)
 
 	if (!p)
 		return 0;
+	/* Most tasks are not protected: the cheapest test first. */
+	cgid = task_cgid(p);
+	pr = bpf_map_lookup_elem(&protected_cgroups, &cgid);
+	if (!pr)
+		return 0;
 	ts = bpf_task_storage_get(&task_state, p, 0, 0);
 	if (!ts)
 		return 0;
@@ -954,9 +1067,7 @@ int scan_waits(struct bpf_iter__task *ctx)
 	now = bpf_ktime_get_ns();
 	if (now <= t0 || now - t0 < cfg_event_min_ns)
 		return 0;
-	cgid = task_cgid(p);
-	pr = bpf_map_lookup_elem(&protected_cgroups, &cgid);
-	if (!pr || now - t0 < pr->threshold_ns || now - pr->last_event_ns < cfg_event_interval_ns)
+	if (now - t0 < pr->threshold_ns || now - pr->last_event_ns < cfg_event_interval_ns)
 		return 0;
 	cpu = kh_task_cpu(p);
 	cause = KH_WAIT_UNATTRIBUTED;
@@ -997,40 +1108,6 @@ int scan_waits(struct bpf_iter__task *ctx)
 }
 
 /*
- * The agent's reader of cgroup_stats (attached to that map): writes the id
- * and value of each entry that moved since its last read, and nothing for
- * the others, so that a tick at thousands of mostly idle cgroups copies only
- * what changed. A record is written before the entry is marked seen: one
- * that did not fit in this read() is shown again in the next. The copy may
- * be a CPU's flush apart from the marks; what it missed shows next time.
- */
-SEC("iter/bpf_map_elem")
-int read_moved_stats(struct bpf_iter__bpf_map_elem *ctx)
-{
-	struct seq_file *seq = ctx->meta->seq;
-	struct kh_cgroup_stats *v = ctx->value;
-	__u64 *key = ctx->key;
-	__u64 id, waits, wait_ns, cpu_ns, preemptions;
-
-	if (!key || !v)
-		return 0;
-	id = *key; /* map helpers and seq writes take it from the stack */
-	waits = v->waits;
-	wait_ns = v->wait_ns;
-	cpu_ns = v->cpu_ns;
-	preemptions = v->preemptions;
-	if (v->seen[0] == waits && v->seen[1] == wait_ns && v->seen[2] == cpu_ns && v->seen[3] == preemptions)
-		return 0;
-	if (bpf_seq_write(seq, &id, sizeof(id)) || bpf_seq_write(seq, v, sizeof(*v)))
-		return 0; /* overflowed: this entry comes first in the next read() */
-	v->seen[0] = waits;
-	v->seen[1] = wait_ns;
-	v->seen[2] = cpu_ns;
-	v->seen[3] = preemptions;
-	return 0;
-}
-
-/*
  * A cgroup was removed. Only default-hierarchy (v2) cgroups have ids here:
  * v1 hierarchies (hierarchy_id 1 and up on hybrid hosts) are skipped, and so
  * are cgroups that never had counts. A full queue is counted; the userspace
@@ -1044,7 +1121,7 @@ int BPF_PROG(handle_cgroup_rmdir, struct cgroup *cgrp, const char *path)
 	if (cgrp->root->hierarchy_id != 0)
 		return 0;
 	id = cgrp->kn->id;
-	if (!bpf_map_lookup_elem(&cgroup_stats, &id))
+	if (!bpf_map_lookup_elem(&cgroup_slots, &id))
 		return 0;
 	if (bpf_map_push_elem(&removed_cgroups, &id, 0))
 		count(KH_CNT_REMOVALS_LOST);

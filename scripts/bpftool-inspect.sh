@@ -146,7 +146,7 @@ fi
 section "counters (summed over CPUs; enum kh_counter in include/khagent/abi/runq.h)"
 dump counters | jq -r '
   ["switches", "wakeups", "storage_miss", "ring_overflow", "stats_full", "pairs_full",
-   "events", "events_dropped"] as $names
+   "events", "events_dropped", "removals_lost"] as $names
   | .[] | [($names[.key] // ("counter " + (.key | tostring))), ([.values[].value] | add)] | @tsv' |
   awk -F'\t' '{ printf "%-16s %16s\n", $1, $2 }'
 echo "(storage_miss, stats_full, pairs_full and events_dropped should stay 0; ring_overflow counts waits" \
@@ -157,7 +157,8 @@ section "top $top cgroups by run-queue wait (cgroup_stats)"
 printf '%-48s %12s %10s %10s %6s %6s %6s %6s %12s %9s\n' \
   cgroup wait_ms waits mean_us thr% same% other% unat% cpu_ms preempt
 dump cgroup_stats | jq -r --argjson top "$top" "$jq_sum"'
-  map({id: .key,
+  map(select(.value.id != 0)) # slots in use: each names its cgroup
+  | map({id: .value.id,
        wait: sum(.wait_ns), waits: sum(.waits), cpu: sum(.cpu_ns), pre: sum(.preemptions),
        cause: (if has("values") then ([.values[].value.cause_ns] | transpose | map(add)) else .value.cause_ns end)})
   | sort_by(-.wait) | .[:$top][]
@@ -174,7 +175,8 @@ echo "(thr/same/other/unat: share of the wait spent CFS-throttled / behind the s
 section "top $top interference pairs (victim waited while aggressor ran)"
 printf '%-40s %-40s %12s %9s\n' victim aggressor wait_ms waits
 dump interference | jq -r --argjson top "$top" "$jq_sum"'
-  map({v: .key.victim, a: .key.aggressor, ns: sum(.wait_ns), n: sum(.count)})
+  map(select(.value.victim != 0)) # slots in use
+  | map({v: .value.victim, a: .value.aggressor, ns: sum(.wait_ns), n: sum(.count)})
   | sort_by(-.ns) | .[:$top][] | [.v, .a, (.ns / 1e6), .n] | @tsv' |
   with_paths |                                                  # victim id -> path
   awk -F'\t' -v OFS='\t' '{ print $2, $1, $3, $4 }' | with_paths |  # aggressor id -> path

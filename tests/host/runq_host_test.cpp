@@ -69,7 +69,7 @@ class RunqHost : public ::testing::Test {
     auto b = RunqBpf::open_and_load(o);
     ASSERT_TRUE(b.ok()) << b.error().str();
     bpf_ = std::move(b.value());
-    maps_ = std::make_unique<BpfMapSource>(bpf_->map_fds());
+    maps_ = std::make_unique<BpfMapSource>(bpf_->map_fds(true));
     parent_ = std::make_unique<TestCgroup>(m_.cgroup2, "/" + unique("khagent-host-test"));
   }
   void TearDown() override {
@@ -486,7 +486,7 @@ TEST_F(RunqHost, BpftoolDumpsPinnedMapsWithFieldNames) {
   spawn(b, 0, [] { sleep_loop(1000000); });
   sleep_s(0.3);
   std::string dir = "/sys/fs/bpf/" + unique("khagent-test");
-  ASSERT_EQ(bpf_->pinned().size(), 6u);
+  ASSERT_EQ(bpf_->pinned().size(), 8u);
   std::string cmd = std::string(KHAGENT_BPFTOOL) + " map dump pinned " + dir + "/cgroup_stats 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
@@ -497,9 +497,10 @@ TEST_F(RunqHost, BpftoolDumpsPinnedMapsWithFieldNames) {
   int rc = pclose(p);
   EXPECT_EQ(rc, 0) << out.substr(0, 2000);
   for (const char* field :
-       {"\"wait_ns\"", "\"waits\"", "\"cpu_ns\"", "\"preemptions\"", "\"cause_ns\"", "\"hist\"", "\"value\""})
+       {"\"id\"", "\"wait_ns\"", "\"waits\"", "\"cpu_ns\"", "\"preemptions\"", "\"cause_ns\"", "\"hist\"", "\"value\""})
     EXPECT_NE(out.find(field), std::string::npos) << field << " missing in:\n" << out.substr(0, 2000);
-  // One value per cgroup, summed over CPUs in the kernel: no per-CPU copies.
+  // One slot per cgroup, naming it, summed over CPUs in the kernel: no per-CPU copies.
+  EXPECT_NE(out.find("\"id\": " + std::to_string(b.id()) + ","), std::string::npos) << out.substr(0, 2000);
   EXPECT_EQ(out.find("\"values\""), std::string::npos) << out.substr(0, 2000);
 }
 
@@ -566,25 +567,18 @@ TEST_F(RunqHost, RemovedCgroupsAreForgotten) {
   EXPECT_GE(col.forgotten(), 1u);
 }
 
-// The kernel-side reader of moved entries (iter/bpf_map_elem on
-// cgroup_stats) gives the collector the same counts as whole reads of the
-// map: run alongside a collector that reads whole, each cgroup's sum of
+// Reads of only the slots whose moved bit is set (the owner of the maps)
+// give the collector the same counts as reads of every slot (any other
+// reader of the same maps): run side by side, each cgroup's sum of
 // intervals agrees once the load has stopped, and an idle cgroup is not
-// copied out at all. A kernel that refuses map-element iterators (one 6.18
-// host here: EPERM) gets the object without the reader, and whole reads;
-// the reader itself is then tested in the VMs (6.1, 6.12).
-TEST_F(RunqHost, TheMovedReaderGivesWhatWholeReadsGive) {
+// listed at all.
+TEST_F(RunqHost, TheMovedSlotsGiveWhatWholeReadsGive) {
   RunqMapFds fds = bpf_->map_fds(true);
-  if (std::string refused = iterator_refusal("bpf_map_elem"); !refused.empty()) {
-    EXPECT_LT(fds.moved_reader, 0) << "a reader attached where the probe says map iterators are refused";
-    EXPECT_GE(bpf_->map_fds().cgroup_stats, 0);
-    std::printf("this kernel: %s; the object loaded without the moved reader (whole reads)\n", refused.c_str());
-    return;
-  }
-  ASSERT_GE(fds.moved_reader, 0) << "read_moved_stats did not attach (see the log)";
+  ASSERT_TRUE(fds.owner());
+  BpfMapSource whole_src(bpf_->map_fds());
   BpfMapSource moved_src(fds);
   CgroupIndex index(m_.cgroup2);
-  Collector whole(*maps_, index, nullptr, ThrottleSource::None);
+  Collector whole(whole_src, index, nullptr, ThrottleSource::None);
   Collector moved(moved_src, index, nullptr, ThrottleSource::None);
   whole.set_changes_only(true);
   moved.set_changes_only(true);
@@ -631,7 +625,7 @@ TEST_F(RunqHost, TheMovedReaderGivesWhatWholeReadsGive) {
     EXPECT_EQ(cpu_moved[cg->id()], cpu_whole[cg->id()]) << cg->rel;
   }
   EXPECT_EQ(idle_listed, 0u) << "an idle cgroup was listed";
-  std::printf("moved reader: %llu moved reads; busy %llu waits, sleepy %llu waits\n",
+  std::printf("moved slots: %llu moved reads; busy %llu waits, sleepy %llu waits\n",
               static_cast<unsigned long long>(moved_src.moved_reads()),
               static_cast<unsigned long long>(waits_moved[busy.id()]),
               static_cast<unsigned long long>(waits_moved[sleepy.id()]));

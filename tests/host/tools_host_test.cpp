@@ -282,8 +282,8 @@ TEST(ToolsHost, StatusReportsARunningAgent) {
   EXPECT_NE(r.out.find(" BPF programs; process " + std::to_string(agent.pid) + " khagent)"), std::string::npos)
       << r.out;
   EXPECT_TRUE(has_line_starting(r.out,
-                                "pinned maps: cgroup_stats, interference, throttle_stats, cpu_state, counters, "
-                                "protected_cgroups"))
+                                "pinned maps: cgroup_stats, cgroup_slots, interference, pair_slots, throttle_stats, "
+                                "cpu_state, counters, protected_cgroups"))
       << r.out;
   EXPECT_NE(r.out.find("handle_sched_switch"), std::string::npos) << "full program names from BTF:\n" << r.out;
   EXPECT_TRUE(has_line_starting(r.out, "BPF counters: switches ")) << r.out;
@@ -405,7 +405,7 @@ TEST(ToolsHost, StatusRefusesMapsOfAnotherLayoutVersion) {
   ASSERT_NE(skel, nullptr);
   skel->rodata->kh_abi_version = KH_RUNQ_ABI_VERSION + 1;
   // The maps, the read-only data and one program using them (status looks
-  // for it) are what matter here: what this kernel may refuse (fentry, map
+  // for it) are what matter here: what this kernel may refuse (fentry,
   // iterators) is not loaded.
   bpf_program* p = nullptr;
   bpf_object__for_each_program(p, skel->obj) bpf_program__set_autoload(p, p == skel->progs.handle_sched_switch);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include "khagent/collect/collector.h"
 #include "khagent/signals/signals.h"
@@ -26,6 +27,8 @@ struct FakeMaps : MapSource {
     forgotten_ids.insert(forgotten_ids.end(), ids.begin(), ids.end());
     forgotten_pairs.insert(forgotten_pairs.end(), pairs.begin(), pairs.end());
     for (auto id : ids) next.cgroups.erase(id);
+    for (const auto& k : pairs)
+      std::erase_if(next.pairs, [&](const RawPair& p) { return std::make_pair(p.victim, p.aggressor) == k; });
   }
 };
 
@@ -343,13 +346,107 @@ struct MovedOnlyMaps : MapSource {
     for (const auto& [id, c] : next.cgroups) last[id] = c;
     return {};
   }
-  void forget(const std::vector<uint64_t>& ids, const std::vector<std::pair<uint64_t, uint64_t>>&) override {
+  void forget(const std::vector<uint64_t>& ids, const std::vector<std::pair<uint64_t, uint64_t>>& pairs) override {
     for (auto id : ids) next.cgroups.erase(id);
+    for (const auto& k : pairs) {
+      forgotten_pairs.push_back(k);
+      std::erase_if(next.pairs, [&](const RawPair& p) { return std::make_pair(p.victim, p.aggressor) == k; });
+    }
   }
   bool reports_removals() const override { return true; }
+  std::vector<std::pair<uint64_t, uint64_t>> forgotten_pairs;
+};
+
+// MovedOnlyMaps whose pairs, too, say which moved (as the slot reader's do).
+struct MovedPairsMaps : MovedOnlyMaps {
+  std::map<std::pair<uint64_t, uint64_t>, RawPair> last_pairs;
+  bool pairs_primed = false;
+  Result<void> read_into(RawMaps& into) override {
+    if (auto r = MovedOnlyMaps::read_into(into); !r) return r;
+    into.pairs_moved.clear();
+    into.pairs_moved_only = pairs_primed;
+    for (uint32_t i = 0; i < into.pairs.size(); i++) {
+      const RawPair& p = into.pairs[i];
+      auto l = last_pairs.find({p.victim, p.aggressor});
+      if (!pairs_primed || l == last_pairs.end() || l->second.wait_ns != p.wait_ns || l->second.count != p.count)
+        into.pairs_moved.push_back(i);
+    }
+    last_pairs.clear();
+    for (const auto& p : into.pairs) last_pairs[{p.victim, p.aggressor}] = p;
+    pairs_primed = true;
+    return {};
+  }
 };
 
 }  // namespace
+
+// Over a source whose pairs say which moved, the collector lists the same
+// pairs with the same intervals as over one it must compare every pair of,
+// keeps the state of quiet pairs, and forgets the pairs of a removed
+// cgroup.
+TEST(Collector, PairsThatSayWhichMovedGiveTheSameSamples) {
+  TempDir t;
+  fs::create_directories(t.path / "a");
+  fs::create_directories(t.path / "b");
+  uint64_t a = ino(t.path / "a"), b = ino(t.path / "b");
+  CgroupIndex idx(t.path.string());
+  FakeMaps whole_maps;
+  MovedPairsMaps moved_maps;
+  Collector whole(whole_maps, idx, nullptr, ThrottleSource::None);
+  Collector moved(moved_maps, idx, nullptr, ThrottleSource::None);
+  whole.set_changes_only(true);
+  moved.set_changes_only(true);
+  auto set = [&](uint64_t id, const CgroupCounters& c) {
+    whole_maps.next.cgroups[id] = c;
+    moved_maps.next.cgroups[id] = c;
+  };
+  auto set_pair = [&](uint64_t v, uint64_t ag, uint64_t ns, uint64_t n) {
+    for (RawMaps* m : {&whole_maps.next, &moved_maps.next}) {
+      std::erase_if(m->pairs, [&](const RawPair& p) { return p.victim == v && p.aggressor == ag; });
+      m->pairs.push_back({v, ag, ns, n});
+    }
+  };
+  using Row = std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>;  // victim, aggressor, interval, total
+  auto listed = [](const Sample& s) {
+    std::vector<Row> v;
+    for (const auto& p : s.pairs) v.emplace_back(p.victim, p.aggressor, p.wait_ns_interval, p.wait_ns_total);
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  uint64_t tick = 0;
+  auto both = [&](const std::vector<Row>& want) {
+    tick++;
+    auto s1 = whole.tick_at(tick * 1'000'000'000, tick);
+    auto s2 = moved.tick_at(tick * 1'000'000'000, tick);
+    ASSERT_TRUE(s1.ok() && s2.ok());
+    EXPECT_EQ(listed(*s1), want) << "tick " << tick;
+    EXPECT_EQ(listed(*s2), want) << "tick " << tick;
+  };
+  const uint64_t c = 987'654'321;  // no such cgroup: never named
+  set(a, counters(1, 1'000, 1'000));
+  set(b, counters(1, 1'000, 1'000));
+  set_pair(a, b, 100, 1);
+  set_pair(b, a, 50, 1);
+  both({{a, b, 100, 100}, {b, a, 50, 50}});
+  set_pair(a, b, 300, 2);
+  both({{a, b, 200, 300}});
+  both({});
+  set_pair(b, a, 80, 2);  // quiet for two ticks, its state kept
+  both({{b, a, 30, 80}});
+
+  // b removed (the kernel says so): its pairs, as victim and as aggressor, forgotten.
+  whole_maps.next.removed = {b};
+  moved_maps.next.removed = {b};
+  both({});
+  auto& f = moved_maps.forgotten_pairs;
+  for (auto k : {std::make_pair(a, b), std::make_pair(b, a)})
+    EXPECT_NE(std::find(f.begin(), f.end(), k), f.end()) << k.first << " <- " << k.second;
+  whole_maps.next.removed.clear();
+  moved_maps.next.removed.clear();
+  set_pair(a, c, 10, 1);  // an aggressor with no name counts (only victims need one)
+  set(a, counters(2, 2'000, 2'000));
+  both({{a, c, 10, 10}});
+}
 
 // The agent's collector over a source that reads only what moved lists the
 // same cgroups with the same intervals as over one that reads every entry:

@@ -287,7 +287,8 @@ StatusReport running_report() {
   StatusReport r;
   r.pin_dir = "/sys/fs/bpf/khagent";
   r.agent_found = true;
-  r.pinned = {"cgroup_stats", "interference", "throttle_stats", "cpu_state", "counters", "protected_cgroups"};
+  r.pinned = {"cgroup_stats",   "cgroup_slots", "interference", "pair_slots",
+              "throttle_stats", "cpu_state",    "counters",     "protected_cgroups"};
   r.programs = {"handle_sched_wakeup", "handle_sched_wakeup_new", "handle_sched_switch"};
   r.processes = {{4242, "khagent"}};
   r.throttle_source = "cpu.stat";

@@ -194,8 +194,8 @@ std::vector<std::string> offline_targets(const Config& cfg, const std::string& c
 StatusReport collect_status(const CliOptions& o, const Config& cfg) {
   StatusReport r;
   r.pin_dir = o.loader.pin_dir;
-  static const char* kMaps[] = {"cgroup_stats", "interference", "throttle_stats",
-                                "cpu_state",    "counters",     "protected_cgroups"};
+  static const char* kMaps[] = {"cgroup_stats",   "cgroup_slots", "interference", "pair_slots",
+                                "throttle_stats", "cpu_state",    "counters",     "protected_cgroups"};
   std::map<std::string, Fd> fds;
   std::set<uint32_t> ids;
   std::string open_error;
@@ -239,9 +239,10 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
                                 [](const std::string& p) { return p.find("throttle") != std::string::npos; });
       r.throttle_source = fentry ? "fentry" : "cpu.stat";
     }
-    if (auto it = fds.find("cgroup_stats"); it != fds.end()) r.cgroups_tracked = count_keys(it->second.get(), 8);
+    // The slot indexes: one key per cgroup (pair) holding a slot.
+    if (auto it = fds.find("cgroup_slots"); it != fds.end()) r.cgroups_tracked = count_keys(it->second.get(), 8);
     if (auto it = fds.find("protected_cgroups"); it != fds.end()) r.protected_cgroups = count_keys(it->second.get(), 8);
-    if (auto it = fds.find("interference"); it != fds.end())
+    if (auto it = fds.find("pair_slots"); it != fds.end())
       r.interference_pairs = count_keys(it->second.get(), sizeof(kh_pair));
     if (auto it = fds.find("counters"); it != fds.end()) {
       int ncpus = std::max(1, libbpf_num_possible_cpus());

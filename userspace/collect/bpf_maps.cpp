@@ -2,6 +2,7 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -77,22 +78,89 @@ Result<void> for_each_entry(int fd, bool& batch_ok, BatchBuffers<K, V>& buf,
   return {};
 }
 
+// A counter of a slot that CPUs add to: read whole (8-byte aligned).
+inline uint64_t load(const uint64_t& v) { return __atomic_load_n(&v, __ATOMIC_RELAXED); }
+
 void copy_counters(CgroupCounters& c, const kh_cgroup_stats& s) {
-  c.wait_ns = s.wait_ns;
-  c.waits = s.waits;
-  c.cpu_ns = s.cpu_ns;
-  c.preemptions = s.preemptions;
-  for (int i = 0; i < KH_NR_WAIT_CAUSES; i++) c.cause_ns[i] = s.cause_ns[i];
-  for (int i = 0; i < KH_HIST_BUCKETS; i++) c.hist[i] = s.hist[i];
+  c.wait_ns = load(s.wait_ns);
+  c.waits = load(s.waits);
+  c.cpu_ns = load(s.cpu_ns);
+  c.preemptions = load(s.preemptions);
+  for (int i = 0; i < KH_NR_WAIT_CAUSES; i++) c.cause_ns[i] = load(s.cause_ns[i]);
+  for (int i = 0; i < KH_HIST_BUCKETS; i++) c.hist[i] = load(s.hist[i]);
 }
 
+// Calls fn(slot) for each bit set in the moved bitmap, clearing the words it
+// reads (a CPU that sets a bit after that shows in the next read).
+template <typename Fn>
+void take_moved(const MappedArray& bits, uint32_t slots, Fn fn) {
+  for (uint32_t w = 0; w < bits.entries(); w++) {
+    uint64_t* word = bits.at<uint64_t>(w);
+    if (__atomic_load_n(word, __ATOMIC_RELAXED) == 0) continue;
+    uint64_t v = __atomic_exchange_n(word, 0, __ATOMIC_ACQ_REL);
+    while (v) {
+      uint32_t slot = w * 64 + static_cast<uint32_t>(__builtin_ctzll(v));
+      v &= v - 1;
+      if (slot < slots) fn(slot);
+    }
+  }
+}
+
+// A slot forgotten less than this long ago may still be added to by a BPF
+// program that looked it up before its index entry was deleted.
+constexpr uint64_t kQuarantineNs = 1'000'000'000ULL;
+
 }  // namespace
+
+MappedArray::~MappedArray() {
+  if (addr_) ::munmap(addr_, len_);
+}
+
+Result<void> MappedArray::map(int fd, size_t value_size, bool writable, const char* name) {
+  bpf_map_info info{};
+  uint32_t len = sizeof info;
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0)
+    return make_error(errno, std::string("reading the info of ") + name);
+  if (info.type != BPF_MAP_TYPE_ARRAY || !(info.map_flags & BPF_F_MMAPABLE))
+    return make_error(EINVAL, std::string(name) + " is not an mmapable array (a map of an older layout?)");
+  if (info.value_size != value_size)
+    return make_error(EINVAL, std::string(name) + ": values of " + std::to_string(info.value_size) +
+                                  " bytes, this build expects " + std::to_string(value_size));
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  stride_ = (value_size + 7) & ~size_t{7};  // the kernel's element size
+  len_ = (stride_ * info.max_entries + page - 1) / page * page;
+  void* p = ::mmap(nullptr, len_, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return make_error(errno, std::string("mapping ") + name);
+  addr_ = p;
+  entries_ = info.max_entries;
+  return {};
+}
 
 BpfMapSource::BpfMapSource(RunqMapFds fds) : fds_(fds), ncpus_(libbpf_num_possible_cpus()) {
   if (ncpus_ <= 0) ncpus_ = 1;
 }
 
+Result<void> BpfMapSource::map_arrays() {
+  const bool owner = fds_.owner();
+  if (auto r = cgroup_stats_.map(fds_.cgroup_stats, sizeof(kh_cgroup_stats), owner, "cgroup_stats"); !r) return r;
+  if (auto r = interference_.map(fds_.interference, sizeof(kh_pair_stats), owner, "interference"); !r) return r;
+  if (owner) {
+    if (auto r = cgroup_moved_.map(fds_.cgroup_moved, sizeof(uint64_t), true, "cgroup_moved"); !r) return r;
+    if (auto r = pair_moved_.map(fds_.pair_moved, sizeof(uint64_t), true, "pair_moved"); !r) return r;
+  }
+  cgroup_q_.held.assign(cgroup_stats_.entries(), false);
+  pair_q_.held.assign(interference_.entries(), false);
+  mapped_ = true;
+  return {};
+}
+
 Result<void> BpfMapSource::read_into(RawMaps& raw) {
+  if (!mapped_) {
+    if (auto r = map_arrays(); !r) return r;
+  }
+  const uint64_t now = mono_ns();
+  if (fds_.owner()) release_quarantined(now);
+
   // Removals first: a cgroup removed after this is still in the maps read
   // below, and is reported by the next read.
   raw.removed.clear();
@@ -102,31 +170,16 @@ Result<void> BpfMapSource::read_into(RawMaps& raw) {
     if (errno != ENOENT) return make_error(errno, "reading removed_cgroups");
   }
 
-  // cgroup_stats: only what moved where the reader is attached, whole once
-  // a minute (entries deleted by another reader of the pins drop out then)
-  // and whenever the last read is not at hand.
-  constexpr uint64_t kWholeReadNs = 60'000'000'000ULL;
-  const uint64_t now = mono_ns();
-  bool done = false;
-  if (fds_.moved_reader >= 0 && raw.primed && now - full_read_ns_ < kWholeReadNs) done = read_stats_moved(raw);
-  if (!done) {
-    if (auto r = read_stats_whole(raw); !r) return r;
-    full_read_ns_ = now;
-  }
-
-  raw.pairs.clear();
-  auto r = for_each_entry<kh_pair, kh_pair_stats>(
-      fds_.interference, batch_ok_, pair_buf_, [&](const kh_pair& k, const kh_pair_stats& v) {
-        raw.pairs.push_back(RawPair{k.victim, k.aggressor, v.wait_ns, v.count});
-      });
-  if (!r) return make_error(r.error().err, "reading interference: " + r.error().message);
+  if (fds_.owner() && raw.primed) read_stats_moved(raw);
+  else if (auto r = read_stats_whole(raw); !r) return r;
+  read_pairs(raw);
 
   raw.throttle.clear();
   if (fds_.throttle_stats >= 0) {
-    r = for_each_entry<uint64_t, kh_throttle_stats>(fds_.throttle_stats, batch_ok_, throttle_buf_,
-                                                    [&](const uint64_t& id, const kh_throttle_stats& v) {
-                                                      raw.throttle[id] = ThrottleCounters{v.events, v.throttled_ns};
-                                                    });
+    auto r = for_each_entry<uint64_t, kh_throttle_stats>(
+        fds_.throttle_stats, batch_ok_, throttle_buf_, [&](const uint64_t& id, const kh_throttle_stats& v) {
+          raw.throttle[id] = ThrottleCounters{v.events, v.throttled_ns};
+        });
     if (!r) return make_error(r.error().err, "reading throttle_stats: " + r.error().message);
   }
 
@@ -142,88 +195,126 @@ Result<void> BpfMapSource::read_into(RawMaps& raw) {
 Result<void> BpfMapSource::read_stats_whole(RawMaps& raw) {
   raw.moved_only = false;
   raw.moved.clear();
-  // Entries are updated in place: an entry whose counts did not move since
-  // the last read (most of them, on a node with thousands of cgroups) costs
-  // a lookup and a compare, no allocation and no copy.
-  const size_t before = raw.cgroups.size();
-  size_t kept = 0;
-  seen_.clear();
-  auto r = for_each_entry<uint64_t, kh_cgroup_stats>(
-      fds_.cgroup_stats, batch_ok_, cgroup_buf_, [&](const uint64_t& id, const kh_cgroup_stats& s) {
-        seen_.push_back(id);
-        auto [it, added] = raw.cgroups.try_emplace(id);
-        CgroupCounters& c = it->second;
-        if (!added) {
-          kept++;
-          if (c.waits == s.waits && c.cpu_ns == s.cpu_ns && c.wait_ns == s.wait_ns && c.preemptions == s.preemptions)
-            return;
-        }
-        copy_counters(c, s);
-      });
-  if (!r) {
-    raw.cgroups.clear();  // nothing half-updated
-    raw.primed = false;
-    return make_error(r.error().err, "reading cgroup_stats: " + r.error().message);
+  // The moved bits stay: a whole read may be into another RawMaps than the
+  // one the moved reads bring up to date (the next of those then copies a
+  // few slots again, which changes nothing).
+  std::unordered_set<uint64_t> seen;
+  for (uint32_t slot = 0; slot < cgroup_stats_.entries(); slot++) {
+    const auto& st = *cgroup_stats_.at<const kh_cgroup_stats>(slot);
+    const uint64_t id = load(st.id);
+    if (id == 0 || cgroup_q_.held[slot]) continue;
+    CgroupCounters& c = raw.cgroups[id];
+    // Two slots of one id: a CPU that lost the race to publish a new
+    // cgroup's slot has not given its empty one back yet. Keep the counts.
+    if (!seen.insert(id).second && load(st.waits) + load(st.cpu_ns) <= c.waits + c.cpu_ns) continue;
+    copy_counters(c, st);
   }
-  if (kept != before) {  // entries deleted since the last read (by us or another reader)
-    std::unordered_set<uint64_t> now(seen_.begin(), seen_.end());
+  if (seen.size() != raw.cgroups.size()) {  // entries gone since the last read
     for (auto it = raw.cgroups.begin(); it != raw.cgroups.end();)
-      it = now.count(it->first) ? std::next(it) : raw.cgroups.erase(it);
+      it = seen.count(it->first) ? std::next(it) : raw.cgroups.erase(it);
   }
-
   raw.primed = true;
   return {};
 }
 
-bool BpfMapSource::read_stats_moved(RawMaps& raw) {
+void BpfMapSource::read_stats_moved(RawMaps& raw) {
   raw.moved.clear();
-  int fd = bpf_iter_create(fds_.moved_reader);
-  if (fd < 0) {
-    spdlog::warn("creating a read_moved_stats iterator: {}; reading cgroup_stats whole", std::strerror(errno));
-    return false;
-  }
-  Fd owned(fd);
-  constexpr size_t kRecord = sizeof(uint64_t) + sizeof(kh_cgroup_stats);
-  if (iter_buf_.size() < (64u << 10)) iter_buf_.resize(64u << 10);
-  size_t have = 0;  // bytes of a record cut by the last read()
-  for (;;) {
-    ssize_t n = ::read(fd, iter_buf_.data() + have, iter_buf_.size() - have);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      // Entries already marked seen were read into `raw`; the next read is
-      // whole all the same, so nothing that moved is lost.
-      spdlog::warn("reading the read_moved_stats iterator: {}; reading cgroup_stats whole", std::strerror(errno));
-      raw.primed = false;
-      return false;
-    }
-    if (n == 0) break;
-    have += static_cast<size_t>(n);
-    size_t off = 0;
-    for (; have - off >= kRecord; off += kRecord) {
-      uint64_t id;
-      kh_cgroup_stats st;
-      std::memcpy(&id, iter_buf_.data() + off, sizeof id);
-      std::memcpy(&st, iter_buf_.data() + off + sizeof id, sizeof st);
-      copy_counters(raw.cgroups[id], st);
-      raw.moved.push_back(id);
-    }
-    std::memmove(iter_buf_.data(), iter_buf_.data() + off, have - off);
-    have -= off;
-  }
+  take_moved(cgroup_moved_, cgroup_stats_.entries(), [&](uint32_t slot) {
+    const auto& st = *cgroup_stats_.at<const kh_cgroup_stats>(slot);
+    const uint64_t id = load(st.id);
+    if (id == 0 || cgroup_q_.held[slot]) return;
+    copy_counters(raw.cgroups[id], st);
+    raw.moved.push_back(id);
+  });
   raw.moved_only = true;
   moved_reads_++;
-  spdlog::trace("cgroup_stats: {} of {} entries moved", raw.moved.size(), raw.cgroups.size());
-  return true;
+  spdlog::trace("cgroup_stats: {} of {} slots moved", raw.moved.size(), raw.cgroups.size());
+}
+
+void BpfMapSource::read_pairs(RawMaps& raw) {
+  const uint32_t n = interference_.entries();
+  if (pair_by_slot_.size() != n) {
+    pair_by_slot_.assign(n, RawPair{});
+    pair_moved_now_.assign(n, 0);
+  }
+  auto read_slot = [&](uint32_t slot) {
+    const auto& v = *interference_.at<const kh_pair_stats>(slot);
+    RawPair& p = pair_by_slot_[slot];
+    p.victim = pair_q_.held[slot] ? 0 : load(v.victim);
+    p.aggressor = load(v.aggressor);
+    p.wait_ns = load(v.wait_ns);
+    p.count = load(v.count);
+    pair_moved_now_[slot] = 1;
+  };
+  const bool moved_only = fds_.owner() && pairs_primed_;
+  if (moved_only) {
+    take_moved(pair_moved_, n, read_slot);
+  } else {
+    if (fds_.owner()) take_moved(pair_moved_, n, [](uint32_t) {});  // all read below
+    for (uint32_t slot = 0; slot < n; slot++) read_slot(slot);
+    pairs_primed_ = fds_.owner();
+  }
+  // Every live pair, in slot order; the indexes of those read just now.
+  raw.pairs.clear();
+  raw.pairs_moved.clear();
+  for (uint32_t slot = 0; slot < n; slot++) {
+    const RawPair& p = pair_by_slot_[slot];
+    if (pair_moved_now_[slot]) {
+      pair_moved_now_[slot] = 0;
+      if (p.victim) raw.pairs_moved.push_back(static_cast<uint32_t>(raw.pairs.size()));
+    }
+    if (p.victim) raw.pairs.push_back(p);
+  }
+  raw.pairs_moved_only = moved_only;
+}
+
+void BpfMapSource::release_quarantined(uint64_t now) {
+  auto release = [&](Quarantine& q, const MappedArray& arr, size_t size, int free_fd) {
+    size_t keep = 0;
+    for (const auto& [slot, when] : q.slots) {
+      if (now - when < kQuarantineNs) {
+        q.slots[keep++] = {slot, when};
+        continue;
+      }
+      std::memset(arr.at<char>(slot), 0, size);
+      __atomic_thread_fence(__ATOMIC_RELEASE);
+      if (bpf_map_update_elem(free_fd, nullptr, &slot, BPF_ANY) != 0) {
+        // Cannot happen with a queue as large as the array; the slot stays
+        // out of use (and unread) rather than being given out twice.
+        spdlog::warn("giving back slot {}: {}", slot, std::strerror(errno));
+        continue;
+      }
+      q.held[slot] = false;
+      slots_freed_++;
+    }
+    q.slots.resize(keep);
+  };
+  release(cgroup_q_, cgroup_stats_, sizeof(kh_cgroup_stats), fds_.cgroup_free);
+  release(pair_q_, interference_, sizeof(kh_pair_stats), fds_.pair_free);
 }
 
 void BpfMapSource::forget(const std::vector<uint64_t>& ids, const std::vector<std::pair<uint64_t, uint64_t>>& pairs) {
+  // Only the owner frees slots; another reader leaves the maps as they are.
+  if (!fds_.owner() || !mapped_) return;
+  const uint64_t now = mono_ns();
   for (uint64_t id : ids) {
-    bpf_map_delete_elem(fds_.cgroup_stats, &id);
+    uint32_t slot = 0;
+    if (bpf_map_lookup_elem(fds_.cgroup_slots, &id, &slot) == 0 && bpf_map_delete_elem(fds_.cgroup_slots, &id) == 0 &&
+        slot < cgroup_q_.held.size() && !cgroup_q_.held[slot]) {
+      cgroup_q_.held[slot] = true;
+      cgroup_q_.slots.emplace_back(slot, now);
+    }
     if (fds_.throttle_stats >= 0) bpf_map_delete_elem(fds_.throttle_stats, &id);
   }
   for (const auto& [v, a] : pairs) {
     kh_pair k{v, a};
-    bpf_map_delete_elem(fds_.interference, &k);
+    uint32_t slot = 0;
+    if (bpf_map_lookup_elem(fds_.pair_slots, &k, &slot) == 0 && bpf_map_delete_elem(fds_.pair_slots, &k) == 0 &&
+        slot < pair_q_.held.size() && !pair_q_.held[slot]) {
+      pair_q_.held[slot] = true;
+      pair_q_.slots.emplace_back(slot, now);
+      if (slot < pair_by_slot_.size()) pair_by_slot_[slot] = RawPair{};
+    }
   }
 }
 

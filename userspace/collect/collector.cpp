@@ -234,16 +234,23 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
   last_listed_ = out.cgroups.size();
   std::unordered_set<uint64_t> dead_set(dead.begin(), dead.end());
   std::vector<std::pair<uint64_t, uint64_t>> dead_pairs;
-  out.pairs.reserve(raw->pairs.size());
-  for (const auto& p : raw->pairs) {
+  auto is_dead = [&](uint64_t victim, uint64_t aggressor) {
+    return dead_set.count(victim) || dead_set.count(aggressor);
+  };
+  auto visit_pair = [&](const RawPair& p) {
     auto key = std::make_pair(p.victim, p.aggressor);
-    auto victim = cgroups_.find(p.victim);
-    if (dead_set.count(p.victim) || dead_set.count(p.aggressor) || victim == cgroups_.end()) {
+    if (is_dead(p.victim, p.aggressor)) {
+      dead_pairs.push_back(key);
+      pending_pairs_.erase(key);
+      return;
+    }
+    if (!cgroups_.count(p.victim)) {
       // A pair whose victim is unknown is kept in the map until the victim
       // resolves or is found dead; only dead ones are deleted.
-      if (dead_set.count(p.victim) || dead_set.count(p.aggressor)) dead_pairs.push_back(key);
-      continue;
+      pending_pairs_[key] = p;
+      return;
     }
+    pending_pairs_.erase(key);
     PairState& ps = pairs_[key];
     ps.seen_tick = tick;
     uint64_t dw = p.wait_ns >= ps.last_raw.wait_ns ? p.wait_ns - ps.last_raw.wait_ns : p.wait_ns;
@@ -252,12 +259,39 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     ps.wait_ns_total += dw;
     ps.count_total += dc;
     // Thousands of pairs on a big node, most of them quiet in any one tick.
-    if (changes_only_ && dw == 0 && dc == 0) continue;
+    if (changes_only_ && dw == 0 && dc == 0) return;
     out.pairs.push_back(PairSample{p.victim, p.aggressor, ps.wait_ns_total, ps.count_total, dw});
-  }
-  for (auto it = pairs_.begin(); it != pairs_.end();) {
-    if (it->second.seen_tick != tick) it = pairs_.erase(it);
-    else ++it;
+  };
+  if (changes_only_ && raw->pairs_moved_only) {
+    // Only the pairs that moved, and those still waiting for their victim's
+    // name; the others keep their state. Pairs of dead cgroups are looked
+    // for only on a tick that found dead cgroups.
+    for (uint32_t i : raw->pairs_moved)
+      if (i < raw->pairs.size()) visit_pair(raw->pairs[i]);
+    if (!pending_pairs_.empty()) {
+      std::vector<RawPair> retry;
+      retry.reserve(pending_pairs_.size());
+      for (const auto& [key, p] : pending_pairs_) retry.push_back(p);
+      for (const auto& p : retry) visit_pair(p);
+    }
+    if (!dead_set.empty()) {
+      for (auto it = pairs_.begin(); it != pairs_.end();) {
+        if (is_dead(it->first.first, it->first.second)) {
+          dead_pairs.push_back(it->first);
+          it = pairs_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  } else {
+    out.pairs.reserve(raw->pairs.size());
+    pending_pairs_.clear();  // every pair is here
+    for (const auto& p : raw->pairs) visit_pair(p);
+    for (auto it = pairs_.begin(); it != pairs_.end();) {
+      if (it->second.seen_tick != tick) it = pairs_.erase(it);
+      else ++it;
+    }
   }
 
   if (!dead.empty() || !dead_pairs.empty()) {

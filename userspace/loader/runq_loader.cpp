@@ -180,9 +180,14 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   s->rodata->cfg_interference = o.interference;
   s->rodata->cfg_event_min_ns = o.event_min_ns;
   s->rodata->cfg_event_interval_ns = o.event_interval_ns;
-  bpf_map__set_max_entries(s->maps.cgroup_stats, o.max_cgroups);
-  bpf_map__set_max_entries(s->maps.throttle_stats, o.max_cgroups);
-  bpf_map__set_max_entries(s->maps.interference, o.max_pairs);
+  // Slot arrays, their indexes, free queues and moved bitmaps: one size each
+  // for cgroups and for pairs.
+  for (bpf_map* m : {s->maps.cgroup_stats, s->maps.cgroup_slots, s->maps.cgroup_free, s->maps.throttle_stats})
+    bpf_map__set_max_entries(m, o.max_cgroups);
+  bpf_map__set_max_entries(s->maps.cgroup_moved, (o.max_cgroups + 63) / 64);
+  for (bpf_map* m : {s->maps.interference, s->maps.pair_slots, s->maps.pair_free})
+    bpf_map__set_max_entries(m, o.max_pairs);
+  bpf_map__set_max_entries(s->maps.pair_moved, (o.max_pairs + 63) / 64);
 
   std::vector<LeftOutProgram> left_out;
   auto leave_out = [&](bpf_program* p, const std::string& why) {
@@ -191,20 +196,15 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   };
   bool fentry = false, kernel_clock = false;
   std::string no_fentry = "turned off (--no-fentry): throttling read from cpu.stat";
-  std::string no_map_iter, no_task_iter;
+  std::string no_task_iter;
   {  // freed before the load parses the kernel's BTF again
     VmlinuxBtf vmlinux;
     fentry = o.allow_fentry && probe_fentry_in(vmlinux.btf, "throttle_cfs_rq", &no_fentry) &&
              probe_fentry_in(vmlinux.btf, "unthrottle_cfs_rq", &no_fentry);
     kernel_clock = has_throttled_clock(vmlinux.btf);
-    no_map_iter = iterator_refusal(vmlinux.btf, "bpf_map_elem");
     no_task_iter = iterator_refusal(vmlinux.btf, "task");
   }
-  // Iterators are optional: a refused one is left out, never the whole load.
-  if (!no_map_iter.empty()) {
-    leave_out(s->progs.read_moved_stats, no_map_iter);
-    spdlog::info("cgroup_stats: copied whole every tick ({})", no_map_iter);
-  }
+  // The task iterator is optional: refused, it is left out, never the whole load.
   s->rodata->cfg_fentry_clock = fentry && !kernel_clock;
   if (!fentry) {
     if (o.allow_fentry) no_fentry = "fentry probe: " + no_fentry;
@@ -253,6 +253,11 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   if (o.before_load) o.before_load(s->obj, left_out);
   if (int err = runq_bpf__load(s); err)
     return make_error(err, "loading the runq BPF programs (the verifier log above says why)");
+  // Every slot free, before any program runs.
+  for (auto [q, n] : {std::pair{s->maps.cgroup_free, o.max_cgroups}, std::pair{s->maps.pair_free, o.max_pairs}})
+    for (uint32_t i = 0; i < n; i++)
+      if (bpf_map_update_elem(bpf_map__fd(q), nullptr, &i, BPF_ANY) != 0)
+        return make_error(errno, std::string("filling ") + bpf_map__name(q));
   if (!o.attach) {
     self->scan_ = false;  // nothing to run without its link
     return self;
@@ -316,19 +321,6 @@ Result<void> RunqBpf::attach() {
           "idle ones every few seconds",
           std::strerror(errno));
   }
-  // The reader of moved cgroup_stats entries, bound to that map. Without it
-  // every tick copies the whole map.
-  if (bpf_program__autoload(s->progs.read_moved_stats)) {
-    union bpf_iter_link_info info{};
-    info.map.map_fd = static_cast<__u32>(bpf_map__fd(s->maps.cgroup_stats));
-    LIBBPF_OPTS(bpf_iter_attach_opts, io, .link_info = &info, .link_info_len = sizeof info);
-    s->links.read_moved_stats = bpf_program__attach_iter(s->progs.read_moved_stats, &io);
-    if (s->links.read_moved_stats)
-      spdlog::info("cgroup_stats: read by an iterator that copies only the entries that moved");
-    else
-      spdlog::warn("attaching the read_moved_stats map iterator failed ({}); every tick copies all of cgroup_stats",
-                   std::strerror(errno));
-  }
   if (scan_) {
     s->links.scan_waits = bpf_program__attach_iter(s->progs.scan_waits, nullptr);
     if (!s->links.scan_waits) {
@@ -368,8 +360,9 @@ Result<void> RunqBpf::pin(const std::string& dir) {
     spdlog::info("{} already has pinned maps (another khagent?): not pinning", dir);
     return {};
   }
-  bpf_map* maps[] = {skel_->maps.cgroup_stats, skel_->maps.interference, skel_->maps.throttle_stats,
-                     skel_->maps.cpu_state,    skel_->maps.counters,     skel_->maps.protected_cgroups};
+  bpf_map* maps[] = {skel_->maps.cgroup_stats, skel_->maps.cgroup_slots,     skel_->maps.interference,
+                     skel_->maps.pair_slots,   skel_->maps.throttle_stats,   skel_->maps.cpu_state,
+                     skel_->maps.counters,     skel_->maps.protected_cgroups};
   for (bpf_map* m : maps) {
     std::string path = dir + "/" + bpf_map__name(m);
     if (::unlink(path.c_str()) == 0) spdlog::info("replaced stale pin {}", path);
@@ -380,13 +373,18 @@ Result<void> RunqBpf::pin(const std::string& dir) {
   return {};
 }
 
-RunqMapFds RunqBpf::map_fds(bool moved_reader) const {
+RunqMapFds RunqBpf::map_fds(bool owner) const {
   RunqMapFds f;
-  if (moved_reader && skel_->links.read_moved_stats) {
-    f.moved_reader = bpf_link__fd(skel_->links.read_moved_stats);
-  }
   f.cgroup_stats = bpf_map__fd(skel_->maps.cgroup_stats);
+  f.cgroup_slots = bpf_map__fd(skel_->maps.cgroup_slots);
   f.interference = bpf_map__fd(skel_->maps.interference);
+  f.pair_slots = bpf_map__fd(skel_->maps.pair_slots);
+  if (owner) {
+    f.cgroup_moved = bpf_map__fd(skel_->maps.cgroup_moved);
+    f.cgroup_free = bpf_map__fd(skel_->maps.cgroup_free);
+    f.pair_moved = bpf_map__fd(skel_->maps.pair_moved);
+    f.pair_free = bpf_map__fd(skel_->maps.pair_free);
+  }
   f.throttle_stats = throttle_source_ == ThrottleSource::Fentry ? bpf_map__fd(skel_->maps.throttle_stats) : -1;
   f.counters = bpf_map__fd(skel_->maps.counters);
   f.removed_cgroups = removals_ ? bpf_map__fd(skel_->maps.removed_cgroups) : -1;
@@ -442,7 +440,8 @@ std::vector<ProgStats> RunqBpf::prog_stats() const {
 }
 
 Result<void> RunqBpf::scan_waits() {
-  if (!scan_) return {};
+  // Nothing protected: no wait to report, and no walk of every task.
+  if (!scan_ || (protected_known_ && protected_.empty())) return {};
   int fd = bpf_iter_create(bpf_link__fd(skel_->links.scan_waits));
   if (fd < 0) return make_error(errno, "creating a scan_waits iterator");
   char buf[64];

@@ -80,44 +80,52 @@ enum kh_wait_cause {
  * 3: counter KH_CNT_REMOVALS_LOST; map removed_cgroups (a queue of removed
  *    cgroup ids, popped by the process that loaded the object).
  * 4: kh_cgroup_stats.seen, written by the read_moved_stats iterator.
+ * 5: cgroup_stats and interference are arrays of slots (mmapable), each
+ *    slot naming its owner (kh_cgroup_stats.id, kh_pair_stats.victim and
+ *    aggressor; 0 = free); the hashes cgroup_slots and pair_slots map an id
+ *    or pair to its slot; cgroup_moved and pair_moved are bitmaps of the
+ *    slots changed since the owner of the maps last read them. No
+ *    read_moved_stats iterator, no seen[].
  */
-enum { KH_RUNQ_ABI_VERSION = 4 };
+enum { KH_RUNQ_ABI_VERSION = 5 };
 
 /*
- * Value of the cgroup_stats map: one per cgroup, shared by all CPUs. Each CPU
- * adds its batches to it with atomic adds (bpf/runq.bpf.c, flush_pending):
+ * A slot of the cgroup_stats array: one per cgroup, shared by all CPUs. Each
+ * CPU adds its batches to it with atomic adds (bpf/runq.bpf.c, flush_pending):
  * a count shows here at most cfg_pending_ns after it happened, or when its
- * CPU goes idle. All counters only grow.
+ * CPU goes idle. All counters only grow while the slot has one owner.
  */
 struct kh_cgroup_stats {
+	__u64 id;                            /* cgroup v2 id owning the slot; 0 = free */
 	__u64 wait_ns;                       /* run-queue wait, all causes */
 	__u64 waits;                         /* switch-ins that ended a measured wait */
 	__u64 cpu_ns;                        /* time on CPU */
 	__u64 preemptions;                   /* switched out while still runnable */
-	/* The first four fields as the read_moved_stats iterator last wrote
-	 * them out (its only writer; not counters): in the same cache line as
-	 * what it compares them with. */
-	__u64 seen[4];
 	__u64 cause_ns[KH_NR_WAIT_CAUSES];   /* wait_ns split by enum kh_wait_cause */
 	__u64 hist[KH_HIST_BUCKETS];         /* waits by duration, see kh_hist_layout */
 };
-KH_STATIC_ASSERT(sizeof(struct kh_cgroup_stats) == sizeof(__u64) * (12 + KH_HIST_BUCKETS),
+KH_STATIC_ASSERT(sizeof(struct kh_cgroup_stats) == sizeof(__u64) * (5 + KH_NR_WAIT_CAUSES + KH_HIST_BUCKETS),
 	       "kh_cgroup_stats layout");
 
-/* Key of the interference map. */
+/* Key of the pair_slots map. */
 struct kh_pair {
 	__u64 victim;     /* cgroup v2 id of the task that waited */
 	__u64 aggressor;  /* cgroup v2 id of a task that ran on that CPU meanwhile */
 };
 KH_STATIC_ASSERT(sizeof(struct kh_pair) == 16, "kh_pair layout");
 
-/* Value of the interference map (shared, atomic adds). */
+/* A slot of the interference array (shared, atomic adds); victim 0 = free. */
 struct kh_pair_stats {
+	__u64 victim;   /* cgroup v2 id of the task that waited */
+	__u64 aggressor;/* cgroup v2 id of a task that ran on that CPU meanwhile */
 	__u64 wait_ns;  /* part of the victim's waits during which the aggressor ran */
 	__u64 count;    /* stretches of the victim's waits in which the aggressor ran
 	                 * (a wait interleaving A, B, A counts twice for A) */
 };
-KH_STATIC_ASSERT(sizeof(struct kh_pair_stats) == 16, "kh_pair_stats layout");
+KH_STATIC_ASSERT(sizeof(struct kh_pair_stats) == 32, "kh_pair_stats layout");
+
+/* A slot index that names none: the maps were full. */
+#define KH_NO_SLOT 0xffffffffu
 
 /* Value of the throttle_stats map (fentry source; shared, atomic adds). */
 struct kh_throttle_stats {
@@ -163,9 +171,9 @@ enum kh_counter {
 	KH_CNT_WAKEUPS,             /* sched_wakeup + sched_wakeup_new events */
 	KH_CNT_STORAGE_MISS,        /* task storage could not be created */
 	KH_CNT_RING_OVERFLOW,       /* waits older than the slice ring */
-	KH_CNT_STATS_FULL,          /* cgroup_stats insert failed (map full): one CPU's
+	KH_CNT_STATS_FULL,          /* no free cgroup_stats slot (maps full): one CPU's
 	                             * batch of a cgroup's counts was not counted */
-	KH_CNT_PAIRS_FULL,          /* interference insert failed (map full) */
+	KH_CNT_PAIRS_FULL,          /* no free interference slot (maps full) */
 	KH_CNT_EVENTS,              /* wait events sent to userspace */
 	KH_CNT_EVENTS_DROPPED,      /* wait events lost: ring buffer full */
 	KH_CNT_REMOVALS_LOST,       /* removed cgroups not queued: removed_cgroups full */

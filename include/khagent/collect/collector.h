@@ -42,6 +42,11 @@ struct RawMaps {
   bool moved_only = false;
   std::vector<uint64_t> moved;
   bool primed = false;
+  // `pairs` lists every pair; with pairs_moved_only, only those at the
+  // indexes in pairs_moved changed since the last read (the others are as
+  // the last read of this source gave them).
+  bool pairs_moved_only = false;
+  std::vector<uint32_t> pairs_moved;
 };
 
 class MapSource {
@@ -155,6 +160,8 @@ class Collector {
   std::vector<uint64_t> holder_watch_;  // cpu.stat source: holders to read once more at the next tick
   std::vector<uint64_t> released_;      // holders let go of this tick (refs 0)
   std::unordered_map<std::pair<uint64_t, uint64_t>, PairState, PairHash> pairs_;
+  // Pairs whose victim has no name yet, as last read: retried each tick.
+  std::unordered_map<std::pair<uint64_t, uint64_t>, RawPair, PairHash> pending_pairs_;
   uint64_t tick_no_ = 0;
   std::optional<uint64_t> last_mono_;
   std::optional<uint64_t> last_rescan_;

@@ -90,8 +90,8 @@ bool probe_fentry(const std::string& func);
 
 // Why this kernel refuses BPF iterator programs of `target` ("task",
 // "bpf_map_elem"), or "" when it loads one (loads and frees a trivial one).
-// The loader leaves a refused iterator out and falls back (whole reads of
-// cgroup_stats; long waits reported only when they end).
+// The loader leaves a refused task iterator out and falls back (long waits
+// reported only when they end).
 std::string iterator_refusal(const std::string& target);
 
 // True if the kernel keeps a per-cfs_rq throttled clock
@@ -108,9 +108,9 @@ class RunqBpf {
   RunqBpf& operator=(const RunqBpf&) = delete;
 
   ThrottleSource throttle_source() const { return throttle_source_; }
-  // With `moved_reader`, also the reader of moved cgroup_stats entries
-  // (where it attached): for the one collector of this process.
-  RunqMapFds map_fds(bool moved_reader = false) const;
+  // With `owner`, also the moved bitmaps and free-slot queues: for the one
+  // collector of this process (see RunqMapFds).
+  RunqMapFds map_fds(bool owner = false) const;
   std::vector<ProgStats> prog_stats() const;
   // Every map of the object (including .rodata/.bss), with its memlock.
   std::vector<MapMemory> map_memory() const;
@@ -133,8 +133,8 @@ class RunqBpf {
   Result<int> drain_events();
   // Reports the waits of protected cgroups still going on past their
   // threshold, once per wait, through the same events (KH_EVENT_ONGOING).
-  // Runs the scan_waits task iterator over every task; does nothing where
-  // it could not be loaded (can_scan_waits()).
+  // Runs the scan_waits task iterator over every task; does nothing while
+  // no cgroup is protected, or where it could not be loaded (can_scan_waits()).
   Result<void> scan_waits();
   bool can_scan_waits() const { return scan_; }
   // Whether the kernel reports removed cgroups (handle_cgroup_rmdir attached).

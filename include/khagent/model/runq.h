@@ -10,17 +10,25 @@ enum class ThrottleSource { Fentry, CpuStat, None };
 const char* throttle_source_name(ThrottleSource s);
 
 struct RunqMapFds {
+  // Slot arrays (mmapable) and the hashes that give an id's (pair's) slot.
   int cgroup_stats = -1;
+  int cgroup_slots = -1;
   int interference = -1;
+  int pair_slots = -1;
+  // The moved bitmaps and free-slot queues: handed only to the one owner of
+  // the maps (the collector of the process that loaded them), which clears
+  // the bits it reads and gives back the slots of cgroups that are gone. A
+  // reader without them reads every slot.
+  int cgroup_moved = -1;
+  int cgroup_free = -1;
+  int pair_moved = -1;
+  int pair_free = -1;
   int throttle_stats = -1;
   int counters = -1;
   // Queue of removed cgroup ids (handle_cgroup_rmdir); -1 where the hook is
   // not attached. Only the process that loaded the object pops it.
   int removed_cgroups = -1;
-  // The reader of moved cgroup_stats entries (an iter/bpf_map_elem link);
-  // -1 where not handed out. One reader per loaded object: a second would
-  // miss what the first marked seen.
-  int moved_reader = -1;
+  bool owner() const { return cgroup_moved >= 0; }
 };
 
 }  // namespace khagent
