@@ -506,7 +506,15 @@ max_cgroups_args() {  # N -> the khagent arguments for N bench cgroups
   if (($1 + base_cgroups > default_max_cgroups)); then echo "--max-cgroups 8192"; fi
 }
 
-declare -A ucpu urange urss uactive  # [mode,n,tick]
+declare -A ucpu urange urss uactive umaps  # [mode,n,tick]
+# MiB of BPF map memory (the kernel's memlock figure) of the maps the
+# running tool's programs use.
+tool_map_mib() {
+  local id
+  for id in $tool_ids; do "$bpftool" -j prog show id "${id%%:*}" | jq -r '.map_ids[]?'; done | sort -u |
+    while read -r id; do "$bpftool" -j map show id "$id" | jq '.bytes_memlock // 0'; done |
+    awk '{ s += $1 } END { printf "%.1f", s / 1048576 }'
+}
 base_cgroups=$(find "$cg2" -type d | wc -l)
 # What part 3 runs: the agent itself (dry run: it reads, classifies, decides
 # and logs, but writes nothing; /metrics served on loopback), and `observe
@@ -548,10 +556,11 @@ part3() {
         ucpu[$mode,$n,$tick]=$(median <<<"$vals")
         urange[$mode,$n,$tick]=$(range %.1f <<<"$vals")
         urss[$mode,$n,$tick]=$(awk '/^VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$tool_pid/status")
+        umaps[$mode,$n,$tick]=$(tool_map_mib)
         uactive[$mode,$n,$tick]=$active
         stop_tool
         echo "  $mode, $n cgroups ($active active), tick $tick: CPU ${ucpu[$mode,$n,$tick]}% (${urange[$mode,$n,$tick]})," \
-             "peak RSS ${urss[$mode,$n,$tick]} MiB ${global[*]}" >&2
+             "peak RSS ${urss[$mode,$n,$tick]} MiB, BPF maps ${umaps[$mode,$n,$tick]} MiB ${global[*]}" >&2
       done
     done
   done
@@ -619,7 +628,7 @@ verdict() { awk "BEGIN { print ($1) ? \"met\" : \"**missed**\" }"; }
           args=$(max_cgroups_args "$n")
           what="\`run --dry-run\` (the agent)"
           [[ "$mode" == observe ]] && what="\`observe --json\`"
-          echo "| 3 | $what, $n cgroups (${uactive[$k]} active in 1 s), $tick tick${args:+, \`$args\`} | $(printf %.2f "${ucpu[$k]}")% of a core (${urange[$k]}), peak RSS ${urss[$k]} MiB | | | $goal | $met |"
+          echo "| 3 | $what, $n cgroups (${uactive[$k]} active in 1 s), $tick tick${args:+, \`$args\`} | $(printf %.2f "${ucpu[$k]}")% of a core (${urange[$k]}), peak RSS ${urss[$k]} MiB, BPF maps ${umaps[$k]} MiB | | | $goal | $met |"
         done
       done
     done
@@ -664,7 +673,7 @@ EOF
     echo "* part 2: $tput_rounds rounds of (nothing, khagent, runqlat), N = $tput_loops, bpf stats off. Slowdown = median over rounds of usecs/op / usecs/op with nothing attached in the same round, minus 1."
   fi
   if has_part 3; then
-    echo "* part 3: cgroups \`khagent-bench-PID/cg<i>\` under the cgroup2 mount, one process each waking every $wake_ms ms. Two ways of running khagent: the agent, \`run --dry-run\` with a configuration giving the tick (it collects, classifies, rolls up, decides and updates /metrics, served on 127.0.0.1, but writes no cgroup), and \`observe --json --interval TICK\` (prints every active cgroup every tick to /dev/null). CPU = utime+stime of khagent over $windows windows of $window_s s after two ticks to settle (median, min-max in parentheses); RSS = VmHWM at the end. \"Active\" = bench cgroups khagent reported with CPU time or waits in one 1 s interval (a short separate run before the measurement). cgroup_stats holds $default_max_cgroups cgroups by default, so the 5000 case passes \`--max-cgroups 8192\`."
+    echo "* part 3: cgroups \`khagent-bench-PID/cg<i>\` under the cgroup2 mount, one process each waking every $wake_ms ms. Two ways of running khagent: the agent, \`run --dry-run\` with a configuration giving the tick (it collects, classifies, rolls up, decides and updates /metrics, served on 127.0.0.1, but writes no cgroup), and \`observe --json --interval TICK\` (prints every active cgroup every tick to /dev/null). CPU = utime+stime of khagent over $windows windows of $window_s s after two ticks to settle (median, min-max in parentheses); RSS = VmHWM at the end; BPF maps = the kernel's memlock figure (\`bpftool map show\`) of the maps its programs use. \"Active\" = bench cgroups khagent reported with CPU time or waits in one 1 s interval (a short separate run before the measurement). cgroup_stats holds $default_max_cgroups cgroups by default, so the 5000 case passes \`--max-cgroups 8192\`."
   fi
   if has_part 4; then
     echo "* part 4: \`vmtest/run.sh\` boots Debian's 6.1 kernel in QEMU (TCG, 2 vCPUs, no KVM) and runs \`khagent_vm_tests --gtest_filter=VmBench.*\`: an online probe (1 ms wake-ups) in a Burstable-pod cgroup, the agent with a 200 ms tick, a 1 ms fast-path threshold and a budget that recovers within seconds, and $reaction_cycles cycles of four CPU hogs started in \`/hadoop-yarn/container_*\` for 0.5 s, waiting for the budget to come back between cycles. khagent's clock: the fast path's \"reaction X ms\" log line (BPF timestamp of the first over-threshold wait to the return of the cpu.max write). Guest clock: from the hogs' fork to the test seeing cpu.max change (1 ms polling). Emulation makes everything slower than on hardware."
