@@ -511,17 +511,22 @@ static __always_inline void pending_hist(struct pending *pd, __u32 b)
 	pd->nhist = n + 1;
 }
 
-/* Adds ns of a victim's wait to the (victim, aggressor) pair. */
-static __always_inline void pair_add(__u64 victim, __u64 aggressor, __u64 ns)
+/*
+ * Adds ns of a victim's wait to the (victim, aggressor) pair. A global
+ * function: called for each run of a ring walk, inlined it multiplied the
+ * states the verifier explores in handle_sched_switch tenfold.
+ */
+__noinline int pair_add(__u64 victim, __u64 aggressor, __u64 ns)
 {
 	__u32 slot = kh_pair_slot(victim, aggressor);
 	struct kh_pair_stats *v = bpf_map_lookup_elem(&interference, &slot);
 
 	if (!v)
-		return;
+		return 0;
 	kh_add(&v->wait_ns, ns);
 	kh_add(&v->count, 1);
 	mark_moved(&pair_moved, slot);
+	return 1;
 }
 
 /*
