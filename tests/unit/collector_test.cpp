@@ -378,6 +378,51 @@ struct MovedPairsMaps : MovedOnlyMaps {
   }
 };
 
+// Two collectors over the same counters, side by side: one over a source
+// that hands out every entry, one over `Moved`, a source of what moved. Both
+// list only what changed (as the agent's does).
+template <typename Moved>
+struct SideBySide {
+  TempDir t;
+  uint64_t a = mkdir("a"), b = mkdir("b");
+  CgroupIndex idx{t.path.string()};
+  FakeMaps whole_maps;
+  Moved moved_maps;
+  Collector whole{whole_maps, idx, nullptr, ThrottleSource::None};
+  Collector moved{moved_maps, idx, nullptr, ThrottleSource::None};
+  uint64_t tick = 0;
+
+  SideBySide() {
+    whole.set_changes_only(true);
+    moved.set_changes_only(true);
+  }
+  uint64_t mkdir(const char* name) {
+    fs::create_directories(t.path / name);
+    return ino(t.path / name);
+  }
+  void set(uint64_t id, const CgroupCounters& c) {
+    whole_maps.next.cgroups[id] = c;
+    moved_maps.next.cgroups[id] = c;
+  }
+  void set_pair(uint64_t v, uint64_t ag, uint64_t ns, uint64_t n) {
+    for (RawMaps* m : {&whole_maps.next, &moved_maps.next}) {
+      std::erase_if(m->pairs, [&](const RawPair& p) { return p.victim == v && p.aggressor == ag; });
+      m->pairs.push_back({v, ag, ns, n});
+    }
+  }
+  void removed(const std::vector<uint64_t>& ids) {
+    whole_maps.next.removed = ids;
+    moved_maps.next.removed = ids;
+  }
+  // The next tick of both: (whole, moved).
+  std::pair<Result<Sample>, Result<Sample>> next() {
+    tick++;
+    auto s1 = whole.tick_at(tick * 1'000'000'000, tick);
+    auto s2 = moved.tick_at(tick * 1'000'000'000, tick);
+    return {std::move(s1), std::move(s2)};
+  }
+};
+
 }  // namespace
 
 // Over a source whose pairs say which moved, the collector lists the same
@@ -385,27 +430,8 @@ struct MovedPairsMaps : MovedOnlyMaps {
 // keeps the state of quiet pairs, and forgets the pairs of a removed
 // cgroup.
 TEST(Collector, PairsThatSayWhichMovedGiveTheSameSamples) {
-  TempDir t;
-  fs::create_directories(t.path / "a");
-  fs::create_directories(t.path / "b");
-  uint64_t a = ino(t.path / "a"), b = ino(t.path / "b");
-  CgroupIndex idx(t.path.string());
-  FakeMaps whole_maps;
-  MovedPairsMaps moved_maps;
-  Collector whole(whole_maps, idx, nullptr, ThrottleSource::None);
-  Collector moved(moved_maps, idx, nullptr, ThrottleSource::None);
-  whole.set_changes_only(true);
-  moved.set_changes_only(true);
-  auto set = [&](uint64_t id, const CgroupCounters& c) {
-    whole_maps.next.cgroups[id] = c;
-    moved_maps.next.cgroups[id] = c;
-  };
-  auto set_pair = [&](uint64_t v, uint64_t ag, uint64_t ns, uint64_t n) {
-    for (RawMaps* m : {&whole_maps.next, &moved_maps.next}) {
-      std::erase_if(m->pairs, [&](const RawPair& p) { return p.victim == v && p.aggressor == ag; });
-      m->pairs.push_back({v, ag, ns, n});
-    }
-  };
+  SideBySide<MovedPairsMaps> x;
+  const uint64_t a = x.a, b = x.b;
   using Row = std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>;  // victim, aggressor, interval, total
   auto listed = [](const Sample& s) {
     std::vector<Row> v;
@@ -413,38 +439,33 @@ TEST(Collector, PairsThatSayWhichMovedGiveTheSameSamples) {
     std::sort(v.begin(), v.end());
     return v;
   };
-  uint64_t tick = 0;
   auto both = [&](const std::vector<Row>& want) {
-    tick++;
-    auto s1 = whole.tick_at(tick * 1'000'000'000, tick);
-    auto s2 = moved.tick_at(tick * 1'000'000'000, tick);
+    auto [s1, s2] = x.next();
     ASSERT_TRUE(s1.ok() && s2.ok());
-    EXPECT_EQ(listed(*s1), want) << "tick " << tick;
-    EXPECT_EQ(listed(*s2), want) << "tick " << tick;
+    EXPECT_EQ(listed(*s1), want) << "tick " << x.tick;
+    EXPECT_EQ(listed(*s2), want) << "tick " << x.tick;
   };
   const uint64_t c = 987'654'321;  // no such cgroup: never named
-  set(a, counters(1, 1'000, 1'000));
-  set(b, counters(1, 1'000, 1'000));
-  set_pair(a, b, 100, 1);
-  set_pair(b, a, 50, 1);
+  x.set(a, counters(1, 1'000, 1'000));
+  x.set(b, counters(1, 1'000, 1'000));
+  x.set_pair(a, b, 100, 1);
+  x.set_pair(b, a, 50, 1);
   both({{a, b, 100, 100}, {b, a, 50, 50}});
-  set_pair(a, b, 300, 2);
+  x.set_pair(a, b, 300, 2);
   both({{a, b, 200, 300}});
   both({});
-  set_pair(b, a, 80, 2);  // quiet for two ticks, its state kept
+  x.set_pair(b, a, 80, 2);  // quiet for two ticks, its state kept
   both({{b, a, 30, 80}});
 
   // b removed (the kernel says so): its pairs, as victim and as aggressor, forgotten.
-  whole_maps.next.removed = {b};
-  moved_maps.next.removed = {b};
+  x.removed({b});
   both({});
-  auto& f = moved_maps.forgotten_pairs;
+  auto& f = x.moved_maps.forgotten_pairs;
   for (auto k : {std::make_pair(a, b), std::make_pair(b, a)})
     EXPECT_NE(std::find(f.begin(), f.end(), k), f.end()) << k.first << " <- " << k.second;
-  whole_maps.next.removed.clear();
-  moved_maps.next.removed.clear();
-  set_pair(a, c, 10, 1);  // an aggressor with no name counts (only victims need one)
-  set(a, counters(2, 2'000, 2'000));
+  x.removed({});
+  x.set_pair(a, c, 10, 1);  // an aggressor with no name counts (only victims need one)
+  x.set(a, counters(2, 2'000, 2'000));
   both({{a, c, 10, 10}});
 }
 
@@ -453,64 +474,42 @@ TEST(Collector, PairsThatSayWhichMovedGiveTheSameSamples) {
 // a cgroup is named once, listed when it moves, and reported removed when
 // the kernel says so; one not named yet is tried again each tick.
 TEST(Collector, AReaderOfWhatMovedGivesTheSameSamples) {
-  TempDir t;
-  fs::create_directories(t.path / "a");
-  fs::create_directories(t.path / "b");
-  uint64_t a = ino(t.path / "a"), b = ino(t.path / "b");
-  CgroupIndex idx(t.path.string());
-  FakeMaps whole_maps;
-  MovedOnlyMaps moved_maps;
-  Collector whole(whole_maps, idx, nullptr, ThrottleSource::None);
-  Collector moved(moved_maps, idx, nullptr, ThrottleSource::None);
-  whole.set_changes_only(true);
-  moved.set_changes_only(true);
-  auto set = [&](uint64_t id, const CgroupCounters& c) {
-    whole_maps.next.cgroups[id] = c;
-    moved_maps.next.cgroups[id] = c;
-  };
+  SideBySide<MovedOnlyMaps> x;
+  const uint64_t a = x.a, b = x.b;
   auto listed = [](const Sample& s) {
     std::map<uint64_t, uint64_t> v;  // id -> interval waits
     for (const auto& cs : s.cgroups) v[cs.id] = cs.interval.waits;
     return v;
   };
-  set(a, counters(10, 10'000, 1'000'000));
-  set(b, counters(1, 1'000, 100'000));
-  uint64_t tick = 0;
   auto both = [&](const std::map<uint64_t, uint64_t>& want, const std::vector<uint64_t>& removed = {}) {
-    tick++;
-    auto s1 = whole.tick_at(tick * 1'000'000'000, tick);
-    auto s2 = moved.tick_at(tick * 1'000'000'000, tick);
+    auto [s1, s2] = x.next();
     ASSERT_TRUE(s1.ok() && s2.ok());
-    EXPECT_EQ(listed(*s1), want) << "tick " << tick;
-    EXPECT_EQ(listed(*s2), want) << "tick " << tick;
-    EXPECT_EQ(s2->removed, removed) << "tick " << tick;
+    EXPECT_EQ(listed(*s1), want) << "tick " << x.tick;
+    EXPECT_EQ(listed(*s2), want) << "tick " << x.tick;
+    EXPECT_EQ(s1->removed, removed) << "tick " << x.tick;
+    EXPECT_EQ(s2->removed, removed) << "tick " << x.tick;
   };
+  x.set(a, counters(10, 10'000, 1'000'000));
+  x.set(b, counters(1, 1'000, 100'000));
   both({{a, 10}, {b, 1}});  // both named at the first tick, counting from the start
-  set(a, counters(30, 50'000, 3'000'000));
+  x.set(a, counters(30, 50'000, 3'000'000));
   both({{a, 20}});
   both({});
-  set(b, counters(4, 4'000, 400'000));
+  x.set(b, counters(4, 4'000, 400'000));
   both({{b, 3}});
 
   // A cgroup whose directory comes later: tried again each tick until named.
   const uint64_t c = 987'654'321;  // no such inode yet
-  set(c, counters(5, 5'000, 500'000));
+  x.set(c, counters(5, 5'000, 500'000));
   both({});
   both({});
 
   // Removed: the kernel's report removes it from both.
-  whole_maps.next.removed = {a};
-  moved_maps.next.removed = {a};
-  tick++;
-  auto s1 = whole.tick_at(tick * 1'000'000'000, tick);
-  auto s2 = moved.tick_at(tick * 1'000'000'000, tick);
-  ASSERT_TRUE(s1.ok() && s2.ok());
-  EXPECT_EQ(s2->removed, std::vector<uint64_t>{a});
-  EXPECT_EQ(s1->removed, std::vector<uint64_t>{a});
-  EXPECT_EQ(moved_maps.next.cgroups.count(a), 0u);  // its entry deleted
-  whole_maps.next.removed.clear();
-  moved_maps.next.removed.clear();
-  set(b, counters(5, 5'000, 500'000));
+  x.removed({a});
+  both({}, {a});
+  EXPECT_EQ(x.moved_maps.next.cgroups.count(a), 0u);  // its entry deleted
+  x.removed({});
+  x.set(b, counters(5, 5'000, 500'000));
   both({{b, 1}});
 }
 
