@@ -285,12 +285,19 @@ void BpfMapSource::release_quarantined(uint64_t now) {
         continue;
       }
       q.held[slot] = false;
-      slots_freed_++;
     }
     q.slots.resize(keep);
   };
   release(cgroup_q_, cgroup_stats_, sizeof(kh_cgroup_stats), fds_.cgroup_free);
   release(pair_q_, interference_, sizeof(kh_pair_stats), fds_.pair_free);
+}
+
+bool BpfMapSource::Quarantine::hold(int index_fd, const void* key, uint64_t now, uint32_t& slot) {
+  if (bpf_map_lookup_elem(index_fd, key, &slot) != 0 || bpf_map_delete_elem(index_fd, key) != 0) return false;
+  if (slot >= held.size() || held[slot]) return false;
+  held[slot] = true;
+  slots.emplace_back(slot, now);
+  return true;
 }
 
 void BpfMapSource::forget(const std::vector<uint64_t>& ids, const std::vector<std::pair<uint64_t, uint64_t>>& pairs) {
@@ -299,22 +306,13 @@ void BpfMapSource::forget(const std::vector<uint64_t>& ids, const std::vector<st
   const uint64_t now = mono_ns();
   for (uint64_t id : ids) {
     uint32_t slot = 0;
-    if (bpf_map_lookup_elem(fds_.cgroup_slots, &id, &slot) == 0 && bpf_map_delete_elem(fds_.cgroup_slots, &id) == 0 &&
-        slot < cgroup_q_.held.size() && !cgroup_q_.held[slot]) {
-      cgroup_q_.held[slot] = true;
-      cgroup_q_.slots.emplace_back(slot, now);
-    }
+    cgroup_q_.hold(fds_.cgroup_slots, &id, now, slot);
     if (fds_.throttle_stats >= 0) bpf_map_delete_elem(fds_.throttle_stats, &id);
   }
   for (const auto& [v, a] : pairs) {
     kh_pair k{v, a};
     uint32_t slot = 0;
-    if (bpf_map_lookup_elem(fds_.pair_slots, &k, &slot) == 0 && bpf_map_delete_elem(fds_.pair_slots, &k) == 0 &&
-        slot < pair_q_.held.size() && !pair_q_.held[slot]) {
-      pair_q_.held[slot] = true;
-      pair_q_.slots.emplace_back(slot, now);
-      if (slot < pair_by_slot_.size()) pair_by_slot_[slot] = RawPair{};
-    }
+    if (pair_q_.hold(fds_.pair_slots, &k, now, slot) && slot < pair_by_slot_.size()) pair_by_slot_[slot] = RawPair{};
   }
 }
 

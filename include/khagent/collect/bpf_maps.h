@@ -63,8 +63,6 @@ class BpfMapSource : public MapSource {
   bool batch_ops() const { return batch_ok_; }
   // Reads of only the moved slots so far.
   uint64_t moved_reads() const { return moved_reads_; }
-  // Slots given back for reuse so far (cgroups and pairs).
-  uint64_t slots_freed() const { return slots_freed_; }
 
  private:
   // Slots of forgotten cgroups (pairs), given back once no BPF program can
@@ -72,6 +70,9 @@ class BpfMapSource : public MapSource {
   struct Quarantine {
     std::vector<std::pair<uint32_t, uint64_t>> slots;  // slot, when forgotten (mono ns)
     std::vector<bool> held;                            // by slot: not to be read
+    // Deletes `key`'s entry from the index hash and holds its slot; false
+    // if it had none (or it is held already).
+    bool hold(int index_fd, const void* key, uint64_t now, uint32_t& slot);
   };
 
   RunqMapFds fds_;
@@ -86,7 +87,6 @@ class BpfMapSource : public MapSource {
   Quarantine cgroup_q_, pair_q_;
   bool pairs_primed_ = false;
   uint64_t moved_reads_ = 0;
-  uint64_t slots_freed_ = 0;
 
   Result<void> map_arrays();
   Result<void> read_stats_whole(RawMaps& raw);
