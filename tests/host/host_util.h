@@ -146,6 +146,15 @@ struct Child {
   }
 };
 
+// Stops a child and returns once it has stopped, so that nothing of it is
+// queued or in flight while counters are read; thaw() lets it go on.
+inline bool freeze(pid_t pid) {
+  if (::kill(pid, SIGSTOP) != 0) return false;
+  int st = 0;
+  return waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st);
+}
+inline bool thaw(pid_t pid) { return ::kill(pid, SIGCONT) == 0; }
+
 [[noreturn]] inline void busy_loop() {
   for (;;) asm volatile("" ::: "memory");
 }

@@ -3,6 +3,8 @@
  * A deliberately minimal, independent run-queue wait tracer used by the host
  * tests as a reference for khagent: stamp at wakeup and at switch-out while
  * runnable, subtract at switch-in, keyed by pid, only for the pids in targets.
+ * Each wait is also stamped at the end of the handlers (exit_wait_ns), which
+ * is what a program attached after this one sees as its own entry time.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -14,6 +16,15 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 struct totals {
 	__u64 wait_ns;
 	__u64 waits;
+	/* The same waits stamped as each handler ends rather than as it
+	 * starts: khagent's programs, attached later, run after this one's,
+	 * so their clock reads follow its exit. */
+	__u64 exit_wait_ns;
+};
+
+struct stamps {
+	__u64 entry;
+	__u64 exit;
 };
 
 /* key: pid to trace; value: its wait totals */
@@ -24,32 +35,46 @@ struct {
 	__type(value, struct totals);
 } targets SEC(".maps");
 
-/* key: pid; value: ns its current wait started */
+/* key: pid; value: when its current wait started */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 64);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct stamps);
 } start SEC(".maps");
 
-/* Every handler reads the clock first, as khagent's do. */
-static __always_inline void stamp(__u32 pid, __u64 now)
+/* Every handler reads the clock first, as khagent's do. Returns the stamps
+ * to complete with the exit time, or NULL. */
+static __always_inline struct stamps *stamp(__u32 pid, __u64 now)
 {
-	if (bpf_map_lookup_elem(&targets, &pid))
-		bpf_map_update_elem(&start, &pid, &now, BPF_ANY);
+	struct stamps s = { .entry = now };
+
+	if (!bpf_map_lookup_elem(&targets, &pid))
+		return NULL;
+	if (bpf_map_update_elem(&start, &pid, &s, BPF_ANY))
+		return NULL;
+	return bpf_map_lookup_elem(&start, &pid);
+}
+
+static __always_inline void wakeup(__u32 pid, __u64 now)
+{
+	struct stamps *s = stamp(pid, now);
+
+	if (s)
+		s->exit = bpf_ktime_get_ns();
 }
 
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(mt_wakeup, struct task_struct *p)
 {
-	stamp(p->pid, bpf_ktime_get_ns());
+	wakeup(p->pid, bpf_ktime_get_ns());
 	return 0;
 }
 
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(mt_wakeup_new, struct task_struct *p)
 {
-	stamp(p->pid, bpf_ktime_get_ns());
+	wakeup(p->pid, bpf_ktime_get_ns());
 	return 0;
 }
 
@@ -58,19 +83,25 @@ int BPF_PROG(mt_switch, bool preempt, struct task_struct *prev, struct task_stru
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u32 pid = next->pid;
+	struct stamps *prev_s = NULL;
 	struct totals *t;
-	__u64 *s;
+	struct stamps *s;
+	__u64 began_exit = 0, end;
 
 	if (BPF_CORE_READ(prev, __state) == 0)
-		stamp(prev->pid, now);
+		prev_s = stamp(prev->pid, now);
 	t = bpf_map_lookup_elem(&targets, &pid);
-	if (!t)
-		return 0;
-	s = bpf_map_lookup_elem(&start, &pid);
-	if (!s)
-		return 0;
-	t->wait_ns += now - *s;
-	t->waits++;
-	bpf_map_delete_elem(&start, &pid);
+	s = t ? bpf_map_lookup_elem(&start, &pid) : NULL;
+	if (t && s) {
+		t->wait_ns += now - s->entry;
+		t->waits++;
+		began_exit = s->exit ? s->exit : s->entry;
+		bpf_map_delete_elem(&start, &pid);
+	}
+	end = bpf_ktime_get_ns();
+	if (t && s)
+		t->exit_wait_ns += end - began_exit;
+	if (prev_s)
+		prev_s->exit = end;
 	return 0;
 }
