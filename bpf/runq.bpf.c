@@ -219,12 +219,18 @@ struct {
 	__type(value, struct kh_throttle_stats);
 } throttle_stats SEC(".maps");
 
-/* key: struct cfs_rq address; value: ns when it was throttled */
+/* When a cfs_rq was throttled, and its group's nr_throttled then. */
+struct kh_throttle_start {
+	__u64 ns;
+	__u64 nr_throttled;
+};
+
+/* key: struct cfs_rq address; value: when it was throttled */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64);
-	__type(value, __u64);
+	__type(value, struct kh_throttle_start);
 } throttle_start SEC(".maps");
 
 /*
@@ -537,7 +543,8 @@ __noinline int pair_add(__u64 victim, __u64 aggressor, __u64 ns)
  */
 __noinline __u64 kh_fentry_throttled_clock(__u64 cfs_rq, __u64 now)
 {
-	__u64 *acc, *start, t = 0;
+	struct kh_throttle_start *start;
+	__u64 *acc, t = 0;
 
 	if (!cfs_rq)
 		return 0;
@@ -545,8 +552,8 @@ __noinline __u64 kh_fentry_throttled_clock(__u64 cfs_rq, __u64 now)
 	start = bpf_map_lookup_elem(&throttle_start, &cfs_rq);
 	if (acc)
 		t = *acc;
-	if (start && now > *start)
-		t += now - *start;
+	if (start && now > start->ns)
+		t += now - start->ns;
 	return t;
 }
 
@@ -1153,20 +1160,46 @@ static __always_inline bool cfs_rq_on_v2(struct cfs_rq *cfs_rq)
 	return BPF_CORE_READ(cfs_rq, tg, css.cgroup, root, hierarchy_id) == 0;
 }
 
+static __always_inline __u64 cfs_rq_nr_throttled(struct cfs_rq *cfs_rq)
+{
+	return BPF_CORE_READ(cfs_rq, tg, cfs_bandwidth.nr_throttled);
+}
+
 SEC("fentry/throttle_cfs_rq")
 int BPF_PROG(handle_throttle_cfs_rq, struct cfs_rq *cfs_rq)
 {
-	__u64 key = (__u64)cfs_rq, now = bpf_ktime_get_ns();
+	__u64 key = (__u64)cfs_rq;
+	struct kh_throttle_start st = {
+		.ns = bpf_ktime_get_ns(),
+		.nr_throttled = cfs_rq_nr_throttled(cfs_rq),
+	};
 
-	bpf_map_update_elem(&throttle_start, &key, &now, BPF_ANY);
+	bpf_map_update_elem(&throttle_start, &key, &st, BPF_ANY);
 	return 0;
+}
+
+/*
+ * Counts the periods the kernel counted (cfs_bandwidth.nr_throttled, what
+ * cpu.stat shows) since the group's last unthrottle seen here: its period
+ * timer counts a throttled period before it hands out the new quota, so the
+ * rise is there when any CPU's cfs_rq unthrottles, and only the first of
+ * them wins the exchange. A new entry starts from the count when this
+ * cfs_rq was throttled. Counting unthrottles instead gave one per CPU.
+ */
+static __always_inline void count_periods(struct kh_throttle_stats *v, __u64 nr)
+{
+	__u64 seen = v->nr_throttled;
+
+	if (nr > seen && __sync_val_compare_and_swap(&v->nr_throttled, seen, nr) == seen)
+		kh_add(&v->events, nr - seen);
 }
 
 SEC("fentry/unthrottle_cfs_rq")
 int BPF_PROG(handle_unthrottle_cfs_rq, struct cfs_rq *cfs_rq)
 {
-	__u64 key = (__u64)cfs_rq, now = bpf_ktime_get_ns(), cgid, *start;
+	__u64 key = (__u64)cfs_rq, now = bpf_ktime_get_ns(), cgid;
 	struct kh_throttle_stats *v = NULL, init = {};
+	struct kh_throttle_start *start;
 	bool v2;
 
 	start = bpf_map_lookup_elem(&throttle_start, &key);
@@ -1178,18 +1211,19 @@ int BPF_PROG(handle_unthrottle_cfs_rq, struct cfs_rq *cfs_rq)
 		v = bpf_map_lookup_elem(&throttle_stats, &cgid);
 	if (!v && v2) {
 		/* EEXIST from a racing CPU is fine: the lookup finds its entry. */
+		init.nr_throttled = start->nr_throttled;
 		bpf_map_update_elem(&throttle_stats, &cgid, &init, BPF_NOEXIST);
 		v = bpf_map_lookup_elem(&throttle_stats, &cgid);
 	}
 	if (v) {
 		/* Each CPU's cfs_rq of the cgroup unthrottles on its own: atomic. */
-		kh_add(&v->events, 1);
-		if (now > *start)
-			kh_add(&v->throttled_ns, now - *start);
+		count_periods(v, cfs_rq_nr_throttled(cfs_rq));
+		if (now > start->ns)
+			kh_add(&v->throttled_ns, now - start->ns);
 	}
-	if (cfg_fentry_clock && now > *start) {
+	if (cfg_fentry_clock && now > start->ns) {
 		/* Only this CPU (holding its rq lock) touches this cfs_rq's entry. */
-		__u64 d = now - *start, *acc = bpf_map_lookup_elem(&throttle_clock, &key);
+		__u64 d = now - start->ns, *acc = bpf_map_lookup_elem(&throttle_clock, &key);
 
 		if (acc)
 			*acc += d;

@@ -99,7 +99,9 @@ bool wait_for(F pred, double timeout_s, double step_s = 0.01) {
 
 }  // namespace
 
-// 1. fentry throttle hooks: events and time agree with cpu.stat.
+// 1. fentry throttle hooks: events and time agree with cpu.stat. Two hogs,
+// one on each CPU, so that each throttled period ends with two cfs_rqs
+// unthrottling: counted per unthrottle, the events were twice the periods.
 TEST(VmSuite, FentryThrottlingAgreesWithCpuStat) {
   require_guest();
   TestCgroup cg(kRoot, "/kh-vm-throttle");
@@ -112,7 +114,8 @@ TEST(VmSuite, FentryThrottlingAgreesWithCpuStat) {
   BpfMapSource maps((*bpf)->map_fds());
   CgroupIndex index(kRoot);
   Collector col(maps, index, nullptr, ThrottleSource::Fentry);
-  Child hog({cg.dir() + "/cgroup.procs"}, -1, 0, [] { busy_loop(); });
+  Child hog0({cg.dir() + "/cgroup.procs"}, 0, 0, [] { busy_loop(); });
+  Child hog1({cg.dir() + "/cgroup.procs"}, 1, 0, [] { busy_loop(); });
   sleep_s(0.5);
   ASSERT_TRUE(col.tick().ok());
   auto s0 = cpu_stat(cg.dir());

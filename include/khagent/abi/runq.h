@@ -86,8 +86,10 @@ enum kh_wait_cause {
  *    or pair to its slot; cgroup_moved and pair_moved are bitmaps of the
  *    slots changed since the owner of the maps last read them. No
  *    read_moved_stats iterator, no seen[].
+ * 6: kh_throttle_stats.events counts throttled periods as cpu.stat's
+ *    nr_throttled does (was: per-CPU unthrottles); field nr_throttled.
  */
-enum { KH_RUNQ_ABI_VERSION = 5 };
+enum { KH_RUNQ_ABI_VERSION = 6 };
 
 /*
  * A slot of the cgroup_stats array: one per cgroup, shared by all CPUs. Each
@@ -127,12 +129,15 @@ KH_STATIC_ASSERT(sizeof(struct kh_pair_stats) == 32, "kh_pair_stats layout");
 /* A slot index that names none: the maps were full. */
 #define KH_NO_SLOT 0xffffffffu
 
-/* Value of the throttle_stats map (fentry source; shared, atomic adds). */
+/* Value of the throttle_stats map (fentry source; shared, atomic updates). */
 struct kh_throttle_stats {
-	__u64 events;        /* throttle periods ended (counted at unthrottle_cfs_rq) */
+	/* Periods in which the cgroup was throttled, as cpu.stat's
+	 * nr_throttled: the rises of the kernel's count seen at unthrottles. */
+	__u64 events;
 	__u64 throttled_ns;  /* time from throttle to unthrottle, summed over CPUs */
+	__u64 nr_throttled;  /* the kernel's count (cfs_bandwidth) last seen */
 };
-KH_STATIC_ASSERT(sizeof(struct kh_throttle_stats) == 16, "kh_throttle_stats layout");
+KH_STATIC_ASSERT(sizeof(struct kh_throttle_stats) == 24, "kh_throttle_stats layout");
 
 /* Value of the protected map: a cgroup whose long waits are reported at once. */
 struct kh_protect {
