@@ -738,3 +738,51 @@ TEST(Collector, AnAncestorsThrottlingWithAReaderOfWhatMoved) {
     EXPECT_EQ(thr.reads["/pod"], reads + 1);
   }
 }
+
+// The BPF side adds a wait's bucket after its count: a reading can hold the
+// count and not the bucket. The bucket must show at the cgroup's next wait,
+// even if the cgroup only ran (no wait) in between.
+TEST(Collector, ABucketReadAfterItsWaitCountShowsAtTheNextWait) {
+  TempDir t;
+  fs::create_directories(t.path / "a");
+  uint64_t a = ino(t.path / "a");
+  CgroupIndex idx(t.path.string());
+  FakeMaps maps;
+  Collector c(maps, idx, nullptr, ThrottleSource::None);
+  const uint32_t b5 = hist_bucket(5'000), b9 = hist_bucket(9'000'000);
+  auto interval_of = [&](uint64_t ts) {
+    auto s = c.tick_at(ts, ts);
+    EXPECT_TRUE(s.ok());
+    for (const auto& cg : s->cgroups)
+      if (cg.id == a) return cg.interval;
+    return CgroupCounters{};
+  };
+  CgroupCounters now = counters(10, 50'000, 1'000'000);  // 10 waits in b5
+  maps.next.cgroups[a] = now;
+  interval_of(1'000'000'000);
+
+  now.waits = 11;  // an 9 ms wait, its bucket not yet added
+  now.wait_ns += 9'000'000;
+  now.cpu_ns += 1'000;
+  maps.next.cgroups[a] = now;
+  CgroupCounters d = interval_of(2'000'000'000);
+  EXPECT_EQ(d.waits, 1u);
+  EXPECT_EQ(hist_count(d.hist), 0u);
+
+  now.hist[b9] = 1;  // the bucket lands; the cgroup only runs
+  now.cpu_ns += 1'000;
+  maps.next.cgroups[a] = now;
+  d = interval_of(3'000'000'000);
+  EXPECT_EQ(d.waits, 0u);
+  EXPECT_EQ(d.cpu_ns, 1'000u);
+  EXPECT_EQ(hist_count(d.hist), 0u);
+
+  now.waits = 12;  // the next wait: both buckets now
+  now.wait_ns += 5'000;
+  now.hist[b5] += 1;
+  maps.next.cgroups[a] = now;
+  d = interval_of(4'000'000'000);
+  EXPECT_EQ(d.waits, 1u);
+  EXPECT_EQ(d.hist[b5], 1u);
+  EXPECT_EQ(d.hist[b9], 1u);
+}

@@ -187,8 +187,8 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
     cs.id = id;
     cs.path = st.path;
     if (moved) {
-      cs.interval = counters_delta(now, st.last_raw);
-      st.last_raw = now;
+      counters_delta_into(cs.interval, now, st.last_raw);
+      counters_advance(st.last_raw, now);
       if (totals_) counters_add(st.total, cs.interval);  // the agent keeps no totals
     }
     if (totals_) cs.total = st.total;

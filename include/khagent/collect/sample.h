@@ -24,20 +24,49 @@ struct CgroupCounters {
   WaitHistogram hist{};
 };
 
-// Per-field delta of cumulative counters; a counter that went backwards
-// (entry deleted and created again) counts from zero.
-inline CgroupCounters counters_delta(const CgroupCounters& now, const CgroupCounters& before) {
-  bool reset = now.waits < before.waits || now.wait_ns < before.wait_ns || now.cpu_ns < before.cpu_ns ||
-               now.preemptions < before.preemptions;
-  if (reset) return now;
+// Per-field delta of cumulative counters into d, which holds zeros; a
+// counter that went backwards (entry deleted and created again) counts from
+// zero. The histogram moves only with the wait count (each wait is counted
+// in both at once), so it is compared only then: most moved cgroups of a big
+// node ran without waiting, and the histogram is most of the counters.
+inline bool counters_went_back(const CgroupCounters& now, const CgroupCounters& before) {
+  return now.waits < before.waits || now.wait_ns < before.wait_ns || now.cpu_ns < before.cpu_ns ||
+         now.preemptions < before.preemptions;
+}
+
+inline void counters_delta_into(CgroupCounters& d, const CgroupCounters& now, const CgroupCounters& before) {
+  if (counters_went_back(now, before)) {
+    d = now;
+    return;
+  }
   auto sub = [](uint64_t a, uint64_t b) { return a >= b ? a - b : 0; };
-  CgroupCounters d;
   d.wait_ns = now.wait_ns - before.wait_ns;
   d.waits = now.waits - before.waits;
   d.cpu_ns = now.cpu_ns - before.cpu_ns;
   d.preemptions = now.preemptions - before.preemptions;
   for (size_t i = 0; i < d.cause_ns.size(); i++) d.cause_ns[i] = sub(now.cause_ns[i], before.cause_ns[i]);
-  for (size_t i = 0; i < d.hist.size(); i++) d.hist[i] = sub(now.hist[i], before.hist[i]);
+  if (d.waits)
+    for (size_t i = 0; i < d.hist.size(); i++) d.hist[i] = sub(now.hist[i], before.hist[i]);
+}
+
+// Makes last the reading the next delta starts from. The histogram is taken
+// only when the wait count moved: the BPF side adds a wait's bucket after
+// its count, so a reading can have the count and not yet the bucket, which
+// then shows at the next wait, not lost.
+inline void counters_advance(CgroupCounters& last, const CgroupCounters& now) {
+  if (now.waits != last.waits || counters_went_back(now, last)) {
+    last = now;
+    return;
+  }
+  last.wait_ns = now.wait_ns;
+  last.cpu_ns = now.cpu_ns;
+  last.preemptions = now.preemptions;
+  last.cause_ns = now.cause_ns;
+}
+
+inline CgroupCounters counters_delta(const CgroupCounters& now, const CgroupCounters& before) {
+  CgroupCounters d;
+  counters_delta_into(d, now, before);
   return d;
 }
 
