@@ -1160,9 +1160,10 @@ static __always_inline bool cfs_rq_on_v2(struct cfs_rq *cfs_rq)
 	return BPF_CORE_READ(cfs_rq, tg, css.cgroup, root, hierarchy_id) == 0;
 }
 
-static __always_inline __u64 cfs_rq_nr_throttled(struct cfs_rq *cfs_rq)
+/* The group's count of throttled periods (an int in the kernel), as __u32. */
+static __always_inline __u32 cfs_rq_nr_throttled(struct cfs_rq *cfs_rq)
 {
-	return BPF_CORE_READ(cfs_rq, tg, cfs_bandwidth.nr_throttled);
+	return (__u32)BPF_CORE_READ(cfs_rq, tg, cfs_bandwidth.nr_throttled);
 }
 
 SEC("fentry/throttle_cfs_rq")
@@ -1186,12 +1187,15 @@ int BPF_PROG(handle_throttle_cfs_rq, struct cfs_rq *cfs_rq)
  * them wins the exchange. A new entry starts from the count when this
  * cfs_rq was throttled. Counting unthrottles instead gave one per CPU.
  */
-static __always_inline void count_periods(struct kh_throttle_stats *v, __u64 nr)
+static __always_inline void count_periods(struct kh_throttle_stats *v, __u32 nr)
 {
 	__u64 seen = v->nr_throttled;
+	/* Modulo 2^32: the kernel's int wraps; a count behind the one seen
+	 * (a CPU that read it before another's exchange) is no rise. */
+	__u32 rise = nr - (__u32)seen;
 
-	if (nr > seen && __sync_val_compare_and_swap(&v->nr_throttled, seen, nr) == seen)
-		kh_add(&v->events, nr - seen);
+	if (rise && rise < (1u << 31) && __sync_val_compare_and_swap(&v->nr_throttled, seen, (__u64)nr) == seen)
+		kh_add(&v->events, rise);
 }
 
 SEC("fentry/unthrottle_cfs_rq")

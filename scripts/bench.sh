@@ -532,7 +532,7 @@ mode_command() {  # MODE TICK -> the khagent subcommand and its arguments
 # own figure: clock ticks in /proc/PID/stat are 10 ms, a quarter of a
 # percent over a window of 4 s).
 cpu_ns_of() {
-  cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%d", s }'
+  cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f", s }'
 }
 part3() {
   local n tick mode global command active settle vals t0 t1 s0 s1 t=$SECONDS

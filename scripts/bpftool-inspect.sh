@@ -189,7 +189,7 @@ if [[ -e "$pin_dir/throttle_stats" ]]; then
   if ((n == 0)); then
     echo "empty (throttling comes from cpu.stat, or no cgroup was throttled)"
   else
-    printf '%-48s %10s %14s\n' cgroup events throttled_ms
+    printf '%-48s %10s %14s\n' cgroup periods throttled_ms
     dump throttle_stats | jq -r --argjson top "$top" "$jq_sum"'
       map({id: .key, e: sum(.events), ns: sum(.throttled_ns)})
       | sort_by(-.ns) | .[:$top][] | [.id, .e, (.ns / 1e6)] | @tsv' |

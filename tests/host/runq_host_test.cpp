@@ -172,14 +172,18 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   sleep_s(0.5);
 
   // The sleeper is stopped while the three are read, so that they count
-  // the same waits.
+  // the same waits. waitpid() returns once it has told its parent, which it
+  // does before switching out; khagent's per-CPU batch of its last wait is
+  // added at most 10 ms (cfg_pending_ns) after that: wait 20 ms.
   ASSERT_TRUE(freeze(sleeper));
+  sleep_s(0.02);
   RawMaps r0 = read();
   Schedstat k0 = schedstat(sleeper);
   auto t0 = mt.totals(sleeper);
   ASSERT_TRUE(thaw(sleeper));
   sleep_s(4);
   ASSERT_TRUE(freeze(sleeper));
+  sleep_s(0.02);
   RawMaps r1 = read();
   Schedstat k1 = schedstat(sleeper);
   auto t1 = mt.totals(sleeper);
@@ -225,7 +229,9 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
       static_cast<double>(bd.cause_ns[KH_WAIT_UNATTRIBUTED]) / 1e6);
   ASSERT_GT(other, 0);
   EXPECT_GE(by_a / (other - by_root), 0.95);
-  EXPECT_LE(by_root / other, 0.25) << "the root cgroup held CPU 0 unusually long";
+  // Usually under 5%; 35% was seen once in 45 back-to-back runs on a busy
+  // 2-CPU host (6 of 17.6 ms), when the A share above still held.
+  EXPECT_LE(by_root / other, 0.4) << "the root cgroup held CPU 0 unusually long";
   EXPECT_GE(other / ours_ns, 0.8) << "most of B's wait should be other cgroups running";
 
   // A ran and was preempted by B's wakeups.
