@@ -49,6 +49,7 @@ pin="${PIN:-1}"
 load_cpu="${LOAD_CPU:-$(($(nproc) - 1))}"
 wake_ms="${WAKE_MS:-1000}"
 build="${BUILD_DIR:-$root/build-bench}"
+build="$(realpath -m "$build")"  # part 4 hands its paths to the VM
 out="${OUT:-$root/docs/benchmarks.md}"
 
 if [[ "$quick" == 1 ]]; then
