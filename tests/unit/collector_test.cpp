@@ -59,6 +59,25 @@ CgroupCounters counters(uint64_t waits, uint64_t wait_ns, uint64_t cpu_ns) {
   return c;
 }
 
+// A cgroup tree of the given names under a temporary directory, with maps
+// and a collector that reads no throttling.
+struct OverTree {
+  TempDir t;
+  bool made;
+  CgroupIndex idx;
+  FakeMaps maps;
+  Collector c;
+  explicit OverTree(std::initializer_list<const char*> names)
+      : made(make(t, names)), idx(t.path.string()), c(maps, idx, nullptr, ThrottleSource::None) {}
+  uint64_t id(const char* name) const { return ino(t.path / name); }
+
+ private:
+  static bool make(const TempDir& t, std::initializer_list<const char*> names) {
+    for (const char* n : names) fs::create_directories(t.path / n);
+    return true;
+  }
+};
+
 }  // namespace
 
 TEST(Collector, TotalsAndIntervalDeltas) {
@@ -114,12 +133,10 @@ TEST(Collector, TotalsAndIntervalDeltas) {
 }
 
 TEST(Collector, CounterResetCountsFromZero) {
-  TempDir t;
-  fs::create_directories(t.path / "a");
-  uint64_t a = ino(t.path / "a");
-  CgroupIndex idx(t.path.string());
-  FakeMaps maps;
-  Collector c(maps, idx, nullptr, ThrottleSource::None);
+  OverTree tree({"a"});
+  FakeMaps& maps = tree.maps;
+  Collector& c = tree.c;
+  uint64_t a = tree.id("a");
   maps.next.cgroups[a] = counters(100, 100'000, 1'000);
   ASSERT_TRUE(c.tick_at(1, 1).ok());
   // Deleted and re-created (by another reader of the pins): smaller than before.
@@ -132,18 +149,15 @@ TEST(Collector, CounterResetCountsFromZero) {
 }
 
 TEST(Collector, ForgetsCgroupsThatAreGone) {
-  TempDir t;
-  fs::create_directories(t.path / "a");
-  fs::create_directories(t.path / "gone");
-  uint64_t a = ino(t.path / "a"), gone = ino(t.path / "gone");
-  CgroupIndex idx(t.path.string());
-  FakeMaps maps;
-  Collector c(maps, idx, nullptr, ThrottleSource::None);
+  OverTree tree({"a", "gone"});
+  FakeMaps& maps = tree.maps;
+  Collector& c = tree.c;
+  uint64_t a = tree.id("a"), gone = tree.id("gone");
   maps.next.cgroups[a] = counters(1, 1000, 1000);
   maps.next.cgroups[gone] = counters(1, 1000, 1000);
   maps.next.pairs.push_back({a, gone, 500, 1});
   ASSERT_TRUE(c.tick_at(1'000'000'000, 1).ok());
-  fs::remove(t.path / "gone");
+  fs::remove(tree.t.path / "gone");
   // An id nobody knows (never seen, not in the tree): forgotten as well.
   maps.next.cgroups[987654321] = counters(1, 1, 1);
   auto s = c.tick_at(3'000'000'000, 2);
@@ -164,18 +178,15 @@ TEST(Collector, ForgetsCgroupsThatAreGone) {
 // cgroups are looked for at once (at most once a second), not at the next
 // periodic walk, so that their entries make room.
 TEST(Collector, FullMapsLookForGoneCgroupsAtOnce) {
-  TempDir t;
-  fs::create_directories(t.path / "a");
-  fs::create_directories(t.path / "gone");
-  uint64_t a = ino(t.path / "a"), gone = ino(t.path / "gone");
-  CgroupIndex idx(t.path.string());
-  FakeMaps maps;
-  Collector c(maps, idx, nullptr, ThrottleSource::None);
+  OverTree tree({"a", "gone"});
+  FakeMaps& maps = tree.maps;
+  Collector& c = tree.c;
+  uint64_t a = tree.id("a"), gone = tree.id("gone");
   maps.next.cgroups[a] = counters(1, 1000, 1000);
   maps.next.cgroups[gone] = counters(1, 1000, 1000);
   maps.next.counters[KH_CNT_STATS_FULL] = 5;  // before the first tick: the base
   ASSERT_TRUE(c.tick_at(1'000'000'000, 1).ok());
-  fs::remove(t.path / "gone");
+  fs::remove(tree.t.path / "gone");
 
   // Nothing failed since: the next walk is seconds away.
   ASSERT_TRUE(c.tick_at(2'000'000'000, 2).ok());
@@ -194,13 +205,10 @@ TEST(Collector, FullMapsLookForGoneCgroupsAtOnce) {
 // tick, with their pairs, long before a walk, even where the cgroup is still
 // in the index or was never named.
 TEST(Collector, KernelReportedRemovalsAreForgottenAtOnce) {
-  TempDir t;
-  fs::create_directories(t.path / "a");
-  fs::create_directories(t.path / "b");
-  uint64_t a = ino(t.path / "a"), b = ino(t.path / "b");
-  CgroupIndex idx(t.path.string());
-  FakeMaps maps;
-  Collector c(maps, idx, nullptr, ThrottleSource::None);
+  OverTree tree({"a", "b"});
+  FakeMaps& maps = tree.maps;
+  Collector& c = tree.c;
+  uint64_t a = tree.id("a"), b = tree.id("b");
   maps.next.cgroups[a] = counters(1, 1000, 1000);
   maps.next.cgroups[b] = counters(1, 1000, 1000);
   maps.next.pairs.push_back({a, b, 500, 1});
@@ -743,12 +751,10 @@ TEST(Collector, AnAncestorsThrottlingWithAReaderOfWhatMoved) {
 // count and not the bucket. The bucket must show at the cgroup's next wait,
 // even if the cgroup only ran (no wait) in between.
 TEST(Collector, ABucketReadAfterItsWaitCountShowsAtTheNextWait) {
-  TempDir t;
-  fs::create_directories(t.path / "a");
-  uint64_t a = ino(t.path / "a");
-  CgroupIndex idx(t.path.string());
-  FakeMaps maps;
-  Collector c(maps, idx, nullptr, ThrottleSource::None);
+  OverTree tree({"a"});
+  FakeMaps& maps = tree.maps;
+  Collector& c = tree.c;
+  uint64_t a = tree.id("a");
   const uint32_t b5 = hist_bucket(5'000), b9 = hist_bucket(9'000'000);
   auto interval_of = [&](uint64_t ts) {
     auto s = c.tick_at(ts, ts);

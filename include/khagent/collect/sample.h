@@ -24,16 +24,17 @@ struct CgroupCounters {
   WaitHistogram hist{};
 };
 
-// Per-field delta of cumulative counters into d, which holds zeros; a
-// counter that went backwards (entry deleted and created again) counts from
-// zero. The histogram moves only with the wait count (each wait is counted
-// in both at once), so it is compared only then: most moved cgroups of a big
-// node ran without waiting, and the histogram is most of the counters.
+// Whether a counter went backwards (entry deleted and created again).
 inline bool counters_went_back(const CgroupCounters& now, const CgroupCounters& before) {
   return now.waits < before.waits || now.wait_ns < before.wait_ns || now.cpu_ns < before.cpu_ns ||
          now.preemptions < before.preemptions;
 }
 
+// Per-field delta of cumulative counters into d, which holds zeros; after
+// counters went back, counts from zero. The histogram moves only with the
+// wait count (each wait is counted in both at once), so it is compared only
+// then: most moved cgroups of a big node ran without waiting, and the
+// histogram is most of the counters.
 inline void counters_delta_into(CgroupCounters& d, const CgroupCounters& now, const CgroupCounters& before) {
   if (counters_went_back(now, before)) {
     d = now;
