@@ -5,6 +5,9 @@
  * runnable, subtract at switch-in, keyed by pid, only for the pids in targets.
  * Each wait is also stamped at the end of the handlers (exit_wait_ns), which
  * is what a program attached after this one sees as its own entry time.
+ * For watched tasks pinned to one CPU it also sums, per pid, how long each
+ * task held that CPU while the watched task waited there (held), stamped as
+ * the handlers end.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -43,6 +46,61 @@ struct {
 	__type(value, struct stamps);
 } start SEC(".maps");
 
+/* key: pid of a task that ran; value: ns it held a CPU while a watched
+ * task waited on it */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u64);
+} held SEC(".maps");
+
+struct queued {
+	__u32 pid; /* the watched task waiting on this CPU, 0 if none */
+	__u32 pad;
+	__u64 since; /* start of the stretch not yet charged to anyone */
+};
+
+/* key: CPU; one waiting watched task per CPU is enough for the tests */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct queued);
+} waiting SEC(".maps");
+
+static __always_inline void queue_on(__u32 cpu, __u32 pid, __u64 now)
+{
+	struct queued *q = bpf_map_lookup_elem(&waiting, &cpu);
+
+	if (q) {
+		q->since = now;
+		q->pid = pid;
+	}
+}
+
+/* A switch on this CPU: whoever ran since the last one (prev) held it
+ * while the watched task waited, if one did. */
+static __always_inline void charge(__u32 prev_pid, __u32 next_pid, __u64 now)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct queued *q = bpf_map_lookup_elem(&waiting, &cpu);
+	__u64 *v, d;
+
+	if (!q || !q->pid || now < q->since)
+		return;
+	d = now - q->since;
+	q->since = now;
+	if (next_pid == q->pid)
+		q->pid = 0;
+	v = bpf_map_lookup_elem(&held, &prev_pid);
+	if (v) {
+		__sync_fetch_and_add(v, d);
+		return;
+	}
+	bpf_map_update_elem(&held, &prev_pid, &d, BPF_NOEXIST);
+}
+
 /* Every handler reads the clock first, as khagent's do. Returns the stamps
  * to complete with the exit time, or NULL. */
 static __always_inline struct stamps *stamp(__u32 pid, __u64 now)
@@ -56,25 +114,27 @@ static __always_inline struct stamps *stamp(__u32 pid, __u64 now)
 	return bpf_map_lookup_elem(&start, &pid);
 }
 
-static __always_inline void wakeup(__u32 pid, __u64 now)
+static __always_inline void wakeup(struct task_struct *p, __u64 now)
 {
-	struct stamps *s = stamp(pid, now);
+	struct stamps *s = stamp(p->pid, now);
 
-	if (s)
-		s->exit = bpf_ktime_get_ns();
+	if (!s)
+		return;
+	s->exit = bpf_ktime_get_ns();
+	queue_on(BPF_CORE_READ(p, thread_info.cpu), p->pid, s->exit);
 }
 
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(mt_wakeup, struct task_struct *p)
 {
-	wakeup(p->pid, bpf_ktime_get_ns());
+	wakeup(p, bpf_ktime_get_ns());
 	return 0;
 }
 
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(mt_wakeup_new, struct task_struct *p)
 {
-	wakeup(p->pid, bpf_ktime_get_ns());
+	wakeup(p, bpf_ktime_get_ns());
 	return 0;
 }
 
@@ -101,7 +161,11 @@ int BPF_PROG(mt_switch, bool preempt, struct task_struct *prev, struct task_stru
 	end = bpf_ktime_get_ns();
 	if (t && s)
 		t->exit_wait_ns += end - began_exit;
-	if (prev_s)
+	/* held is stamped as the handlers end, like exit_wait_ns */
+	charge(prev->pid, pid, end);
+	if (prev_s) {
 		prev_s->exit = end;
+		queue_on(bpf_get_smp_processor_id(), prev->pid, end);
+	}
 	return 0;
 }

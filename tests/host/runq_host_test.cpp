@@ -54,6 +54,13 @@ struct MinTrace {
     bpf_map_lookup_elem(bpf_map__fd(skel->maps.targets), &k, &v);
     return v;
   }
+  // How long pid held the CPU while a watched task (pinned) waited there.
+  double held_ns(pid_t pid) {
+    uint32_t k = static_cast<uint32_t>(pid);
+    uint64_t v = 0;
+    bpf_map_lookup_elem(bpf_map__fd(skel->maps.held), &k, &v);
+    return static_cast<double>(v);
+  }
 };
 
 class RunqHost : public ::testing::Test {
@@ -180,6 +187,7 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   RawMaps r0 = read();
   Schedstat k0 = schedstat(sleeper);
   auto t0 = mt.totals(sleeper);
+  double held0 = mt.held_ns(hog);
   ASSERT_TRUE(thaw(sleeper));
   sleep_s(4);
   ASSERT_TRUE(freeze(sleeper));
@@ -187,6 +195,7 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   RawMaps r1 = read();
   Schedstat k1 = schedstat(sleeper);
   auto t1 = mt.totals(sleeper);
+  double held = mt.held_ns(hog) - held0;
   ASSERT_TRUE(thaw(sleeper));
 
   CgroupCounters bd = counters_delta(of(r1, b.id()), of(r0, b.id()));
@@ -209,11 +218,12 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   // time of the tracer's handler there. Its switch handler does more than its
   // wakeup handler, so with short waits the two totals differ by more than
   // the noise: 0.8 µs a wait on a busy host, 5-10 µs in the vmtest guest
-  // (QEMU TCG). The tracer also stamps each wait as its handlers end, which
-  // is when khagent's start; that total is the one to match.
+  // (QEMU TCG), where 7 µs of a 127 µs mean wait was seen. The tracer also
+  // stamps each wait as its handlers end, which is when khagent's start;
+  // that total is the one to match. The total stamped at the handlers'
+  // entries is printed only.
   EXPECT_NEAR(ours_ns, tracer_exit_ns, 0.05 * tracer_exit_ns)
       << "disagrees with the reference tracer stamped at its handlers' exits";
-  EXPECT_GE(ours_ns, 0.95 * tracer_ns) << "below the reference tracer";
 
   // (2) B's interference is A's. Kernel threads and daemons in the root
   // cgroup (kdamond, kworkers) also run on CPU 0 now and then and are
@@ -223,15 +233,20 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   uint64_t root_id = inode_of(m_.cgroup2);
   double by_root = static_cast<double>(pair_ns(r1, b.id(), root_id) - pair_ns(r0, b.id(), root_id));
   std::printf(
-      "B: other-cgroup wait %.3f ms, of which A %.3f ms, root cgroup %.3f ms; same %.3f ms "
-      "unattributed %.3f ms\n",
-      other / 1e6, by_a / 1e6, by_root / 1e6, static_cast<double>(bd.cause_ns[KH_WAIT_SAME_CGROUP]) / 1e6,
+      "B: other-cgroup wait %.3f ms, of which A %.3f ms (the tracer saw the hog hold CPU 0 for %.3f ms of it), "
+      "root cgroup %.3f ms; same %.3f ms unattributed %.3f ms\n",
+      other / 1e6, by_a / 1e6, held / 1e6, by_root / 1e6, static_cast<double>(bd.cause_ns[KH_WAIT_SAME_CGROUP]) / 1e6,
       static_cast<double>(bd.cause_ns[KH_WAIT_UNATTRIBUTED]) / 1e6);
   ASSERT_GT(other, 0);
+  // The truth for A's part: how long the tracer saw the hog run on CPU 0
+  // while B waited there, stamped as the tracer's handlers end (as above).
+  EXPECT_NEAR(by_a, held, 0.05 * held) << "A's blame off the time the hog held B's CPU";
   EXPECT_GE(by_a / (other - by_root), 0.95);
-  // Usually under 5%; 35% was seen once in 45 back-to-back runs on a busy
-  // 2-CPU host (6 of 17.6 ms), when the A share above still held.
-  EXPECT_LE(by_root / other, 0.4) << "the root cgroup held CPU 0 unusually long";
+  // The root cgroup's share is usually under 5%, but on a shared 2-CPU
+  // host it follows whatever else runs there: 27% and 35% were seen. The
+  // hog must still have held CPU 0 for most of B's wait, which a bug that
+  // blamed the root cgroup (or nobody) for A's time would not pass.
+  EXPECT_GE(by_a / other, 0.5) << "A, the hog on CPU 0, should hold most of B's wait";
   EXPECT_GE(other / ours_ns, 0.8) << "most of B's wait should be other cgroups running";
 
   // A ran and was preempted by B's wakeups.
@@ -245,28 +260,48 @@ TEST_F(RunqHost, AttributionSplitsByAggressorShare) {
   auto& a1 = cgroup("a1");
   auto& a2 = cgroup("a2");
   auto& b = cgroup("b");
-  spawn(a1, 0, [] { busy_loop(); });
-  spawn(a2, 5, [] { busy_loop(); });  // weight 335 vs 1024
-  spawn(b, 0, [] { sleep_loop(1000000); });
+  pid_t h1 = spawn(a1, 0, [] { busy_loop(); });
+  pid_t h2 = spawn(a2, 5, [] { busy_loop(); });  // weight 335 vs 1024
+  pid_t sleeper = spawn(b, 0, [] { sleep_loop(1000000); });
+  ASSERT_GT(h1, 0);
+  ASSERT_GT(h2, 0);
+  ASSERT_GT(sleeper, 0);
+  MinTrace& mt = *mt_;
+  mt.watch(sleeper);
   sleep_s(0.5);
+  // B is stopped while khagent and the tracer are read (see the first test).
+  ASSERT_TRUE(freeze(sleeper));
+  sleep_s(0.02);
   RawMaps r0 = read();
+  double t1_0 = mt.held_ns(h1), t2_0 = mt.held_ns(h2);
+  ASSERT_TRUE(thaw(sleeper));
   sleep_s(4);
+  ASSERT_TRUE(freeze(sleeper));
+  sleep_s(0.02);
   RawMaps r1 = read();
+  double t1_1 = mt.held_ns(h1), t2_1 = mt.held_ns(h2);
+  ASSERT_TRUE(thaw(sleeper));
 
   double cpu1 = static_cast<double>(of(r1, a1.id()).cpu_ns - of(r0, a1.id()).cpu_ns);
   double cpu2 = static_cast<double>(of(r1, a2.id()).cpu_ns - of(r0, a2.id()).cpu_ns);
   double w1 = static_cast<double>(pair_ns(r1, b.id(), a1.id()) - pair_ns(r0, b.id(), a1.id()));
   double w2 = static_cast<double>(pair_ns(r1, b.id(), a2.id()) - pair_ns(r0, b.id(), a2.id()));
-  double share_cpu = cpu1 / (cpu1 + cpu2), share_blame = w1 / (w1 + w2);
-  std::printf("A1 cpu share %.3f blame share %.3f (A1 %.2f ms, A2 %.2f ms of B's wait)\n", share_cpu, share_blame,
-              w1 / 1e6, w2 / 1e6);
+  double m1 = t1_1 - t1_0, m2 = t2_1 - t2_0;
+  double share_cpu = cpu1 / (cpu1 + cpu2), share_blame = w1 / (w1 + w2), share_tracer = m1 / (m1 + m2);
+  std::printf(
+      "A1 cpu share %.3f blame share %.3f, tracer's %.3f (A1 %.2f ms, A2 %.2f ms of B's wait; tracer %.2f, %.2f "
+      "ms)\n",
+      share_cpu, share_blame, share_tracer, w1 / 1e6, w2 / 1e6, m1 / 1e6, m2 / 1e6);
   ASSERT_GT(w1 + w2, 0);
+  ASSERT_GT(m1 + m2, 0) << "the reference tracer saw no wait behind the hogs";
   EXPECT_GT(share_cpu, 0.6) << "nice 5 should get clearly less CPU";
-  // Who B waits behind is not exactly who gets the CPU overall: a waking B
-  // is placed against the task running then, and A2's lower weight makes
-  // its slices the ones B cuts into more. Measured on the 6.18 host: blame
-  // share 0.63-0.78 against a CPU share of 0.754 (one CI run at 0.626).
-  EXPECT_NEAR(share_blame, share_cpu, 0.15);
+  // Who B waits behind is not exactly who gets the CPU overall (a waking B
+  // is placed against the task running then; 0.63-0.78 against a CPU share
+  // of 0.754 on the 6.18 host), so the truth is the reference tracer's: who
+  // held CPU 0 while B waited there.
+  EXPECT_NEAR(share_blame, share_tracer, 0.03) << "blame split off the reference tracer's";
+  EXPECT_NEAR(w1, m1, 0.05 * m1) << "A1's blame off the time the tracer saw it hold B's CPU";
+  EXPECT_NEAR(w2, m2, 0.05 * m2 + 1e6) << "A2's blame off the time the tracer saw it hold B's CPU";
 }
 
 // (2) A wait that moves to another CPU while queued. A nice-19 busy task V
@@ -340,13 +375,24 @@ TEST_F(RunqHost, QuotaThrottledWaitsAreCountedAsThrottled) {
   pid_t hog = spawn(t, 0, [] { busy_loop(); }, v1_procs);
   ASSERT_GT(hog, 0);
   sleep_s(0.3);
+  // The hog is stopped while khagent and the kernel are read: the kernel adds
+  // a throttled stretch when the cgroup is unthrottled, khagent when the hog
+  // next runs (and its per-CPU batch up to 10 ms later), so a reading taken
+  // mid-stretch can differ by one whole 80 ms stretch. A stopped hog has run
+  // since its last stretch; 20 ms lets the batch reach the maps.
+  ASSERT_TRUE(freeze(hog));
+  sleep_s(0.02);
   ASSERT_TRUE(col.tick().ok());
   RawMaps r0 = read();
   double k0 = kernel_throttled_ns(quota_dir);
+  ASSERT_TRUE(thaw(hog));
   sleep_s(3);
+  ASSERT_TRUE(freeze(hog));
+  sleep_s(0.02);
   RawMaps r1 = read();
   double k1 = kernel_throttled_ns(quota_dir);
   auto s = col.tick();
+  ASSERT_TRUE(thaw(hog));
   ASSERT_TRUE(s.ok());
 
   CgroupCounters d = counters_delta(of(r1, t.id()), of(r0, t.id()));
@@ -791,11 +837,13 @@ TEST_F(RunqHost, FastPathReportsLongWaitsOfProtectedCgroups) {
   ASSERT_TRUE(fast.ok()) << fast.error().str();
   std::vector<kh_wait_event> events;
   ASSERT_TRUE((*fast)->open_events([&](const kh_wait_event& e) { events.push_back(e); }).ok());
+  // Timed from before B is protected, so that no event can precede t0 and
+  // the rate limit's bound below holds exactly.
+  timespec t0{}, t1{};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   ASSERT_TRUE((*fast)->sync_protected({{b.id(), 5000}}).ok());
   spawn(a, 0, [] { busy_loop(); });
   spawn(b, 0, [] { sleep_loop(1000000); });
-  timespec t0{}, t1{};
-  clock_gettime(CLOCK_MONOTONIC, &t0);
   double elapsed = 0;
   while (elapsed < 2.0) {
     ASSERT_TRUE((*fast)->poll_events(100).ok());

@@ -551,7 +551,10 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
     }
     if (profiles[i].kind == Kind::Cpuset) {
       EXPECT_EQ(r.offline_cpus, "1\n") << "the offline side should have one CPU of its own";
-      EXPECT_LT(r.offline_s, 0.6 * off_offline_s) << "offline CPU was not confined";
+      // Held to one CPU from before the 8 s phase began, it can use at most
+      // 8 CPU-seconds (6.4-7.4 s seen); unconfined it takes 13-15 s. Not a
+      // share of the "off" phase: that one shrinks when the guest stalls.
+      EXPECT_LT(r.offline_s, 1.1 * 8) << "offline CPU was not confined to one CPU";
       // The p99 claim compares 8 s phases of an emulated machine, whose
       // clock stalls now and then for tens of milliseconds whatever runs in
       // it (a phase with no hogs has shown a 144 ms p99, the baseline one
