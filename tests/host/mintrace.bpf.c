@@ -7,7 +7,9 @@
  * is what a program attached after this one sees as its own entry time.
  * For watched tasks pinned to one CPU it also sums, per pid, how long each
  * task held that CPU while the watched task waited there (held), stamped as
- * the handlers end.
+ * the handlers end. Like khagent it skips wakeups of a task still on its CPU;
+ * unlike khagent it starts no wait when a task is preempted on its way to
+ * sleep (rare; such a wait is missing from all of its totals).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -69,36 +71,16 @@ struct {
 	__type(value, struct queued);
 } waiting SEC(".maps");
 
-static __always_inline void queue_on(__u32 cpu, __u32 pid, __u64 now)
+/* The held entry of pid, made if missing; looked up before the handler's
+ * last clock read, so that only stores follow it. */
+static __always_inline __u64 *held_of(__u32 pid)
 {
-	struct queued *q = bpf_map_lookup_elem(&waiting, &cpu);
+	__u64 zero = 0, *v = bpf_map_lookup_elem(&held, &pid);
 
-	if (q) {
-		q->since = now;
-		q->pid = pid;
-	}
-}
-
-/* A switch on this CPU: whoever ran since the last one (prev) held it
- * while the watched task waited, if one did. */
-static __always_inline void charge(__u32 prev_pid, __u32 next_pid, __u64 now)
-{
-	__u32 cpu = bpf_get_smp_processor_id();
-	struct queued *q = bpf_map_lookup_elem(&waiting, &cpu);
-	__u64 *v, d;
-
-	if (!q || !q->pid || now < q->since)
-		return;
-	d = now - q->since;
-	q->since = now;
-	if (next_pid == q->pid)
-		q->pid = 0;
-	v = bpf_map_lookup_elem(&held, &prev_pid);
-	if (v) {
-		__sync_fetch_and_add(v, d);
-		return;
-	}
-	bpf_map_update_elem(&held, &prev_pid, &d, BPF_NOEXIST);
+	if (v)
+		return v;
+	bpf_map_update_elem(&held, &pid, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&held, &pid);
 }
 
 /* Every handler reads the clock first, as khagent's do. Returns the stamps
@@ -114,14 +96,41 @@ static __always_inline struct stamps *stamp(__u32 pid, __u64 now)
 	return bpf_map_lookup_elem(&start, &pid);
 }
 
+/* task_struct::cpu moved into thread_info in v5.16 (x86) */
+struct task_struct___pre_5_16 {
+	int cpu;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u32 task_cpu(struct task_struct *p)
+{
+	struct task_struct___pre_5_16 *old = (void *)p;
+
+	if (bpf_core_field_exists(p->thread_info.cpu))
+		return BPF_CORE_READ(p, thread_info.cpu);
+	return BPF_CORE_READ(old, cpu);
+}
+
 static __always_inline void wakeup(struct task_struct *p, __u64 now)
 {
-	struct stamps *s = stamp(p->pid, now);
+	struct stamps *s;
+	struct queued *q;
+	__u32 cpu;
 
+	/* Woken before it left its CPU: not queued anew (khagent and the
+	 * kernel's run_delay skip it too). */
+	if (BPF_CORE_READ(p, on_cpu))
+		return;
+	s = stamp(p->pid, now);
 	if (!s)
 		return;
+	cpu = task_cpu(p);
+	q = bpf_map_lookup_elem(&waiting, &cpu);
 	s->exit = bpf_ktime_get_ns();
-	queue_on(BPF_CORE_READ(p, thread_info.cpu), p->pid, s->exit);
+	/* Under the rq lock of that CPU, as its switches are: no race. */
+	if (q) {
+		q->since = s->exit;
+		q->pid = p->pid;
+	}
 }
 
 SEC("tp_btf/sched_wakeup")
@@ -142,14 +151,20 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(mt_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	__u64 now = bpf_ktime_get_ns();
-	__u32 pid = next->pid;
+	__u32 pid = next->pid, prev_pid = prev->pid;
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct queued *q = bpf_map_lookup_elem(&waiting, &cpu);
 	struct stamps *prev_s = NULL;
 	struct totals *t;
 	struct stamps *s;
-	__u64 began_exit = 0, end;
+	__u64 began_exit = 0, end, *h = NULL;
 
+	/* prev held this CPU while the watched task waited on it; if prev is
+	 * that task, the slot is stale (it ran, so it was not waiting). */
+	if (q && q->pid && q->pid != prev_pid)
+		h = held_of(prev_pid);
 	if (BPF_CORE_READ(prev, __state) == 0)
-		prev_s = stamp(prev->pid, now);
+		prev_s = stamp(prev_pid, now);
 	t = bpf_map_lookup_elem(&targets, &pid);
 	s = t ? bpf_map_lookup_elem(&start, &pid) : NULL;
 	if (t && s) {
@@ -159,13 +174,23 @@ int BPF_PROG(mt_switch, bool preempt, struct task_struct *prev, struct task_stru
 		bpf_map_delete_elem(&start, &pid);
 	}
 	end = bpf_ktime_get_ns();
+	/* From here on only stores: held and exit_wait_ns are stamped as the
+	 * handlers end, which is when khagent's programs start. */
 	if (t && s)
 		t->exit_wait_ns += end - began_exit;
-	/* held is stamped as the handlers end, like exit_wait_ns */
-	charge(prev->pid, pid, end);
+	if (q && q->pid) {
+		if (h && end > q->since)
+			__sync_fetch_and_add(h, end - q->since);
+		q->since = end;
+		if (q->pid == pid || q->pid == prev_pid)
+			q->pid = 0;
+	}
 	if (prev_s) {
 		prev_s->exit = end;
-		queue_on(bpf_get_smp_processor_id(), prev->pid, end);
+		if (q) {
+			q->since = end;
+			q->pid = prev_pid;
+		}
 	}
 	return 0;
 }

@@ -240,6 +240,7 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   ASSERT_GT(other, 0);
   // The truth for A's part: how long the tracer saw the hog run on CPU 0
   // while B waited there, stamped as the tracer's handlers end (as above).
+  ASSERT_GT(held, 0) << "the reference tracer saw the hog hold none of B's wait";
   EXPECT_NEAR(by_a, held, 0.05 * held) << "A's blame off the time the hog held B's CPU";
   EXPECT_GE(by_a / (other - by_root), 0.95);
   // The root cgroup's share is usually under 5%, but on a shared 2-CPU
@@ -335,13 +336,21 @@ TEST_F(RunqHost, AWaitThatMovesCpusIsBlamedWhereItWasQueued) {
   sleep_s(0.2);
   RawMaps r0 = read();
   constexpr int kCycles = 40;
-  double on_0 = 0;  // ns V was on CPU 0's queue (or, briefly at nice 19, running there)
+  // ns V was on CPU 0's queue (or, briefly at nice 19, running there): at
+  // least from the return of the move there to the call that moves it back,
+  // at most from that move's call to the return of the move back (which
+  // returns once V has left CPU 0), however long the calls took.
+  double on_0 = 0, on_0_max = 0;
   for (int i = 0; i < kCycles; i++) {
+    uint64_t before = mono_ns_now();
     ASSERT_TRUE(pin(0));
     uint64_t t = mono_ns_now();
     sleep_s(0.04);
-    on_0 += static_cast<double>(mono_ns_now() - t);
+    uint64_t t_end = mono_ns_now();
     ASSERT_TRUE(pin(1));
+    uint64_t after = mono_ns_now();
+    on_0 += static_cast<double>(t_end - t);
+    on_0_max += static_cast<double>(after - before);
     sleep_s(0.02);
   }
   sleep_s(0.05);  // V runs on CPU 1: its last wait has ended
@@ -353,13 +362,15 @@ TEST_F(RunqHost, AWaitThatMovesCpusIsBlamedWhereItWasQueued) {
   double unattributed = static_cast<double>(c1.cause_ns[KH_WAIT_UNATTRIBUTED] - c0.cause_ns[KH_WAIT_UNATTRIBUTED]);
   // Outside its time on CPU 0, V waits only behind whatever else runs on
   // CPU 1 (not A): on a quiet machine, little.
-  std::printf("V waited %.1f ms over %d moves: %.1f ms behind A, of %.1f ms on CPU 0; %.1f ms unattributed\n",
-              wait / 1e6, kCycles, behind_a / 1e6, on_0 / 1e6, unattributed / 1e6);
+  std::printf(
+      "V waited %.1f ms over %d moves: %.1f ms behind A, of %.1f ms on CPU 0 (at most %.1f ms); %.1f ms "
+      "unattributed\n",
+      wait / 1e6, kCycles, behind_a / 1e6, on_0 / 1e6, on_0_max / 1e6, unattributed / 1e6);
   ASSERT_GT(wait, 0.5 * on_0) << "V did not wait behind A as planned";
   // 14% before waits were split at moves; 98-99% on a quiet machine. Other
   // work on CPU 0 (at V's nice 19 or above) takes a share of the blame.
   EXPECT_GE(behind_a, 0.7 * on_0) << "the part queued on CPU 0 must be blamed on A (is the machine busy?)";
-  EXPECT_LE(behind_a, 1.02 * on_0) << "A was blamed for more than V's time on CPU 0";
+  EXPECT_LE(behind_a, on_0_max) << "A was blamed for more than V's time on CPU 0";
 }
 
 // (6) a hog limited by a CFS quota waits because it is throttled: that is not
@@ -837,8 +848,8 @@ TEST_F(RunqHost, FastPathReportsLongWaitsOfProtectedCgroups) {
   ASSERT_TRUE(fast.ok()) << fast.error().str();
   std::vector<kh_wait_event> events;
   ASSERT_TRUE((*fast)->open_events([&](const kh_wait_event& e) { events.push_back(e); }).ok());
-  // Timed from before B is protected, so that no event can precede t0 and
-  // the rate limit's bound below holds exactly.
+  // Timed from before B is protected, so that no event can precede t0: the
+  // rate limit's bound below then has one event of slack.
   timespec t0{}, t1{};
   clock_gettime(CLOCK_MONOTONIC, &t0);
   ASSERT_TRUE((*fast)->sync_protected({{b.id(), 5000}}).ok());

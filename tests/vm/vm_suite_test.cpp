@@ -376,7 +376,9 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
     }
     return static_cast<double>(ut + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
   };
-  // Each phase: `before` (start hogs...), one second to settle, then measure.
+  // Each phase: `before` (start hogs...), one second to settle, then
+  // measure for kPhaseS seconds.
+  constexpr double kPhaseS = 8;
   auto phase = [&](const char* name, double secs, const std::function<void()>& before) {
     if (before) before();
     sleep_s(1);
@@ -394,13 +396,13 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
     return st;
   };
 
-  auto alone = phase("online alone", 8, nullptr);
+  auto alone = phase("online alone", kPhaseS, nullptr);
   std::vector<Child> hogs;
   auto start_hogs = [&] {
     for (const auto& y : {y1, y2, y1, y2})
       hogs.emplace_back(std::vector<std::string>{y + "/cgroup.procs"}, -1, 0, [] { busy_loop(); });
   };
-  auto off = phase("hogs, khagent off", 8, start_hogs);
+  auto off = phase("hogs, khagent off", kPhaseS, start_hogs);
   double off_offline_s = last_offline_s;
   hogs.clear();
 
@@ -463,14 +465,14 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
         << agent.text();
     ::kill(online.pid, SIGCONT);
     agent_pid = agent.pid;
-    phase(("khagent " + pr.name + ", no hogs").c_str(), 8, nullptr);
+    phase(("khagent " + pr.name + ", no hogs").c_str(), kPhaseS, nullptr);
     // Then the hogs: time the first cpu.max cut after they start (with the
     // cpuset profile the offline CPUs are set already and need not change).
     std::string settled = read_file(kRoot + kYarn + "/cpu.max");
     if (cpuset) res.offline_cpus = read_file(kRoot + kYarn + "/cpuset.cpus.effective");
     uint64_t start = 0, cut = 0;
     std::string before;
-    res.on = phase(("hogs, khagent " + pr.name).c_str(), 8, [&] {
+    res.on = phase(("hogs, khagent " + pr.name).c_str(), kPhaseS, [&] {
       start = mono_ns();
       start_hogs();
       if (quota && wait_for([&] { return read_file(kRoot + kYarn + "/cpu.max") != settled; }, 5, 0.001))
@@ -551,10 +553,11 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
     }
     if (profiles[i].kind == Kind::Cpuset) {
       EXPECT_EQ(r.offline_cpus, "1\n") << "the offline side should have one CPU of its own";
-      // Held to one CPU from before the 8 s phase began, it can use at most
-      // 8 CPU-seconds (6.4-7.4 s seen); unconfined it takes 13-15 s. Not a
-      // share of the "off" phase: that one shrinks when the guest stalls.
-      EXPECT_LT(r.offline_s, 1.1 * 8) << "offline CPU was not confined to one CPU";
+      // Held to one CPU from before the phase began, it can use at most one
+      // CPU-second a second (6.4-7.4 s of 8 seen); unconfined it takes 13-15
+      // s. Not a share of the "off" phase: that one shrinks when the guest
+      // stalls.
+      EXPECT_LT(r.offline_s, 1.1 * kPhaseS) << "offline CPU was not confined to one CPU";
       // The p99 claim compares 8 s phases of an emulated machine, whose
       // clock stalls now and then for tens of milliseconds whatever runs in
       // it (a phase with no hogs has shown a 144 ms p99, the baseline one
@@ -598,8 +601,8 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
       };
       bool shown = judge(1, alone, off, r);
       for (int round = 2; !shown && round <= 3; ++round) {
-        auto alone_again = phase("online alone", 8, nullptr);
-        auto off_again = phase("hogs, khagent off", 8, start_hogs);
+        auto alone_again = phase("online alone", kPhaseS, nullptr);
+        auto off_again = phase("hogs, khagent off", kPhaseS, start_hogs);
         hogs.clear();
         Result again;
         run_profile(profiles[i], again);
