@@ -44,6 +44,24 @@ static __always_inline int kh_task_on_cpu(struct task_struct *p)
 }
 
 /*
+ * The CPU a task is queued on: task_struct::cpu moved into thread_info with
+ * THREAD_INFO_IN_TASK (x86 since v5.16, commit bcf9033e5449 "sched: move CPU
+ * field back into thread_info if THREAD_INFO_IN_TASK").
+ */
+struct task_struct___pre_5_16 {
+	int cpu;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u32 kh_task_cpu(struct task_struct *p)
+{
+	struct task_struct___pre_5_16 *old = (void *)p;
+
+	if (bpf_core_field_exists(p->thread_info.cpu))
+		return BPF_CORE_READ(p, thread_info.cpu);
+	return BPF_CORE_READ(old, cpu);
+}
+
+/*
  * Is the cfs_rq this task is queued on (or an ancestor's) throttled?
  * cfs_rq::throttle_count exists with CONFIG_CFS_BANDWIDTH, sched_entity::cfs_rq
  * with CONFIG_FAIR_GROUP_SCHED; throttle_count counts throttled ancestors too

@@ -963,24 +963,6 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 }
 
 /*
- * The CPU a task is queued on: task_struct::cpu moved into thread_info with
- * THREAD_INFO_IN_TASK (x86 since v5.16, commit bcf9033e5449 "sched: move CPU
- * field back into thread_info if THREAD_INFO_IN_TASK").
- */
-struct task_struct___pre_5_16 {
-	int cpu;
-} __attribute__((preserve_access_index));
-
-static __always_inline __u32 kh_task_cpu(struct task_struct *p)
-{
-	struct task_struct___pre_5_16 *old = (void *)p;
-
-	if (bpf_core_field_exists(p->thread_info.cpu))
-		return BPF_CORE_READ(p, thread_info.cpu);
-	return BPF_CORE_READ(old, cpu);
-}
-
-/*
  * A queued task moves to another CPU (load balancing, an affinity change):
  * charge the part of its wait since it was queued on the source CPU to who
  * ran there (that CPU's ring and the task on it now), and keep the sums in

@@ -15,6 +15,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include "core_fixes.bpf.h" /* kernel layout differences only */
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -96,20 +97,6 @@ static __always_inline struct stamps *stamp(__u32 pid, __u64 now)
 	return bpf_map_lookup_elem(&start, &pid);
 }
 
-/* task_struct::cpu moved into thread_info in v5.16 (x86) */
-struct task_struct___pre_5_16 {
-	int cpu;
-} __attribute__((preserve_access_index));
-
-static __always_inline __u32 task_cpu(struct task_struct *p)
-{
-	struct task_struct___pre_5_16 *old = (void *)p;
-
-	if (bpf_core_field_exists(p->thread_info.cpu))
-		return BPF_CORE_READ(p, thread_info.cpu);
-	return BPF_CORE_READ(old, cpu);
-}
-
 static __always_inline void wakeup(struct task_struct *p, __u64 now)
 {
 	struct stamps *s;
@@ -118,12 +105,12 @@ static __always_inline void wakeup(struct task_struct *p, __u64 now)
 
 	/* Woken before it left its CPU: not queued anew (khagent and the
 	 * kernel's run_delay skip it too). */
-	if (BPF_CORE_READ(p, on_cpu))
+	if (kh_task_on_cpu(p))
 		return;
 	s = stamp(p->pid, now);
 	if (!s)
 		return;
-	cpu = task_cpu(p);
+	cpu = kh_task_cpu(p);
 	q = bpf_map_lookup_elem(&waiting, &cpu);
 	s->exit = bpf_ktime_get_ns();
 	/* Under the rq lock of that CPU, as its switches are: no race. */
