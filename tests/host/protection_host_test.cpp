@@ -4,7 +4,8 @@
 // Burstable pod next to CPU hogs in a YARN container. The agent with its
 // defaults must take away nearly all of the hogs' harm to the probe's p99,
 // and do as well as its lever (cpu.idle) written by hand, while the hogs
-// keep most of the CPU the probe leaves idle, must never put a quota on a
+// keep most of the CPU the probe leaves idle (or, where the agent climbed
+// its ladder, of the CPU its split leaves them), must never put a quota on a
 // cgroup without cpu.idle, and must leave the kubelet's and the
 // NodeManager's own weight writes working.
 #include <sys/mman.h>
@@ -223,6 +224,15 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
     };
 
     std::vector<double> alone, off, by_hand, on, off_cpu, on_cpu, spare_on;
+    // Per round: the probe's run-queue wait (the kernel's schedstat, ms per
+    // window) alone, under cpu.idle by hand and with khagent, and whether
+    // the agent climbed its ladder.
+    struct Round {
+      double wait_alone = 0, wait_hand = 0, wait_on = 0, kept = 0, spare = 0;
+      bool stepped = false;
+      const char* verdict = "no verdict within the window";
+    };
+    std::vector<Round> rounds;
     std::string logs;
     bool quota_without_idle = false, idle_seen = false;
     const double T = 4.0;
@@ -230,9 +240,11 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
     // Five rounds, medians: two bad rounds (another job waking on this
     // 2-CPU machine) do not decide the verdict.
     for (int round = 0; round < 5; round++) {
-      double s0 = steal_ms();
+      Round r;
+      double s0 = steal_ms(), w = rq_wait_ms(probe.pid);
       alone.push_back(measure(shm, T).p99);
       double steal_alone = steal_ms() - s0;
+      r.wait_alone = rq_wait_ms(probe.pid) - w;
 
       start_hogs();
       double u0 = usage_s(yarn_v2), w0 = rq_wait_ms(probe.pid);
@@ -253,8 +265,10 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
       // at once, busy vCPUs lose time to steal.
       ASSERT_TRUE(write_file(idle_file, "1"));
       s0 = steal_ms();
+      w = rq_wait_ms(probe.pid);
       by_hand.push_back(measure(shm, T).p99);
       double steal_hand = steal_ms() - s0;
+      r.wait_hand = rq_wait_ms(probe.pid) - w;
       hogs.clear();
       ASSERT_TRUE(write_file(idle_file, "0"));
       if (v1) ASSERT_TRUE(write_file(c_yarn.v1_file("cpu.shares"), "8192"));
@@ -286,14 +300,18 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
       });
       s0 = steal_ms();
       double a0 = cpu_ms(agent);
+      w = rq_wait_ms(probe.pid);
       on.push_back(measure(shm, T).p99);
       double steal_on = steal_ms() - s0, agent_cpu = cpu_ms(agent) - a0;
+      r.wait_on = rq_wait_ms(probe.pid) - w;
       done = true;
       watch.join();
       double used = usage_s(yarn_v2) - u0;
       double online = usage_s(c_pod.v2().dir()) - p0;
       on_cpu.push_back(used);
       spare_on.push_back(2.0 * T - online);  // what the probe left idle, of 2 CPUs
+      r.kept = used;
+      r.spare = spare_on.back();
       hogs.clear();
 
       // The owners' own writes still work after khagent acted: the kubelet
@@ -322,9 +340,14 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
           << text;
       std::printf(
           "round %d: p99 alone %.0f, hogs %.0f, cpu.idle by hand %.0f, khagent %.0f us; offline %.2f s; steal "
-          "%.0f/%.0f/%.0f/%.0f ms; the agent used %.0f ms of CPU\n",
+          "%.0f/%.0f/%.0f/%.0f ms; the agent used %.0f ms of CPU; the probe waited %.1f/%.1f/%.1f ms in run queues "
+          "(alone/by hand/khagent)\n",
           round, alone.back(), off.back(), by_hand.back(), on.back(), on_cpu.back(), steal_alone, steal_off, steal_hand,
-          steal_on, agent_cpu);
+          steal_on, agent_cpu, r.wait_alone, r.wait_hand, r.wait_on);
+      r.stepped = text.find("ladder escalate") != std::string::npos;
+      if (text.find("ladder kept") != std::string::npos) r.verdict = "rung kept";
+      else if (text.find("did not help") != std::string::npos) r.verdict = "rung undone";
+      rounds.push_back(r);
       for (const auto& line : {"ladder escalate", "ladder kept", "ladder: ", "cpu.idle: '", "reverted", "rejected"})
         for (size_t at = text.find(line); at != std::string::npos; at = text.find(line, at + 1)) {
           size_t b = text.rfind('\n', at), e = text.find('\n', at);
@@ -342,7 +365,7 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
     // "The hogs hurt" is their worst round; the claims about khagent are
     // its median round.
     double a = median(alone), o = *std::max_element(off.begin(), off.end()), h = median(by_hand), n = median(on);
-    double kept = median(on_cpu), spare = median(spare_on), free_cpu = median(off_cpu);
+    const double kept = median(on_cpu), spare = median(spare_on), free_cpu = median(off_cpu);
     std::printf(
         "probe response p99 (us), medians of %zu rounds (hogs: worst round): alone %.0f, hogs %.0f, cpu.idle by "
         "hand %.0f, hogs + khagent %.0f (ratio to alone %.2f, to cpu.idle by hand %.2f)\n",
@@ -365,7 +388,38 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
     EXPECT_LT(n, 1.25 * h) << "khagent's defaults protected the probe less than cpu.idle written by hand; the agents' "
                               "logs:\n"
                            << logs;
-    EXPECT_GT(kept, 0.8 * spare) << "offline did not keep most of the spare CPU";
+    // Offline keeps most of what the probe leaves idle while cpu.idle is the
+    // only lever. When the agent climbed its ladder (it does when online
+    // waits behind offline last despite cpu.idle: seen on this shared
+    // machine when other tenants slowed it, with cpu.idle by hand at 1.3x
+    // the alone p99), the cpuset split leaves offline one CPU of the two,
+    // and it must keep most of that. (This probe cannot show what a split
+    // buys a real service: its work is 1 ms of CPU time however slowly it
+    // runs next to a hog; see docs/controller.md for nginx.)
+    std::vector<double> shares;
+    int stepped = 0;
+    for (size_t i = 0; i < rounds.size(); i++) {
+      const Round& r = rounds[i];
+      if (r.stepped) {
+        stepped++;
+        std::printf(
+            "round %zu: the agent climbed its ladder (%s); the probe waited %.1f ms in run queues under "
+            "cpu.idle by hand, %.1f with khagent; offline %.2f s\n",
+            i, r.verdict, r.wait_hand, r.wait_on, r.kept);
+        EXPECT_GT(r.kept, 0.8 * T) << "round " << i << ": offline did not keep the CPU the split leaves it\n" << logs;
+      } else {
+        shares.push_back(r.spare > 0 ? r.kept / r.spare : 0);
+      }
+    }
+    if (!shares.empty()) {
+      double share = median(shares);
+      std::printf("rounds with cpu.idle the only lever: %zu; offline kept %.0f%% of the spare CPU (median)\n",
+                  shares.size(), 100 * share);
+      EXPECT_GT(share, 0.8) << "offline did not keep most of the spare CPU";
+    } else {
+      std::printf("the agent climbed its ladder in all %d rounds: the spare-CPU claim rests on the split's CPU\n",
+                  stepped);
+    }
   }
   ::unlink(cfg.c_str());
   munmap(shm, sizeof(ProbeShm));

@@ -388,6 +388,27 @@ TEST(MetricsPolicy, DecisionsActionsAndReaction) {
   EXPECT_DOUBLE_EQ(*value(t, "khagent_reaction_seconds_sum"), 0.503);
 }
 
+TEST(MetricsPolicy, LadderStepsWithTheWaitsBehindOfflineBeforeAndAfter) {
+  Metrics m(local());
+  m.record_levers({{"idle", true}, {"cpuset", true}, {"quota", false}});
+  m.record_ladder_step("cpuset", "escalate", 0.040, 0, false);
+  auto t = m.render();
+  EXPECT_EQ(value(t, "khagent_lever_active", {{"lever", "cpuset"}}), 1);
+  EXPECT_EQ(value(t, "khagent_lever_active", {{"lever", "quota"}}), 0);
+  EXPECT_EQ(value(t, "khagent_ladder_steps_total", {{"lever", "cpuset"}, {"action", "escalate"}}), 1);
+  EXPECT_DOUBLE_EQ(*value(t, "khagent_lever_effect_offline_wait_ratio", {{"lever", "cpuset"}, {"window", "before"}}),
+                   0.040);
+  // No verdict yet: no "after".
+  EXPECT_FALSE(value(t, "khagent_lever_effect_offline_wait_ratio", {{"lever", "cpuset"}, {"window", "after"}}));
+
+  m.record_ladder_step("cpuset", "kept", 0.040, 0.0001, true);
+  t = m.render();
+  EXPECT_EQ(value(t, "khagent_ladder_steps_total", {{"lever", "cpuset"}, {"action", "kept"}}), 1);
+  EXPECT_EQ(value(t, "khagent_ladder_steps_total", {{"lever", "cpuset"}, {"action", "escalate"}}), 1);
+  EXPECT_DOUBLE_EQ(*value(t, "khagent_lever_effect_offline_wait_ratio", {{"lever", "cpuset"}, {"window", "after"}}),
+                   0.0001);
+}
+
 TEST(MetricsInfo, BuildAndThrottleSource) {
   Metrics m(local());
   auto t = m.render();
