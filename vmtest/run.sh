@@ -2,7 +2,12 @@
 # Runs a command inside a QEMU guest (TCG, 2 vCPUs) booted from a real kernel
 # with pure cgroup v2, and passes the command's exit status out.
 #
-#   vmtest/run.sh [options] -- COMMAND [ARGS...]
+#   vmtest/run.sh [options] -- COMMAND [ARGS...] [--and COMMAND [ARGS...]]...
+#
+# Several commands separated by --and run one after the other in the same
+# boot (each one runs even if an earlier one failed; one boot costs about
+# 10 s of TCG): the exit status is the first non-zero one, and each
+# command's status is printed.
 #
 #   --kernel PATH     kernel image to boot (default: Debian's current 6.1
 #                     linux-image-*-amd64, downloaded once into the cache)
@@ -192,11 +197,30 @@ done
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$stage/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$stage/etc/group"
 
-# The command, quoted for the guest's sh.
+# The commands, quoted for the guest's sh; each one's status is printed and
+# the first non-zero one is the guest's.
 {
-  printf '#!/bin/sh\n'
-  printf '%q ' "$@"
-  printf '\n'
+  printf '#!/bin/sh\nrc=0\n'
+  cmd=()
+  n=0
+  emit() {
+    n=$((n + 1))
+    printf 'printf "%%s\\n" %q\n' "vmtest: command $n: ${cmd[*]}"
+    printf '%q ' "${cmd[@]}"
+    printf '\ns=$?\necho "vmtest: command %d exited $s"\n[ $rc -ne 0 ] || rc=$s\n' "$n"
+  }
+  for a in "$@"; do
+    if [[ "$a" == --and ]]; then
+      ((${#cmd[@]})) || die "--and with no command before it"
+      emit
+      cmd=()
+    else
+      cmd+=("$a")
+    fi
+  done
+  ((${#cmd[@]})) || die "--and with no command after it"
+  emit
+  printf 'exit $rc\n'
 } >"$stage/vmtest-cmd"
 chmod +x "$stage/vmtest-cmd"
 if ((hybrid)); then : >"$stage/vmtest-hybrid"; fi

