@@ -2,7 +2,7 @@
 # Configures and builds khagent.
 #   scripts/build.sh [BUILD_DIR] [extra cmake args...]
 # BUILD_DIR defaults to build/. Set KHAGENT_SANITIZE=1 for an ASan+UBSan build
-# with clang-19 (everything, and the libFuzzer targets of tests/fuzz too),
+# (clang-19, unoptimized: it builds in about a third of the time gcc takes),
 # KHAGENT_FUZZ=1 for the libFuzzer targets only (clang-19; scripts/fuzz.sh).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
