@@ -5,9 +5,10 @@
 #   vmtest/run.sh [options] -- COMMAND [ARGS...] [--and COMMAND [ARGS...]]...
 #
 # Several commands separated by --and run one after the other in the same
-# boot (each one runs even if an earlier one failed; one boot costs about
-# 10 s of TCG): the exit status is the first non-zero one, and each
-# command's status is printed.
+# boot (each one runs even if an earlier one failed, and whatever a command
+# left running is killed before the next; one boot costs about 10 s of TCG):
+# the exit status is the first non-zero one, and each command's status is
+# printed.
 #
 #   --kernel PATH     kernel image to boot (default: Debian's current 6.1
 #                     linux-image-*-amd64, downloaded once into the cache)
@@ -208,6 +209,9 @@ printf 'root:x:0:\nnogroup:x:65534:\n' >"$stage/etc/group"
     printf 'printf "%%s\\n" %q\n' "vmtest: command $n: ${cmd[*]}"
     printf '%q ' "${cmd[@]}"
     printf '\ns=$?\necho "vmtest: command %d exited $s"\n[ $rc -ne 0 ] || rc=$s\n' "$n"
+    # Whatever the command left running (a crashed test's children) must not
+    # run into the next one: every process but init and this script.
+    printf 'kill -9 -1 2>/dev/null\nsleep 0.2\n'
   }
   for a in "$@"; do
     if [[ "$a" == --and ]]; then

@@ -220,6 +220,51 @@ TEST(Actuator, QuotaOnlyEverWithIdle) {
   }
 }
 
+// Where idle cannot be in force (its write refused, or cleared by someone
+// else afterwards), no quota goes on; and a quota that cannot be lifted
+// keeps its idle on restore.
+TEST(Actuator, NoQuotaWhereIdleIsNotInForce) {
+  TempDir t;
+  FakeFs f;
+  f.add("/yarn");
+  StateStore st((t.path / "s.json").string());
+  Actuator a(f, st, false, kCpus);
+  f.write_errno[{"/yarn", CgroupFile::CpuIdle}] = EINVAL;
+  auto r = a.apply({{"/yarn", CgroupFile::CpuIdle, "1"}, {"/yarn", CgroupFile::CpuMax, "20000 100000"}}, 1 * kS);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].outcome, ActionOutcome::Rejected);
+  EXPECT_EQ(r[1].outcome, ActionOutcome::Rejected);
+  EXPECT_NE(r[1].message.find("cpu.idle is not in force"), std::string::npos) << r[1].message;
+  EXPECT_EQ((f.files[{"/yarn", CgroupFile::CpuMax}]), "max 100000");
+  // Idle accepted: the quota follows. Then someone clears idle, and the
+  // fast path (quotas alone) must not put a quota back on.
+  f.write_errno.clear();
+  r = a.apply({{"/yarn", CgroupFile::CpuIdle, "1"}, {"/yarn", CgroupFile::CpuMax, "20000 100000"}}, 2 * kS);
+  EXPECT_EQ(r[1].outcome, ActionOutcome::Written) << r[1].message;
+  f.files[{"/yarn", CgroupFile::CpuIdle}] = "0";
+  r = a.apply({{"/yarn", CgroupFile::CpuMax, "10000 100000"}}, 3 * kS);
+  EXPECT_EQ(r[0].outcome, ActionOutcome::Rejected) << r[0].message;
+  EXPECT_EQ((f.files[{"/yarn", CgroupFile::CpuMax}]), "20000 100000");
+  // Lifting a quota is always allowed.
+  r = a.apply({{"/yarn", CgroupFile::CpuMax, "max 100000"}}, 4 * kS);
+  EXPECT_NE(r[0].outcome, ActionOutcome::Rejected) << r[0].message;
+  // Restore with a quota the kernel will not lift: idle stays with it.
+  f.files[{"/yarn", CgroupFile::CpuIdle}] = "1";
+  f.files[{"/yarn", CgroupFile::CpuMax}] = "10000 100000";
+  f.write_errno[{"/yarn", CgroupFile::CpuMax}] = EBUSY;
+  auto back = a.restore();
+  EXPECT_EQ((f.files[{"/yarn", CgroupFile::CpuIdle}]), "1") << "idle cleared under a quota that stayed";
+  for (const auto& b : back)
+    if (b.file == CgroupFile::CpuIdle) {
+      EXPECT_EQ(b.outcome, ActionOutcome::Rejected);
+    }
+  // The next attempt, with the quota liftable, restores both.
+  f.write_errno.clear();
+  a.restore();
+  EXPECT_EQ((f.files[{"/yarn", CgroupFile::CpuMax}]), "max 100000");
+  EXPECT_EQ((f.files[{"/yarn", CgroupFile::CpuIdle}]), "0");
+}
+
 TEST(Actuator, RestartReadoptsWithoutLosingOriginals) {
   TempDir t;
   FakeFs f;

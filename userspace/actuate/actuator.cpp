@@ -1,6 +1,7 @@
 #include "khagent/actuate/actuator.h"
 
 #include <algorithm>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -59,6 +60,13 @@ int restore_rank(CgroupFile f) {
 
 bool is_cpuset(CgroupFile f) { return f == CgroupFile::CpusetCpus || f == CgroupFile::V1CpusetCpus; }
 bool is_idle(CgroupFile f) { return f == CgroupFile::CpuIdle || f == CgroupFile::V1CpuIdle; }
+bool is_quota(CgroupFile f) { return f == CgroupFile::CpuMax || f == CgroupFile::V1CpuCfs; }
+bool is_weight(CgroupFile f) { return f == CgroupFile::CpuWeight || f == CgroupFile::V1CpuShares; }
+CgroupFile idle_of_quota(CgroupFile quota) {
+  return quota == CgroupFile::V1CpuCfs ? CgroupFile::V1CpuIdle : CgroupFile::CpuIdle;
+}
+// "max 100000" (v2) or "-1 100000" (v1): no quota.
+bool lifts_quota(const std::string& value) { return value.rfind("max", 0) == 0 || value.rfind("-1", 0) == 0; }
 
 // Clearing cpu.idle does not bring the weight back: the kernel sets the
 // group's weight to the default (100, 1024 shares), whatever its owner had
@@ -192,6 +200,22 @@ ActionRecord Actuator::apply_checked(const DesiredValue& d, uint64_t now_ns, boo
     last_written_.erase(lw);
     return rec;
   }
+  // A quota only where cpu.idle is in force, wherever khagent sets idle (it
+  // saved that cgroup's original idle): never a quota on offline work that
+  // an online waker would wait behind after each unthrottle, not even when
+  // the idle write of this same call was refused or is backing off, nor on
+  // the fast path, which writes quotas alone.
+  if (is_quota(d.file) && !lifts_quota(d.value) && !dry_run_ && store_.has(d.cgroup, idle_of_quota(d.file))) {
+    auto idle = fs_.read(d.cgroup, idle_of_quota(d.file));
+    if (!idle || normalize_cgroup_value(idle_of_quota(d.file), *idle) != "1") {
+      rec.outcome = ActionOutcome::Rejected;
+      rec.message =
+          "cpu.idle is not in force on this cgroup (" +
+          (idle ? "it reads '" + normalize_cgroup_value(idle_of_quota(d.file), *idle) + "'" : idle.error().str()) +
+          "): no quota without it";
+      return rec;
+    }
+  }
   if (dry_run_) {
     rec.outcome = ActionOutcome::DryRun;
     return rec;
@@ -258,12 +282,22 @@ std::vector<ActionRecord> Actuator::restore_if(const std::function<bool(const Or
     return restore_rank(a.file) < restore_rank(b.file);
   });
   bool changed = false;
+  // Cgroups whose quota could not be lifted: their idle (and the weight
+  // that comes back with it) stays too, for the next attempt, so that the
+  // quota is never left in force without idle.
+  std::set<std::string> quota_stuck;
   for (const auto& e : entries) {
     if (keep(e)) continue;
     ActionRecord rec;
     rec.cgroup = e.cgroup;
     rec.file = e.file;
     rec.to = e.value;
+    if ((is_idle(e.file) || is_weight(e.file)) && quota_stuck.count(e.cgroup)) {
+      rec.outcome = ActionOutcome::Rejected;
+      rec.message = "kept while this cgroup's quota could not be lifted (no quota without cpu.idle)";
+      out.push_back(std::move(rec));
+      continue;
+    }
     // The state file was checked at load; check again right before writing.
     auto valid = validate_cgroup_value(e.file, e.value, {});
     auto cur = valid ? fs_.read(e.cgroup, e.file) : Result<std::string>(valid.error());
@@ -293,6 +327,7 @@ std::vector<ActionRecord> Actuator::restore_if(const std::function<bool(const Or
         rec.outcome = ActionOutcome::Restored;
       }
     }
+    if (is_quota(e.file) && rec.outcome == ActionOutcome::Rejected) quota_stuck.insert(e.cgroup);
     // Rejected restores stay in the state file for the next attempt.
     if (rec.outcome != ActionOutcome::Rejected && !dry_run_) {
       store_.forget(e.cgroup, e.file);
