@@ -23,7 +23,7 @@ rc=$?
 set -e
 # The test's own lines (not gtest's, not the agent's configuration dump).
 echo "$out" | sed -n '/RUN .*AgentLeversTakeEffectAndAreRestored/,/OK \]\|FAILED \]/p' |
-  grep -vE $'^(\e|\\[| |20[0-9][0-9]-|[a-z_]+:( |$))' || true
+  grep -vE $'^(\e|\\[|20[0-9][0-9]-|[a-z_]+:( |$))' | grep -vE '^ ( [^+]|[^ ])' || true
 if ((rc != 0)); then
   echo "demo: the run failed (exit $rc); the guest's console is in $log" >&2
   exit "$rc"
