@@ -63,6 +63,10 @@ scripts/lint.sh "$root/build"
 
 step "unit, yarn and host tests"
 ctest --test-dir "$root/build" --output-on-failure -L 'unit|yarn|host' -j1
+# The host tier's latency verdicts, and how noisy the host was, even when they passed.
+echo "The protection test's figures (tests/host/protection_host_test.cpp):"
+grep -hE '^(probe response p99|khagent against|host noise|offline CPU s per|rounds with cpu.idle)' \
+  "$root/build/Testing/Temporary/LastTest.log" | sed 's/^/  /' || true
 
 step "vmtest: host tier and suite in QEMU on Debian's 6.1 and 6.12 kernels"
 ctest --test-dir "$root/build" --output-on-failure -L vmtest
