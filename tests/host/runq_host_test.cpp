@@ -212,7 +212,14 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   ASSERT_GT(kernel_waits, 1000) << "the sleeper barely ran";
   EXPECT_NEAR(static_cast<double>(bd.waits) / kernel_waits, 1.0, 0.02);
   EXPECT_EQ(bd.waits, t1.waits - t0.waits);
-  EXPECT_GE(ours_ns, 0.98 * kernel_delay) << "below the kernel's own run_delay";
+  // run_delay is a lower bound of the true waits on a real kernel's clock;
+  // in the TCG guest it is none (see in_vmtest_guest()), and the counts and
+  // the reference tracer are the truths there.
+  if (in_vmtest_guest()) {
+    std::printf("run_delay not used as a bound: the vmtest guest's scheduler clock is emulated\n");
+  } else {
+    EXPECT_GE(ours_ns, 0.98 * kernel_delay) << "below the kernel's own run_delay";
+  }
   // Both tracers stamp the same two events, but the tracer's handlers run
   // first, so khagent reads the clock at each end of a wait later by the run
   // time of the tracer's handler there. Its switch handler does more than its
