@@ -2,11 +2,13 @@
 # Installs every Debian package khagent's build, agent and tests need, and
 # fetches the Maven dependencies of the yarn tier's MiniYARNCluster launcher
 # (tests/yarn-mini) into ~/.m2 (Maven Central).
+#   scripts/setup.sh           everything (scripts/test.sh)
+#   scripts/setup.sh --agent   only what building and running the agent needs (scripts/run.sh)
 # Idempotent: packages already installed are skipped, apt is only touched
 # when something is missing, and Maven only when its cache lacks something.
 set -euo pipefail
 
-PACKAGES=(
+AGENT_PACKAGES=(
   # build
   cmake make g++ pkg-config git
   clang-19 llvm-19 lld-19
@@ -14,6 +16,9 @@ PACKAGES=(
   # userspace libraries
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev
   prometheus-cpp-dev libcurl4-openssl-dev
+)
+PACKAGES=(
+  "${AGENT_PACKAGES[@]}"
   # tests
   libgtest-dev libgmock-dev libcpp-httplib-dev
   libclang-rt-19-dev  # libFuzzer and the sanitizer runtimes for clang-19 (scripts/fuzz.sh)
@@ -26,6 +31,14 @@ PACKAGES=(
 )
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+agent_only=0
+if [[ "${1:-}" == --agent ]]; then
+  agent_only=1
+  PACKAGES=("${AGENT_PACKAGES[@]}")
+elif (($#)); then
+  echo "usage: scripts/setup.sh [--agent]" >&2
+  exit 2
+fi
 
 # The launcher's dependencies (hadoop-client-minicluster and the Maven
 # plugins that build it), so that builds need no network afterwards.
@@ -52,7 +65,7 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#PACKAGES[@]} packages present"
-  fetch_maven
+  ((agent_only)) || fetch_maven
   exit 0
 fi
 
@@ -65,5 +78,5 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fetch_maven
+((agent_only)) || fetch_maven
 echo "setup: done"

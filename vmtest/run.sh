@@ -124,7 +124,8 @@ fetch_suite_kernel() {
   [[ -n "$file" && -n "$sum" ]] || die "no file for $pkg in $suite's index"
   kdir="$cache/$pkg"
   if ! ls "$kdir"/boot/vmlinuz-* >/dev/null 2>&1; then
-    echo "vmtest: fetching $pkg from $suite" >&2
+    echo "vmtest: fetching $pkg from $suite (a kernel package of 70-120 MB, up to 400 MB unpacked, kept in $cache;" \
+      "KHAGENT_VMTEST_CACHE moves it)" >&2
     curl -sSfL -o "$d/$(basename "$file")" "$mirror/$file" || die "cannot fetch $file"
     echo "$sum  $d/$(basename "$file")" | sha256sum -c --quiet || die "$file does not match $suite's index"
     rm -rf "$kdir.tmp"
@@ -147,7 +148,8 @@ if [[ -z "$kernel" ]]; then
   [[ -n "$pkg" ]] || die "cannot find Debian's linux-image package (apt-get update?)"
   kdir="$cache/$pkg"
   if ! ls "$kdir"/boot/vmlinuz-* >/dev/null 2>&1; then
-    echo "vmtest: fetching $pkg" >&2
+    echo "vmtest: fetching $pkg (a kernel package of 70-120 MB, up to 400 MB unpacked, kept in $cache;" \
+      "KHAGENT_VMTEST_CACHE moves it)" >&2
     (cd "$cache" && rm -f "${pkg}"_*.deb && apt-get download -q -o APT::Sandbox::User=root "$pkg" >/dev/null) ||
       die "apt-get download $pkg failed"
     rm -rf "$kdir.tmp"

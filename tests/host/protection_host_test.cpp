@@ -443,6 +443,11 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
     ::unlink(state.c_str());
     ::unlink((state + ".prev").c_str());
     probe.stop();
+    // The agents' logs go to a file a failure names: the verdict stays the
+    // last thing printed.
+    const std::string logs_file = ::testing::TempDir() + "khagent-protection-agents.log";
+    std::ofstream(logs_file) << logs;
+    const std::string see_logs = "; the agents' logs are in " + logs_file;
 
     // Pooled percentiles: every response of a condition over all rounds.
     const double a = stats_of(pool_alone).p99, o = stats_of(pool_off).p99, h = stats_of(pool_hand).p99,
@@ -488,8 +493,8 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
                 "25%); judged only on whether khagent did worse than the lever by hand beyond that noise");
     std::printf("khagent against cpu.idle by hand: pooled p99 %.2fx, median of the rounds' paired ratios %.2fx\n",
                 h > 0 ? n / h : 0, paired_ratio);
-    EXPECT_TRUE(idle_seen) << "the agent never set cpu.idle on the YARN root\n" << logs;
-    EXPECT_FALSE(quota_without_idle) << "a quota was written on a cgroup without cpu.idle\n" << logs;
+    EXPECT_TRUE(idle_seen) << "the agent never set cpu.idle on the YARN root" << see_logs;
+    EXPECT_FALSE(quota_without_idle) << "a quota was written on a cgroup without cpu.idle" << see_logs;
     // The hogs must hurt, or the test shows nothing.
     ASSERT_GT(o, 1.3 * a) << "the hogs did not delay the probe (alone " << a << " us, hogs " << o << " us)";
     if (kSanitized) {
@@ -498,8 +503,7 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
           "run); the plain build's host tier makes these claims\n");
     } else if (quiet) {
       // khagent takes away nearly all of the hogs' harm...
-      EXPECT_LT(n - a, 0.1 * (o - a)) << "khagent left more than a tenth of the hogs' harm; the agents' logs:\n"
-                                      << logs;
+      EXPECT_LT(n - a, 0.1 * (o - a)) << "khagent left more than a tenth of the hogs' harm" << see_logs;
       // ...and does as well as its lever set by hand: what the agent adds
       // (its CPU, its BPF programs on every switch) stays within a quarter,
       // by the pooled p99 or by the rounds' paired ratios. Against the
@@ -508,14 +512,12 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
       // lose time to steal; neither is khagent's doing.
       EXPECT_TRUE(n < 1.25 * h || paired_ratio < 1.25)
           << "khagent's defaults protected the probe less than cpu.idle written by hand (pooled p99 " << n << " us vs "
-          << h << " us, paired median " << paired_ratio << "x); the agents' logs:\n"
-          << logs;
+          << h << " us, paired median " << paired_ratio << "x)" << see_logs;
     } else {
       EXPECT_TRUE(n < h + std::max(0.25 * h, hand_spread) || paired_ratio < 1.25)
           << "on a noisy host, khagent's defaults still did worse than cpu.idle by hand by more than the lever's own "
              "spread between rounds (pooled p99 "
-          << n << " us vs " << h << " us, paired median " << paired_ratio << "x); the agents' logs:\n"
-          << logs;
+          << n << " us vs " << h << " us, paired median " << paired_ratio << "x)" << see_logs;
     }
     // Offline keeps most of what the probe leaves idle while cpu.idle is the
     // only lever. When the agent climbed its ladder (it does when online
@@ -535,8 +537,8 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
             "round %zu: the agent climbed its ladder (%s); the probe waited %.1f ms in run queues under "
             "cpu.idle by hand, %.1f with khagent; offline %.2f s\n",
             i, r.verdict, r.wait_hand, r.wait_on, on_cpu[i]);
-        EXPECT_GT(on_cpu[i], 0.8 * T) << "round " << i << ": offline did not keep the CPU the split leaves it\n"
-                                      << logs;
+        EXPECT_GT(on_cpu[i], 0.8 * T) << "round " << i << ": offline did not keep the CPU the split leaves it"
+                                      << see_logs;
       } else {
         shares.push_back(spare_on[i] > 0 ? on_cpu[i] / spare_on[i] : 0);
       }

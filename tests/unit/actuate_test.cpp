@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -40,6 +41,11 @@ struct FakeFs : CgroupFs {
     it->second = normalize_cgroup_value(f, v);
     writes.push_back(cg + " " + cgroup_file_name(f) + " " + v);
     return {};
+  }
+  std::map<std::string, std::vector<std::string>> cpuset_v1_children;
+  std::vector<std::string> children(Hierarchy h, const std::string& cg) override {
+    auto it = cpuset_v1_children.find(cg);
+    return h == Hierarchy::CpusetV1 && it != cpuset_v1_children.end() ? it->second : std::vector<std::string>{};
   }
   bool exists(const std::string& cg) override {
     for (const auto& [k, _] : files)
@@ -152,6 +158,43 @@ TEST(StateStore, CorruptWithoutPrevIsAnError) {
   EXPECT_EQ(r.error().err, EBADMSG);
   EXPECT_NE(r.error().message.find("not valid JSON"), std::string::npos) << r.error().message;
   EXPECT_FALSE(StateStore::parse("{\"version\":2,\"entries\":[],\"checksum\":0}").ok());
+}
+
+TEST(Actuator, PlansTypedValuesForTheBackendAndAV1CpusetForEveryDescendant) {
+  TempDir t;
+  FakeFs f;
+  for (const char* cg : {"/yarn", "/yarn/a", "/yarn/a/b", "/yarn/c"}) f.files[{cg, CgroupFile::V1CpusetCpus}] = "0-7";
+  f.files[{"/yarn", CgroupFile::V1CpuCfs}] = "-1 100000";
+  f.files[{"/yarn", CgroupFile::V1CpuIdle}] = "0";
+  f.files[{"/yarn", CgroupFile::V1CpuShares}] = "1024";
+  f.cpuset_v1_children = {{"/yarn", {"/yarn/a", "/yarn/c"}}, {"/yarn/a", {"/yarn/a/b"}}};
+  StateStore st((t.path / "s.json").string());
+  Actuator a(f, st, false, kCpus);
+  auto p = a.plan(CgroupBackend::V1Hybrid,
+                  {{"/yarn", CpuIdle{true}}, {"/yarn", CpuList{{6, 7}}}, {"/yarn", CpuQuota{999, 100000}}});
+  ASSERT_EQ(p.refused.size(), 1u) << "a quota under the kernel's minimum is refused before any write";
+  EXPECT_EQ(p.refused[0].file, CgroupFile::V1CpuCfs);
+  EXPECT_EQ(p.refused[0].outcome, ActionOutcome::Rejected);
+  ASSERT_EQ(p.files.size(), 5u);  // the idle, and the cpuset on the root and its three descendants
+  auto recs = a.apply_plan(p, kS);
+  ASSERT_EQ(recs.size(), 6u);
+  EXPECT_EQ(recs[0].outcome, ActionOutcome::Rejected);
+  for (const char* cg : {"/yarn", "/yarn/a", "/yarn/a/b", "/yarn/c"})
+    EXPECT_EQ((f.files[{cg, CgroupFile::V1CpusetCpus}]), "6-7") << cg;
+  EXPECT_EQ((f.files[{"/yarn", CgroupFile::V1CpuIdle}]), "1");
+  EXPECT_EQ((f.files[{"/yarn", CgroupFile::V1CpuCfs}]), "-1 100000");
+  // Narrowing: children before their parents.
+  auto at = [&](const std::string& w) { return std::find(f.writes.begin(), f.writes.end(), w) - f.writes.begin(); };
+  EXPECT_LT(at("/yarn/a/b v1:cpuset.cpus 6-7"), at("/yarn/a v1:cpuset.cpus 6-7"));
+  EXPECT_LT(at("/yarn/a v1:cpuset.cpus 6-7"), at("/yarn v1:cpuset.cpus 6-7"));
+  // Everything in the plan is wanted, the refused value included.
+  EXPECT_TRUE(a.restore_outside(p).empty());
+  // The same values on v2: v2 files, no descendants.
+  auto p2 = a.plan(CgroupBackend::V2, {{"/yarn", CpuList{{6, 7}}}, {"/yarn", CpuQuota{20000, 100000}}});
+  ASSERT_EQ(p2.files.size(), 2u);
+  EXPECT_EQ(p2.files[0].file, CgroupFile::CpusetCpus);
+  EXPECT_EQ(p2.files[1].file, CgroupFile::CpuMax);
+  EXPECT_EQ(p2.files[1].value, "20000 100000");
 }
 
 TEST(Actuator, RecordsOriginalsBeforeWritingAndRestores) {

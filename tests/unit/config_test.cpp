@@ -253,7 +253,7 @@ fast_path:
   EXPECT_EQ(c.budget.cpu_max_period_us, 50'000u);
 
   EXPECT_TRUE(c.cpuset.enabled);
-  EXPECT_EQ(c.cpuset.reserved_cpus, "0-1,4");
+  EXPECT_EQ(c.cpuset.reserved_cpus, (CpuSet{0, 1, 4}));
   EXPECT_EQ(c.cpuset.cpu_manager_state, "/tmp/cpu_manager_state");
   EXPECT_TRUE(c.cpuset.throttle);
 
@@ -410,6 +410,12 @@ TEST(ConfigErrors, NameTheFileTheKeyAndTheProblem) {
     EXPECT_TRUE(contains(msg, kSource)) << msg;
     for (const auto& s : c.says) EXPECT_TRUE(contains(msg, s)) << "want \"" << s << "\" in: " << msg;
   }
+  // A cpu list is parsed where it is read, once: its error names the line too.
+  for (const char* text :
+       {"cpuset: {reserved_cpus: 3-1}", "cpuset: {reserved_cpus: abc}", "cpuset: {reserved_cpus: '0,,1'}"}) {
+    std::string msg = load_error(text);
+    EXPECT_TRUE(contains(msg, std::string(kSource) + ":1: cpuset.reserved_cpus: not a cpu list")) << msg;
+  }
 }
 
 TEST(ConfigErrors, LineNumberPointsAtTheValue) {
@@ -456,9 +462,6 @@ TEST(ConfigValidate, RejectsImpossibleValues) {
       {"online: {self_throttle_share: 2}", {"online.self_throttle_share:"}},
       {"offline: {weight: 10001}", {"offline.weight:", "10001"}},
       {"fast_path: {wait_threshold: 0s}", {"fast_path.wait_threshold: must be positive"}},
-      {"cpuset: {reserved_cpus: 3-1}", {"cpuset.reserved_cpus: not a cpu list"}},
-      {"cpuset: {reserved_cpus: abc}", {"cpuset.reserved_cpus:"}},
-      {"cpuset: {reserved_cpus: '0,,1'}", {"cpuset.reserved_cpus:"}},
       {"offline: {targets: [relative/x]}", {"offline.targets[0]:", "absolute"}},
       {"offline: {targets: [/ok, /a/../b]}", {"offline.targets[1]:", "\"..\""}},
       {"offline: {targets: [/a/..]}", {"offline.targets[0]:", "\"..\""}},
@@ -819,7 +822,7 @@ TEST(ConfigYaml, EverythingChangedRoundTrips) {
   c.budget.deadband_cores = 0;
   c.budget.cpu_max_period_us = 12'345;
   c.cpuset.enabled = true;
-  c.cpuset.reserved_cpus = "0-1,8";
+  c.cpuset.reserved_cpus = {0, 1, 8};
   c.cpuset.cpu_manager_state = "/x/cms";
   c.cpuset.throttle = true;
   c.offline.targets = {"/with space", "/x.slice/y"};
@@ -835,7 +838,7 @@ TEST(ConfigYaml, EverythingChangedRoundTrips) {
   c.yarn.rm_urls = {"http://rm1:8088", "https://rm2.example:8090"};
   c.yarn.node_id = "worker-3:45454";
   c.yarn.nm_url = "http://worker-3:8042";
-  c.yarn.auth = "kerberos";
+  c.yarn.auth = HttpAuth::Kerberos;
   c.yarn.user = "";
   c.yarn.ca_file = "/etc/ca.pem";
   c.yarn.insecure_skip_verify = true;
@@ -845,7 +848,7 @@ TEST(ConfigYaml, EverythingChangedRoundTrips) {
   c.yarn.retry_backoff_ms = 0;
   c.yarn.refresh_interval_ns = 90'000'000'000;
   c.yarn.vcores_per_core = 1.5;
-  c.yarn.rounding = "nearest";
+  c.yarn.rounding = VcoreRounding::Nearest;
   c.yarn.reserve_vcores = 2;
   c.yarn.min_vcores = 0;
   c.yarn.memory_mb = 65536;

@@ -148,20 +148,49 @@ TEST(StateHardening, SymlinkOrDirectoryStateFileIsDamagedNotFollowed) {
   EXPECT_EQ(r.error().err, EBADMSG);
 }
 
-TEST(V1Backend, TranslatesValuesToV1Files) {
-  auto fv = to_backend(CgroupBackend::V1Hybrid, CgroupFile::CpuMax, "max 100000");
-  EXPECT_EQ(fv.file, CgroupFile::V1CpuCfs);
-  EXPECT_EQ(fv.value, "-1 100000");
-  fv = to_backend(CgroupBackend::V1Hybrid, CgroupFile::CpuMax, "20000 10000");
-  EXPECT_EQ(fv.value, "20000 10000");
-  fv = to_backend(CgroupBackend::V1Hybrid, CgroupFile::CpuWeight, "1");
-  EXPECT_EQ(fv.file, CgroupFile::V1CpuShares);
-  EXPECT_EQ(fv.value, "2");
+TEST(V1Backend, RendersTypedValuesForEachBackend) {
+  auto r = [](CgroupBackend b, KnobValue v, const CpuSet& node = {}) { return render(b, {"/x", std::move(v)}, node); };
+  const auto V1 = CgroupBackend::V1Hybrid, V2 = CgroupBackend::V2;
+  auto fv = r(V1, CpuQuota{std::nullopt, 100000});
+  ASSERT_TRUE(fv.ok());
+  EXPECT_EQ(fv->file, CgroupFile::V1CpuCfs);
+  EXPECT_EQ(fv->value, "-1 100000");
+  EXPECT_EQ(r(V2, CpuQuota{std::nullopt, 100000})->value, "max 100000");
+  EXPECT_EQ(r(V1, CpuQuota{20000, 10000})->value, "20000 10000");
+  EXPECT_EQ(r(V2, CpuQuota{20000, 10000})->value, "20000 10000");
+  fv = r(V1, CpuWeight{1});
+  EXPECT_EQ(fv->file, CgroupFile::V1CpuShares);
+  EXPECT_EQ(fv->value, "2");
+  EXPECT_EQ(r(V2, CpuWeight{1})->value, "1");
   EXPECT_EQ(weight_to_shares(100), 2 + (99u * 262142u) / 9999u);
   EXPECT_EQ(shares_to_weight(1024), 39u);  // the kubelet's figure for 1 CPU of requests
-  EXPECT_EQ(to_backend(CgroupBackend::V1Hybrid, CgroupFile::CpuIdle, "1").file, CgroupFile::V1CpuIdle);
-  EXPECT_EQ(to_backend(CgroupBackend::V1Hybrid, CgroupFile::CpusetCpus, "1").file, CgroupFile::V1CpusetCpus);
-  EXPECT_EQ(to_backend(CgroupBackend::V2, CgroupFile::CpuMax, "max 100000").file, CgroupFile::CpuMax);
+  EXPECT_EQ(r(V1, CpuIdle{true})->file, CgroupFile::V1CpuIdle);
+  EXPECT_EQ(r(V2, CpuIdle{false})->value, "0");
+  fv = r(V1, CpuList{{1, 2, 3, 5}});
+  EXPECT_EQ(fv->file, CgroupFile::V1CpusetCpus);
+  EXPECT_EQ(fv->value, "1-3,5");
+  EXPECT_EQ(fv->cpus, (CpuSet{1, 2, 3, 5}));
+  EXPECT_EQ(r(V2, CpuList{})->value, "");
+  EXPECT_EQ(r(V2, CpuQuota{1000, 100000})->file, CgroupFile::CpuMax);
+  // What the kernel would refuse is an error, not a write.
+  EXPECT_FALSE(r(V2, CpuQuota{999, 100000}).ok());
+  EXPECT_FALSE(r(V1, CpuQuota{5000, 999}).ok());
+  EXPECT_FALSE(r(V2, CpuQuota{std::nullopt, 1000001}).ok());
+  EXPECT_FALSE(r(V2, CpuWeight{0}).ok());
+  EXPECT_FALSE(r(V1, CpuWeight{10001}).ok());
+  EXPECT_FALSE(r(V2, CpuList{{4}}, {0, 1, 2, 3}).ok());
+  EXPECT_TRUE(r(V2, CpuList{{3}}, {0, 1, 2, 3}).ok());
+  // Rendered text is valid and already in the kernel's form.
+  for (auto b : {V1, V2})
+    for (const KnobValue& v :
+         std::vector<KnobValue>{CpuQuota{std::nullopt, 50000}, CpuQuota{123456, 100000}, CpuWeight{7}, CpuWeight{10000},
+                                CpuIdle{true}, CpuList{{0, 2, 3}}}) {
+      auto d = r(b, v);
+      ASSERT_TRUE(d.ok());
+      EXPECT_TRUE(d->canonical);
+      EXPECT_TRUE(validate_cgroup_value(d->file, d->value, {}).ok()) << d->value;
+      EXPECT_EQ(normalize_cgroup_value(d->file, d->value), d->value);
+    }
   EXPECT_TRUE(validate_cgroup_value(CgroupFile::V1CpuCfs, "-1 100000", {}).ok());
   EXPECT_FALSE(validate_cgroup_value(CgroupFile::V1CpuCfs, "-1", {}).ok());
   EXPECT_FALSE(validate_cgroup_value(CgroupFile::V1CpuCfs, "999 100000", {}).ok());

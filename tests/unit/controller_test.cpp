@@ -236,9 +236,9 @@ TEST(Controller, DeadbandNeverHoldsABudgetAboveTheCeiling) {
   EXPECT_TRUE(d.changed);
 }
 
-TEST(Controller, CpuMaxFormatting) {
-  EXPECT_EQ(budget_to_cpu_max(2.5, 16, 100000), "250000 100000");
-  EXPECT_EQ(budget_to_cpu_max(16, 16, 100000), "max 100000");
-  EXPECT_EQ(budget_to_cpu_max(0, 16, 100000), "1000 100000");
-  EXPECT_EQ(budget_to_cpu_max(0.5, 4, 50000), "25000 50000");
+TEST(Controller, BudgetAsAQuotaPerPeriod) {
+  EXPECT_EQ(budget_to_quota(2.5, 16, 100000), (CpuQuota{250000, 100000}));
+  EXPECT_EQ(budget_to_quota(16, 16, 100000), (CpuQuota{std::nullopt, 100000}));
+  EXPECT_EQ(budget_to_quota(0, 16, 100000), (CpuQuota{1000, 100000}));
+  EXPECT_EQ(budget_to_quota(0.5, 4, 50000), (CpuQuota{25000, 50000}));
 }

@@ -170,7 +170,7 @@ TEST(HardeningNmAddress, ADownscalerDoesNotBuildAUrlFromAHostileAddress) {
   YarnConfig c;
   c.enabled = true;
   c.rm_urls = emu.rm_urls();
-  c.auth = "none";
+  c.auth = HttpAuth::None;
   c.request_timeout_ms = 1500;
   c.connect_timeout_ms = 500;
   c.retries = 0;

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "khagent/policy/levers.h"
+#include "khagent/policy/lever_table.h"
 
 using namespace khagent;
 
@@ -12,13 +12,14 @@ namespace {
 constexpr uint64_t kMs = 1'000'000;
 constexpr uint64_t kS = 1'000'000'000;
 
-bool has(const std::vector<DesiredValue>& w, const std::string& cg, CgroupFile f, const std::string& v = "") {
-  return std::any_of(w.begin(), w.end(), [&](const DesiredValue& d) {
-    return d.cgroup == cg && d.file == f && (v.empty() || d.value == v);
-  });
+bool touches(const std::vector<Setting>& w, const std::string& cg, Knob k) {
+  return std::any_of(w.begin(), w.end(), [&](const Setting& s) { return s.cgroup == cg && knob_of(s.value) == k; });
 }
-
-bool touches(const std::vector<DesiredValue>& w, const std::string& cg, CgroupFile f) { return has(w, cg, f); }
+bool has(const std::vector<Setting>& w, const std::string& cg, Knob k) { return touches(w, cg, k); }
+bool has(const std::vector<Setting>& w, const std::string& cg, Knob k, const KnobValue& v) {
+  return std::any_of(w.begin(), w.end(),
+                     [&](const Setting& s) { return s.cgroup == cg && knob_of(s.value) == k && s.value == v; });
+}
 
 const char* kQos = "/kubepods.slice/kubepods-besteffort.slice";
 const char* kPod = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1234.slice";
@@ -59,12 +60,12 @@ TEST(Levers, IdleNeverOnACgroupWhoseWeightTheKubeletWrites) {
   in.budget_cores = 0.5;
   in.node_cpus = 2;
   auto w = offline_writes(in, default_config());
-  EXPECT_TRUE(has(w, "/hadoop-yarn", CgroupFile::CpuIdle, "1"));
-  EXPECT_TRUE(has(w, kPod, CgroupFile::CpuIdle, "1"));
-  EXPECT_FALSE(touches(w, kQos, CgroupFile::CpuIdle));
-  EXPECT_FALSE(touches(w, kQos, CgroupFile::CpuWeight));
+  EXPECT_TRUE(has(w, "/hadoop-yarn", Knob::Idle, CpuIdle{true}));
+  EXPECT_TRUE(has(w, kPod, Knob::Idle, CpuIdle{true}));
+  EXPECT_FALSE(touches(w, kQos, Knob::Idle));
+  EXPECT_FALSE(touches(w, kQos, Knob::Weight));
   // The base lever writes no quota and no cpuset.
-  for (const auto& d : w) EXPECT_TRUE(d.file == CgroupFile::CpuIdle) << d.cgroup << " " << cgroup_file_name(d.file);
+  for (const auto& d : w) EXPECT_TRUE(knob_of(d.value) == Knob::Idle) << d.cgroup << " " << knob_name(knob_of(d.value));
 }
 
 TEST(Levers, WithoutCpuIdleTheMinimumWeightWhereKhagentOwnsIt) {
@@ -73,10 +74,10 @@ TEST(Levers, WithoutCpuIdleTheMinimumWeightWhereKhagentOwnsIt) {
   in.idle_supported = false;
   in.node_cpus = 2;
   auto w = offline_writes(in, default_config());
-  EXPECT_TRUE(has(w, "/hadoop-yarn", CgroupFile::CpuWeight, "1"));
-  EXPECT_FALSE(touches(w, kQos, CgroupFile::CpuWeight));
-  EXPECT_FALSE(touches(w, kPod, CgroupFile::CpuWeight));
-  EXPECT_FALSE(touches(w, "/hadoop-yarn", CgroupFile::CpuIdle));
+  EXPECT_TRUE(has(w, "/hadoop-yarn", Knob::Weight, CpuWeight{1}));
+  EXPECT_FALSE(touches(w, kQos, Knob::Weight));
+  EXPECT_FALSE(touches(w, kPod, Knob::Weight));
+  EXPECT_FALSE(touches(w, "/hadoop-yarn", Knob::Idle));
 }
 
 TEST(Levers, QuotaOnlyOnTheQuotaRungAndOnlyOverIdleWork) {
@@ -87,16 +88,16 @@ TEST(Levers, QuotaOnlyOnTheQuotaRungAndOnlyOverIdleWork) {
   in.node_cpus = 2;
   in.quota = true;
   auto w = offline_writes(in, cfg);
-  EXPECT_TRUE(has(w, "/hadoop-yarn", CgroupFile::CpuMax));
-  EXPECT_TRUE(has(w, kQos, CgroupFile::CpuMax));       // its pods are idle
-  EXPECT_FALSE(touches(w, kPod, CgroupFile::CpuMax));  // the kubelet owns pod quotas
+  EXPECT_TRUE(has(w, "/hadoop-yarn", Knob::Quota));
+  EXPECT_TRUE(has(w, kQos, Knob::Quota));       // its pods are idle
+  EXPECT_FALSE(touches(w, kPod, Knob::Quota));  // the kubelet owns pod quotas
   // No cpu.idle configured where the kernel has it: no quota either.
   cfg.offline.idle = false;
   w = offline_writes(in, cfg);
-  for (const auto& d : w) EXPECT_NE(d.file, CgroupFile::CpuMax) << d.cgroup;
+  for (const auto& d : w) EXPECT_NE(knob_of(d.value), Knob::Quota) << d.cgroup;
   // A kernel without cpu.idle: the quota is all there is.
   in.idle_supported = false;
-  EXPECT_TRUE(has(offline_writes(in, cfg), "/hadoop-yarn", CgroupFile::CpuMax));
+  EXPECT_TRUE(has(offline_writes(in, cfg), "/hadoop-yarn", Knob::Quota));
 }
 
 TEST(Levers, CpusetRungPartitionsParentsWithoutAQuota) {
@@ -105,15 +106,104 @@ TEST(Levers, CpusetRungPartitionsParentsWithoutAQuota) {
   in.budget_cores = 1;
   in.node_cpus = 2;
   in.cpuset = true;
-  in.offline_cpus = "1";
+  in.offline_cpus = CpuSet{1};
   auto w = offline_writes(in, default_config());
-  EXPECT_TRUE(has(w, "/hadoop-yarn", CgroupFile::CpusetCpus, "1"));
-  EXPECT_TRUE(has(w, kQos, CgroupFile::CpusetCpus, "1"));
-  EXPECT_FALSE(touches(w, kPod, CgroupFile::CpusetCpus));
-  EXPECT_FALSE(touches(w, "/hadoop-yarn", CgroupFile::CpuMax));
+  EXPECT_TRUE(has(w, "/hadoop-yarn", Knob::Cpus, CpuList{{1}}));
+  EXPECT_TRUE(has(w, kQos, Knob::Cpus, CpuList{{1}}));
+  EXPECT_FALSE(touches(w, kPod, Knob::Cpus));
+  EXPECT_FALSE(touches(w, "/hadoop-yarn", Knob::Quota));
   Config thr = default_config();
   thr.cpuset.throttle = true;
-  EXPECT_TRUE(has(offline_writes(in, thr), "/hadoop-yarn", CgroupFile::CpuMax));
+  EXPECT_TRUE(has(offline_writes(in, thr), "/hadoop-yarn", Knob::Quota));
+}
+
+TEST(LeverTable, OneEntryPerLeverWithItsNameAndRungs) {
+  auto table = lever_table();
+  ASSERT_EQ(table.size(), kAllLevers.size());
+  for (size_t i = 0; i < table.size(); i++) {
+    EXPECT_EQ(table[i].lever, kAllLevers[i]) << "table order is the order values are listed";
+    EXPECT_EQ(&lever_spec(kAllLevers[i]), &table[i]);
+    EXPECT_EQ(lever_from_name(lever_name(kAllLevers[i])), kAllLevers[i]);
+    EXPECT_NE(std::string(table[i].kernels), "");
+    EXPECT_NE(std::string(table[i].where), "");
+    EXPECT_NE(std::string(table[i].undo), "");
+  }
+  EXPECT_FALSE(lever_from_name("idle2"));
+  // The rungs are the levers that carry the budget.
+  for (const auto& s : table) EXPECT_EQ(lever_is_rung(s.lever), s.carries_budget) << lever_name(s.lever);
+  EXPECT_TRUE(lever_spec(Lever::Cpuset).needs_spare_cpu);
+  EXPECT_FALSE(lever_spec(Lever::Quota).needs_spare_cpu);
+}
+
+TEST(LeverTable, EachLeverWritesOnlyItsKnobOnTheTargetsItTouches) {
+  Config cfg = default_config();
+  cfg.cpuset.throttle = true;
+  LeverInput in;
+  in.targets = usual_targets();
+  in.budget_cores = 1;
+  in.node_cpus = 4;
+  in.cpuset = in.quota = true;
+  in.offline_cpus = CpuSet{2, 3};
+  auto w = offline_writes(in, cfg);
+  for (const auto& set : w) {
+    const OfflineTarget* t = nullptr;
+    for (const auto& x : in.targets)
+      if (x.path == set.cgroup) t = &x;
+    ASSERT_NE(t, nullptr) << set.cgroup;
+    bool by_some_lever = false;
+    for (const auto& spec : lever_table())
+      if (spec.knob == knob_of(set.value) && spec.touches(t->kind)) by_some_lever = true;
+    EXPECT_TRUE(by_some_lever) << set.cgroup << " " << knob_name(knob_of(set.value));
+  }
+  EXPECT_TRUE(has(w, "/hadoop-yarn", Knob::Cpus, CpuList{{2, 3}}));
+  EXPECT_TRUE(has(w, "/hadoop-yarn", Knob::Quota));
+  // The fast path moves the budget only: the cpuset and the quota.
+  in.budget_only = true;
+  for (const auto& set : offline_writes(in, cfg))
+    EXPECT_TRUE(knob_of(set.value) == Knob::Cpus || knob_of(set.value) == Knob::Quota) << set.cgroup;
+}
+
+TEST(LeverTable, QuotaSplitsTheBudgetByRecentUse) {
+  LeverInput in;
+  in.targets = usual_targets();
+  in.targets[0].usage_cores = 3;  // the YARN root
+  in.targets[1].usage_cores = 1;  // the QoS cgroup
+  in.budget_cores = 2;
+  in.node_cpus = 8;
+  in.quota = true;
+  auto w = offline_writes(in, default_config());
+  EXPECT_TRUE(has(w, "/hadoop-yarn", Knob::Quota, CpuQuota{150000, 100000}));
+  EXPECT_TRUE(has(w, kQos, Knob::Quota, CpuQuota{50000, 100000}));
+  // The whole node: no limit.
+  in.budget_cores = 8;
+  in.targets.resize(1);
+  EXPECT_TRUE(has(offline_writes(in, default_config()), "/hadoop-yarn", Knob::Quota, CpuQuota{std::nullopt, 100000}));
+}
+
+TEST(LeverTable, WeightWhereIdleIsOffAndTheSummarySaysWhatIsInForce) {
+  Config cfg = default_config();
+  cfg.offline.idle = false;
+  cfg.offline.weight = 5;
+  LeverInput in;
+  in.targets = usual_targets();
+  in.node_cpus = 2;
+  auto w = offline_writes(in, cfg);
+  EXPECT_TRUE(has(w, "/hadoop-yarn", Knob::Weight, CpuWeight{5}));
+  EXPECT_FALSE(touches(w, kQos, Knob::Weight));
+  EXPECT_FALSE(touches(w, kPod, Knob::Weight));
+  for (auto [l, on] : levers_in_force(in, cfg)) EXPECT_EQ(on, l == Lever::Weight) << lever_name(l);
+  EXPECT_EQ(levers_summary(cfg, true), "cpu.weight 5 on offline targets; ladder [cpuset, quota] on a lasting breach");
+  Config d = default_config();
+  d.ladder.always = {Lever::Quota};
+  d.cpuset.enabled = true;
+  EXPECT_EQ(levers_summary(d, false),
+            "minimum weight (no cpu.idle in this kernel) on offline targets, cpuset and quota always; ladder "
+            "[cpuset, quota] on a lasting breach");
+  LadderState st;
+  EXPECT_TRUE(rung_in_force(Lever::Quota, d, st));
+  EXPECT_FALSE(rung_in_force(Lever::Quota, default_config(), st));
+  st.active = {Lever::Quota};
+  EXPECT_TRUE(rung_in_force(Lever::Quota, default_config(), st));
 }
 
 namespace {
@@ -135,7 +225,7 @@ TEST(Ladder, EscalatesAfterALastingBreachAndKeepsAStepThatHelped) {
   for (int i = 0; i < 5; i++, t += 200 * kMs) EXPECT_EQ(tick(st, cfg, t, true, 50e6).action, LadderAction::Hold);
   auto d = tick(st, cfg, t, true, 50e6);  // 1 s of breach
   EXPECT_EQ(d.action, LadderAction::Escalate);
-  EXPECT_EQ(d.lever, "cpuset");
+  EXPECT_EQ(d.lever, Lever::Cpuset);
   EXPECT_TRUE(lever_on(st, Lever::Cpuset));
   EXPECT_FALSE(lever_on(st, Lever::Quota));
   EXPECT_NEAR(d.before_rate, 50e6, 1);
@@ -159,7 +249,7 @@ TEST(Ladder, UndoesAStepThatDidNotHelpAndDoesNotRetryItSoon) {
     if (d.action == LadderAction::Undone) break;
   }
   ASSERT_EQ(d.action, LadderAction::Undone);
-  EXPECT_EQ(d.lever, "cpuset");
+  EXPECT_EQ(d.lever, Lever::Cpuset);
   EXPECT_FALSE(lever_on(st, Lever::Cpuset));
   EXPECT_NE(d.reason.find("did not help"), std::string::npos) << d.reason;
   // Still in breach: the next rung is quota, cpuset is skipped while blocked.
@@ -168,7 +258,7 @@ TEST(Ladder, UndoesAStepThatDidNotHelpAndDoesNotRetryItSoon) {
     if (d.action == LadderAction::Escalate) break;
   }
   ASSERT_EQ(d.action, LadderAction::Escalate);
-  EXPECT_EQ(d.lever, "quota");
+  EXPECT_EQ(d.lever, Lever::Quota);
   EXPECT_NE(d.reason.find("skipped cpuset (did not help recently)"), std::string::npos) << d.reason;
   EXPECT_FALSE(lever_on(st, Lever::Cpuset));
   EXPECT_TRUE(lever_on(st, Lever::Quota));
@@ -202,5 +292,5 @@ TEST(Ladder, NoRungWithoutABreachAndNoCpusetWithoutACoreToSpare) {
     d = ladder_step(in, cfg, st);
   }
   EXPECT_EQ(d.action, LadderAction::Escalate);
-  EXPECT_EQ(d.lever, "quota");
+  EXPECT_EQ(d.lever, Lever::Quota);
 }

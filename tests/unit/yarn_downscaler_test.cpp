@@ -56,14 +56,14 @@ YarnConfig test_config(const YarnEmulator& emu) {
   YarnConfig c;
   c.enabled = true;
   c.rm_urls = emu.rm_urls();
-  c.auth = "simple";
+  c.auth = HttpAuth::Simple;
   c.user = "khagent";
   c.request_timeout_ms = 1500;
   c.connect_timeout_ms = 500;
   c.retries = 0;
   c.retry_backoff_ms = 10;
   c.refresh_interval_ns = 1 * kS;
-  c.rounding = "down";
+  c.rounding = VcoreRounding::Down;
   c.deadband_vcores = 1;
   c.min_vcores = 1;
   c.grow_stable_ns = 2 * kS;

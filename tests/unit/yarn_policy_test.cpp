@@ -67,19 +67,20 @@ TEST(YarnTarget, RoundingModesAndFloatNoise) {
   struct Case {
     double budget;
     double per_core;
-    const char* rounding;
+    VcoreRounding rounding;
     int64_t want;
   };
+  constexpr auto kDown = VcoreRounding::Down, kUp = VcoreRounding::Up, kNearest = VcoreRounding::Nearest;
   const Case cases[] = {
-      {3.4, 1, "down", 3},        {3.4, 1, "up", 4},
-      {3.4, 1, "nearest", 3},     {3.6, 1, "down", 3},
-      {3.6, 1, "nearest", 4},     {3.5, 1, "nearest", 4},
-      {3.0, 1, "up", 3},          {2.0, 1.5, "down", 3},
-      {2.5, 1.5, "down", 3},                                     // 3.75
-      {2.5, 1.5, "up", 4},        {2.9999999999, 1, "down", 3},  // noise below an integer
-      {3.0000000001, 1, "up", 3},                                // noise above an integer
-      {0.29, 100, "down", 29},                                   // 28.999999999999996
-      {1.1, 100, "up", 110},                                     // 110.00000000000001
+      {3.4, 1, kDown, 3},        {3.4, 1, kUp, 4},
+      {3.4, 1, kNearest, 3},     {3.6, 1, kDown, 3},
+      {3.6, 1, kNearest, 4},     {3.5, 1, kNearest, 4},
+      {3.0, 1, kUp, 3},          {2.0, 1.5, kDown, 3},
+      {2.5, 1.5, kDown, 3},                                    // 3.75
+      {2.5, 1.5, kUp, 4},        {2.9999999999, 1, kDown, 3},  // noise below an integer
+      {3.0000000001, 1, kUp, 3},                               // noise above an integer
+      {0.29, 100, kDown, 29},                                  // 28.999999999999996
+      {1.1, 100, kUp, 110},                                    // 110.00000000000001
   };
   for (const auto& c : cases) {
     YarnConfig cfg = yarn_cfg();
@@ -87,7 +88,7 @@ TEST(YarnTarget, RoundingModesAndFloatNoise) {
     cfg.rounding = c.rounding;
     cfg.min_vcores = 0;
     YarnResource t = yarn_target(c.budget, {256, 65536}, cfg);
-    EXPECT_EQ(t.vcores, c.want) << c.budget << " x " << c.per_core << " " << c.rounding;
+    EXPECT_EQ(t.vcores, c.want) << c.budget << " x " << c.per_core << " " << vcore_rounding_name(c.rounding);
   }
 }
 

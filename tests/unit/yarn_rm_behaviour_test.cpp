@@ -42,7 +42,7 @@ YarnConfig config_for(const YarnEmulator& emu) {
   YarnConfig c;
   c.enabled = true;
   c.rm_urls = emu.rm_urls();
-  c.auth = "simple";
+  c.auth = HttpAuth::Simple;
   c.user = "khagent";
   c.request_timeout_ms = 1500;
   c.connect_timeout_ms = 500;
@@ -200,7 +200,7 @@ TEST(YarnRmBehaviour, WithReclaimerRmTheRmGetsTheTimeoutAndKhagentKillsNothing) 
   YarnOffer base = with_app(emu, mount, 5);
   KillLog kills;
   YarnConfig cfg = config_for(emu);
-  cfg.reclaimer = "rm";
+  cfg.reclaimer = Reclaimer::Rm;
   cfg.over_commit_timeout_ms = 120000;
   cfg.emergency = true;
   YarnDownscaler ds(cfg, false, mount.path.string(), {"worker1"});
@@ -424,7 +424,7 @@ TEST(YarnRmBehaviour, ReclaimerConfiguration) {
   auto load = [](const std::string& text) { return load_config_text(text, "test.yaml", NodeIdentity{}); };
   auto d = load("yarn: {}\n");
   ASSERT_TRUE(d.ok()) << d.error().message;
-  EXPECT_EQ(d->yarn.reclaimer, "khagent");
+  EXPECT_EQ(d->yarn.reclaimer, Reclaimer::Khagent);
   EXPECT_FALSE(d->yarn.resize_with_other_resources);
   EXPECT_EQ(yarn_posted_over_commit_timeout(d->yarn), -1);
   auto rm = load("yarn: {reclaimer: rm, over_commit_timeout: 2m, resize_with_other_resources: true}\n");

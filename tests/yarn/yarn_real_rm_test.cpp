@@ -137,7 +137,7 @@ class YarnRealRm : public ::testing::Test {
     YarnConfig c;
     c.enabled = true;
     c.rm_urls = {g_cluster->rm_url()};
-    c.auth = "simple";
+    c.auth = HttpAuth::Simple;
     c.user = "khagent";
     c.request_timeout_ms = 5000;
     c.connect_timeout_ms = 2000;
@@ -545,7 +545,7 @@ TEST_F(YarnRealRm, WithReclaimerRmOnlyTheRmKills) {
   json app = submit("low", 3, 512, 1);  // 4 vcores
   const std::string id = app["app"];
   YarnConfig cfg = downscaler_config();
-  cfg.reclaimer = "rm";
+  cfg.reclaimer = Reclaimer::Rm;
   cfg.over_commit_timeout_ms = 2000;
   ProcessKiller killer{g_cluster->pid(), {}};
   YarnDownscaler ds(cfg, false, "/nonexistent", {"localhost"});

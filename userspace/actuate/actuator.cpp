@@ -81,6 +81,40 @@ CgroupFile weight_of_idle(CgroupFile idle) {
 Actuator::Actuator(CgroupFs& fs, StateStore& store, bool dry_run, CpuSet node_cpus, uint64_t revert_backoff_ns)
     : fs_(fs), store_(store), dry_run_(dry_run), node_cpus_(std::move(node_cpus)), backoff_ns_(revert_backoff_ns) {}
 
+Actuator::Plan Actuator::plan(CgroupBackend backend, const std::vector<Setting>& want) {
+  Plan p;
+  for (const auto& s : want) {
+    auto r = render(backend, s, node_cpus_);
+    if (!r) {
+      ActionRecord rec;
+      rec.cgroup = s.cgroup;
+      rec.file = file_for(backend, knob_of(s.value));
+      rec.outcome = ActionOutcome::Rejected;
+      rec.message = r.error().message;
+      p.refused.push_back(std::move(rec));
+      continue;
+    }
+    p.files.push_back(*r);
+    if (r->file != CgroupFile::V1CpusetCpus) continue;
+    std::vector<std::string> todo = fs_.children(Hierarchy::CpusetV1, s.cgroup);
+    for (size_t i = 0; i < todo.size() && i < 4096; i++) {
+      DesiredValue child = *r;
+      child.cgroup = todo[i];
+      p.files.push_back(std::move(child));
+      auto more = fs_.children(Hierarchy::CpusetV1, todo[i]);
+      todo.insert(todo.end(), more.begin(), more.end());
+    }
+  }
+  return p;
+}
+
+std::vector<ActionRecord> Actuator::apply_plan(const Plan& p, uint64_t now_ns) {
+  std::vector<ActionRecord> out = p.refused;
+  auto done = apply(p.files, now_ns);
+  out.insert(out.end(), std::make_move_iterator(done.begin()), std::make_move_iterator(done.end()));
+  return out;
+}
+
 std::vector<ActionRecord> Actuator::apply(const std::vector<DesiredValue>& want, uint64_t now_ns) {
   // cpuset.cpus: widen before narrowing, parents before children when
   // widening, children before parents when narrowing, so that no step asks
@@ -93,7 +127,7 @@ std::vector<ActionRecord> Actuator::apply(const std::vector<DesiredValue>& want,
     }
     auto cur = fs_.read(d.cgroup, d.file);
     auto now_set = cur ? parse_cpu_list(*cur) : Result<CpuSet>(CpuSet{});
-    auto want_set = parse_cpu_list(d.value);
+    auto want_set = d.cpus ? Result<CpuSet>(*d.cpus) : parse_cpu_list(d.value);
     bool is_widen =
         now_set && want_set &&
         (now_set->empty() || std::includes(want_set->begin(), want_set->end(), now_set->begin(), now_set->end()));
@@ -130,7 +164,8 @@ ActionRecord Actuator::apply_one(const DesiredValue& d, uint64_t now_ns, bool& d
   ActionRecord rec = apply_checked(d, now_ns, dirty);
   Key key{d.cgroup, static_cast<int>(d.file)};
   if (rec.outcome == ActionOutcome::DryRun) {
-    rec.repeat = dry_repeat(key, normalize_cgroup_value(d.file, rec.from), normalize_cgroup_value(d.file, d.value));
+    rec.repeat = dry_repeat(key, normalize_cgroup_value(d.file, rec.from),
+                            d.canonical ? d.value : normalize_cgroup_value(d.file, d.value));
   } else {
     dry_reported_.erase(key);
   }
@@ -144,7 +179,7 @@ ActionRecord Actuator::apply_checked(const DesiredValue& d, uint64_t now_ns, boo
   rec.to = d.value;
   Key key{d.cgroup, static_cast<int>(d.file)};
 
-  if (auto v = validate_cgroup_value(d.file, d.value, node_cpus_); !v) {
+  if (auto v = d.canonical ? Result<void>{} : validate_cgroup_value(d.file, d.value, node_cpus_); !v) {
     rec.outcome = ActionOutcome::Rejected;
     rec.message = v.error().message;
     return rec;
@@ -172,7 +207,7 @@ ActionRecord Actuator::apply_checked(const DesiredValue& d, uint64_t now_ns, boo
   }
   rec.from = *cur;
   std::string now_norm = normalize_cgroup_value(d.file, *cur);
-  std::string want_norm = normalize_cgroup_value(d.file, d.value);
+  std::string want_norm = d.canonical ? d.value : normalize_cgroup_value(d.file, d.value);
 
   auto bo = backoff_until_.find(key);
   if (bo != backoff_until_.end()) {
@@ -270,6 +305,12 @@ std::vector<ActionRecord> Actuator::restore_unwanted(const std::vector<DesiredVa
     if (is_idle(d.file)) want.insert({d.cgroup, static_cast<int>(weight_of_idle(d.file))});
   }
   return restore_if([&](const OriginalValue& e) { return want.count({e.cgroup, static_cast<int>(e.file)}) > 0; });
+}
+
+std::vector<ActionRecord> Actuator::restore_outside(const Plan& p) {
+  std::vector<DesiredValue> wanted = p.files;
+  for (const auto& r : p.refused) wanted.push_back({r.cgroup, r.file, r.to});
+  return restore_unwanted(wanted);
 }
 
 std::vector<ActionRecord> Actuator::restore_if(const std::function<bool(const OriginalValue&)>& keep) {

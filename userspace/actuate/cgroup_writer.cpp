@@ -1,6 +1,7 @@
 #include "khagent/actuate/cgroup_writer.h"
 #include "khagent/util/strings.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/syscall.h>
@@ -80,25 +81,52 @@ uint64_t weight_to_shares(uint64_t weight) {
   return 2 + ((weight - 1) * 262142) / 9999;
 }
 
-FileValue to_backend(CgroupBackend b, CgroupFile f, const std::string& value) {
-  if (b == CgroupBackend::V2) return {f, value};
-  switch (f) {
-    case CgroupFile::CpuMax: {
-      std::string q, p;
-      std::istringstream in(trim(value));
-      in >> q >> p;
-      if (p.empty()) p = "100000";
-      return {CgroupFile::V1CpuCfs, (q == "max" ? "-1" : q) + " " + p};
-    }
-    case CgroupFile::CpuWeight: {
-      uint64_t w = 0;
-      if (!parse_u64(trim(value), w)) return {CgroupFile::V1CpuShares, value};  // refused by validation
-      return {CgroupFile::V1CpuShares, std::to_string(weight_to_shares(w))};
-    }
-    case CgroupFile::CpuIdle: return {CgroupFile::V1CpuIdle, value};
-    case CgroupFile::CpusetCpus: return {CgroupFile::V1CpusetCpus, value};
-    default: return {f, value};
+bool kernel_has_cpu_idle(const CgroupRoots& roots, CgroupBackend b) {
+  std::error_code ec;
+  if (b == CgroupBackend::V1Hybrid) return fs::exists(roots.cpu_v1 + "/cpu.idle", ec);
+  for (const auto& c : child_cgroups(roots.unified, "/"))
+    if (fs::exists(roots.unified + c + "/cpu.weight", ec)) return fs::exists(roots.unified + c + "/cpu.idle", ec);
+  return true;
+}
+
+CgroupFile file_for(CgroupBackend b, Knob k) {
+  const bool v1 = b == CgroupBackend::V1Hybrid;
+  switch (k) {
+    case Knob::Quota: return v1 ? CgroupFile::V1CpuCfs : CgroupFile::CpuMax;
+    case Knob::Weight: return v1 ? CgroupFile::V1CpuShares : CgroupFile::CpuWeight;
+    case Knob::Idle: return v1 ? CgroupFile::V1CpuIdle : CgroupFile::CpuIdle;
+    case Knob::Cpus: return v1 ? CgroupFile::V1CpusetCpus : CgroupFile::CpusetCpus;
   }
+  return CgroupFile::CpuMax;
+}
+
+Result<DesiredValue> render(CgroupBackend b, const Setting& s, const CpuSet& node_cpus) {
+  DesiredValue out;
+  out.cgroup = s.cgroup;
+  out.file = file_for(b, knob_of(s.value));
+  out.canonical = true;
+  const std::string what = std::string(cgroup_file_name(out.file)) + " for " + s.cgroup;
+  if (const auto* q = std::get_if<CpuQuota>(&s.value)) {
+    if (q->period_us < 1000 || q->period_us > 1000000)
+      return make_error(EINVAL, what + ": period " + std::to_string(q->period_us) + " us, want 1000..1000000");
+    if (q->quota_us && *q->quota_us < 1000)
+      return make_error(EINVAL, what + ": quota " + std::to_string(*q->quota_us) + " us, want at least 1000");
+    const std::string none = b == CgroupBackend::V2 ? "max" : "-1";
+    out.value = (q->quota_us ? std::to_string(*q->quota_us) : none) + " " + std::to_string(q->period_us);
+  } else if (const auto* w = std::get_if<CpuWeight>(&s.value)) {
+    if (w->weight < 1 || w->weight > 10000)
+      return make_error(EINVAL, what + ": weight " + std::to_string(w->weight) + ", want 1..10000");
+    out.value = std::to_string(b == CgroupBackend::V2 ? w->weight : weight_to_shares(w->weight));
+  } else if (const auto* i = std::get_if<CpuIdle>(&s.value)) {
+    out.value = i->idle ? "1" : "0";
+  } else if (const auto* c = std::get_if<CpuList>(&s.value)) {
+    for (int cpu : c->cpus)
+      if (cpu < 0 || (!node_cpus.empty() && !node_cpus.count(cpu)))
+        return make_error(EINVAL, what + ": CPU " + std::to_string(cpu) + " is not online on this node");
+    out.value = format_cpu_list(c->cpus);
+    out.cpus = c->cpus;
+  }
+  return out;
 }
 
 Result<void> validate_cgroup_value(CgroupFile f, const std::string& value, const CpuSet& node_cpus) {
@@ -171,66 +199,6 @@ std::string normalize_cgroup_value(CgroupFile f, const std::string& value) {
     return c ? format_cpu_list(*c) : v;
   }
   return v;
-}
-
-bool is_clean_cgroup_path(const std::string& rel) {
-  if (rel == "/") return true;
-  if (rel.empty() || rel.front() != '/' || rel.back() == '/' || rel.size() > 4096) return false;
-  size_t start = 1;
-  while (start <= rel.size()) {
-    size_t end = rel.find('/', start);
-    if (end == std::string::npos) end = rel.size();
-    std::string part = rel.substr(start, end - start);
-    if (part.empty() || part == "." || part == ".." || part.size() > 255) return false;
-    for (char c : part)
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
-    start = end + 1;
-  }
-  return true;
-}
-
-Result<std::string> confine_cgroup_path(const std::string& mount, const std::string& configured) {
-  if (configured.empty()) return make_error(EINVAL, "empty cgroup path");
-  fs::path m = fs::path(mount).lexically_normal();
-  fs::path p(configured);
-  std::string rel;
-  for (const auto& part : p)
-    if (part == "..") return make_error(EINVAL, "cgroup path '" + configured + "' contains '..'");
-  std::string ms = m.string();
-  while (ms.size() > 1 && ms.back() == '/') ms.pop_back();
-  if (configured.rfind(ms + "/", 0) == 0 || configured == ms) {
-    rel = configured.substr(ms.size());
-  } else if (configured.front() == '/' && (configured.rfind("/sys/", 0) == 0 || configured.rfind("/proc/", 0) == 0 ||
-                                           configured.rfind("/dev/", 0) == 0)) {
-    return make_error(EINVAL, "cgroup path '" + configured + "' is outside the cgroup2 mount " + ms);
-  } else {
-    rel = configured;
-  }
-  // Drop "." components and repeated slashes: "/./a//b/" is "/a/b".
-  std::string clean;
-  for (const auto& part : fs::path(rel)) {
-    std::string s = part.string();
-    if (s.empty() || s == "/" || s == ".") continue;
-    clean += "/" + s;
-  }
-  if (clean.empty())
-    return make_error(EINVAL, "cgroup path '" + configured + "' is the root cgroup, which khagent never writes");
-  if (!is_clean_cgroup_path(clean))
-    return make_error(EINVAL, "cgroup path '" + configured + "' has an empty, over-long or non-printable component");
-  rel = clean;
-  // Symlinks: the real location must stay inside the mount.
-  std::error_code ec;
-  fs::path full = fs::path(ms + rel);
-  if (fs::exists(full, ec)) {
-    fs::path real = fs::canonical(full, ec);
-    fs::path real_mount = fs::canonical(ms, ec);
-    if (ec) return make_error(ec.value(), "cannot resolve " + full.string());
-    auto r = real.lexically_relative(real_mount);
-    if (r.empty() || *r.begin() == "..")
-      return make_error(EINVAL, "cgroup path '" + configured + "' resolves to " + real.string() +
-                                    ", outside the cgroup2 mount " + ms);
-  }
-  return rel;
 }
 
 RealCgroupFs::RealCgroupFs(CgroupRoots roots, bool use_openat2) : roots_(std::move(roots)), use_openat2_(use_openat2) {}
@@ -338,6 +306,25 @@ Result<void> RealCgroupFs::write(const std::string& cgroup, CgroupFile f, const 
     if (quota == "-1") return {};
   }
   return write_one(h, cgroup, "cpu.cfs_quota_us", quota);
+}
+
+std::vector<std::string> RealCgroupFs::children(Hierarchy h, const std::string& cgroup) {
+  std::vector<std::string> out;
+  auto fd = open_beneath(h, cgroup, O_RDONLY | O_DIRECTORY);
+  if (!fd) return out;
+  DIR* d = ::fdopendir(*fd);
+  if (!d) {
+    ::close(*fd);
+    return out;
+  }
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
+    std::string p = (cgroup == "/" ? "" : cgroup) + "/" + e->d_name;
+    if (is_clean_cgroup_path(p)) out.push_back(std::move(p));
+  }
+  ::closedir(d);  // closes fd too
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 bool RealCgroupFs::exists(const std::string& cgroup) {

@@ -5,8 +5,13 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "khagent/util/file.h"
@@ -175,6 +180,24 @@ std::vector<OriginalValue> StateStore::entries() const {
   out.reserve(values_.size());
   for (const auto& [key, value] : values_) out.push_back({key.first, static_cast<CgroupFile>(key.second), value});
   return out;
+}
+
+void load_or_set_aside(StateStore& store, bool dry_run) {
+  auto loaded = store.load();
+  for (const auto& r : store.refused()) spdlog::error("state file {}: {}", store.path(), r);
+  if (loaded) {
+    spdlog::info("{}", store.note());
+  } else if (dry_run) {
+    spdlog::error("{}; dry run: leaving it as it is", loaded.error().str());
+  } else {
+    std::string aside = store.path() + ".corrupt-" + std::to_string(time(nullptr));
+    spdlog::error(
+        "{}; moved to {} and starting a new state file (originals recorded there may "
+        "include values khagent wrote before)",
+        loaded.error().str(), aside);
+    if (::rename(store.path().c_str(), aside.c_str()) != 0)
+      spdlog::error("cannot move {} aside: {}", store.path(), std::strerror(errno));
+  }
 }
 
 }  // namespace khagent

@@ -186,7 +186,7 @@ std::vector<DoctorCheck> doctor_checks(const DoctorEnv& env, const BpfProbe& bpf
       else add(missing, name, "not in " + m.cgroup2 + "/cgroup.controllers (" + why + ")");
     };
     {
-      CgroupRoots roots{m.cgroup2, m.cpu_v1, m.cpuset_v1};
+      CgroupRoots roots = roots_of(m);
       auto b = choose_backend(roots, controllers);
       if (b) add(L::Ok, "cgroup backend", std::string(backend_name(*b)));
       else add(L::Fail, "cgroup backend", b.error().message);

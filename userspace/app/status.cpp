@@ -283,7 +283,7 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
   }
   if (!cgroup2.empty()) {
     RealCgroupFs cgfs(roots);
-    const CgroupFile quota_file = to_backend(backend, CgroupFile::CpuMax, "max").file;
+    const CgroupFile quota_file = file_for(backend, Knob::Quota);
     for (const auto& t : offline_targets(cfg, cgroup2, r.entries)) {
       StatusTarget st{t, std::nullopt, "", std::nullopt};
       if (auto v = cgfs.read(t, quota_file)) {

@@ -18,10 +18,8 @@
 #include <spdlog/spdlog.h>
 
 #include "khagent/app/agent.h"
-#include "khagent/collect/bpf_maps.h"
-#include "khagent/collect/cgroupfs.h"
+#include "khagent/app/bootstrap.h"
 #include "khagent/collect/collector.h"
-#include "khagent/collect/cpustat.h"
 #include "khagent/collect/topology.h"
 #include "khagent/loader/runq_loader.h"
 #include "khagent/util/clock.h"
@@ -171,35 +169,17 @@ int run_top(const CliOptions& o) {
   }
   // Setup chatter would only scroll by before the screen appears.
   if (spdlog::get_level() == spdlog::level::info) spdlog::set_level(spdlog::level::warn);
-  if (auto r = preflight(); !r) {
-    spdlog::error("{}", r.error().str());
-    return 2;
-  }
-  auto mounts = find_mounts();
-  if (!mounts) {
-    spdlog::error("{}", mounts.error().str());
-    return 2;
-  }
+  Mounts mounts;
+  if (auto rc = checked_mounts(mounts)) return *rc;
   auto topo = read_topology();
   size_t cpus = topo ? topo->cpus.size() : static_cast<size_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
 
   // top is a viewer: it never pins, so it cannot replace a running agent's pins.
   LoaderOptions lo = o.loader;
   lo.pin = false;
-  lo.cpu_controller_on_v1 = !mounts->cpu_v1.empty();
-  auto bpf = RunqBpf::open_and_load(lo);
-  if (!bpf) {
-    spdlog::error("{}", bpf.error().str());
-    return 1;
-  }
-  CgroupIndex index(mounts->cgroup2);
-  if (auto n = index.rescan(); !n) {
-    spdlog::error("{}", n.error().str());
-    return 1;
-  }
-  BpfMapSource maps((*bpf)->map_fds(true));
-  CpuStatThrottleReader cpu_stat(mounts->cgroup2, mounts->cpu_v1);
-  Collector collector(maps, index, &cpu_stat, (*bpf)->throttle_source());
+  Measuring meas;
+  if (auto rc = start_measuring(mounts, lo, true, meas)) return *rc;
+  Collector& collector = *meas.collector;
   Classifier classifier(cfg->classes, cfg->offline.yarn_hierarchy);
   if (auto first = collector.tick(); !first) {
     spdlog::error("{}", first.error().str());
@@ -208,7 +188,7 @@ int run_top(const CliOptions& o) {
 
   TopModel model;
   model.node_cpus = cpus;
-  model.throttle_source = throttle_source_name((*bpf)->throttle_source());
+  model.throttle_source = throttle_source_name(meas.bpf->throttle_source());
   model.online_only = o.online_only;
   std::string failure;
   {

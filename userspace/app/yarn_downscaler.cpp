@@ -365,7 +365,7 @@ void YarnDownscaler::reclaim(const YarnOffer& o, bool fresh) {
   // With reclaimer "rm" the RM kills (it got overCommitTimeout): khagent
   // ranks and reports victims but kills none, not even in an emergency, so
   // that no container is killed by both.
-  const bool rm_reclaims = cfg_.reclaimer == "rm";
+  const bool rm_reclaims = cfg_.reclaimer == Reclaimer::Rm;
   YarnConfig rc = cfg_;
   if (rm_reclaims) {
     rc.reclaim = false;

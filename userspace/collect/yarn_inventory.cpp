@@ -14,7 +14,7 @@ namespace khagent {
 HttpClientOptions yarn_client_options(const YarnConfig& c, std::vector<std::string> urls) {
   HttpClientOptions o;
   o.base_urls = std::move(urls);
-  o.auth = c.auth == "kerberos" ? HttpAuth::Kerberos : c.auth == "simple" ? HttpAuth::Simple : HttpAuth::None;
+  o.auth = c.auth;
   o.user = c.user;
   o.ca_file = c.ca_file;
   o.insecure_skip_verify = c.insecure_skip_verify;

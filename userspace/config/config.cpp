@@ -2,7 +2,25 @@
 
 namespace khagent {
 
-const char* lever_name(Lever l) { return l == Lever::Cpuset ? "cpuset" : "quota"; }
+const char* vcore_rounding_name(VcoreRounding r) {
+  switch (r) {
+    case VcoreRounding::Down: return "down";
+    case VcoreRounding::Nearest: return "nearest";
+    case VcoreRounding::Up: return "up";
+  }
+  return "down";
+}
+
+const char* reclaimer_name(Reclaimer r) { return r == Reclaimer::Rm ? "rm" : "khagent"; }
+
+const char* http_auth_name(HttpAuth a) {
+  switch (a) {
+    case HttpAuth::None: return "none";
+    case HttpAuth::Simple: return "simple";
+    case HttpAuth::Kerberos: return "kerberos";
+  }
+  return "simple";
+}
 
 Config default_config() {
   Config c;

@@ -72,7 +72,7 @@ std::string config_to_yaml(const Config& c) {
 
   key("cpuset") << YAML::BeginMap;
   key("enabled") << c.cpuset.enabled;
-  key("reserved_cpus") << c.cpuset.reserved_cpus;
+  key("reserved_cpus") << format_cpu_list(c.cpuset.reserved_cpus);
   key("cpu_manager_state") << c.cpuset.cpu_manager_state;
   key("throttle") << c.cpuset.throttle;
   out << YAML::EndMap;
@@ -116,7 +116,7 @@ std::string config_to_yaml(const Config& c) {
   key("rm_urls") << YAML::Flow << y.rm_urls;
   key("node_id") << y.node_id;
   key("nm_url") << y.nm_url;
-  key("auth") << y.auth;
+  key("auth") << http_auth_name(y.auth);
   key("user") << y.user;
   key("ca_file") << y.ca_file;
   key("insecure_skip_verify") << y.insecure_skip_verify;
@@ -126,7 +126,7 @@ std::string config_to_yaml(const Config& c) {
   key("retry_backoff") << format_duration_ns(y.retry_backoff_ms * kNsPerMs);
   key("refresh_interval") << format_duration_ns(y.refresh_interval_ns);
   key("vcores_per_core") << format_double(y.vcores_per_core);
-  key("rounding") << y.rounding;
+  key("rounding") << vcore_rounding_name(y.rounding);
   key("reserve_vcores") << y.reserve_vcores;
   key("min_vcores") << y.min_vcores;
   key("memory_mb") << y.memory_mb;
@@ -140,7 +140,7 @@ std::string config_to_yaml(const Config& c) {
     key("over_commit_timeout") << format_duration_ns(static_cast<uint64_t>(y.over_commit_timeout_ms) * kNsPerMs);
   }
   key("resize_with_other_resources") << y.resize_with_other_resources;
-  key("reclaimer") << y.reclaimer;
+  key("reclaimer") << reclaimer_name(y.reclaimer);
   key("reclaim") << y.reclaim;
   key("reclaim_grace") << format_duration_ns(y.reclaim_grace_ns);
   key("queue_priority") << YAML::BeginMap;

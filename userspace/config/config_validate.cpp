@@ -113,10 +113,6 @@ Result<void> validate_config(const Config& c) {
                "must be between 1ms and 1s (kernel limits), got " + format_duration_us(b.cpu_max_period_us));
   }
 
-  if (auto cpus = parse_cpu_list(c.cpuset.reserved_cpus); !cpus.ok()) {
-    return bad("cpuset.reserved_cpus", "not a cpu list: " + cpus.error().message);
-  }
-
   for (size_t i = 0; i < c.offline.targets.size(); i++) {
     if (auto err = check_cgroup_path(c.offline.targets[i]); !err.empty()) {
       return bad("offline.targets[" + std::to_string(i) + "]", "\"" + c.offline.targets[i] + "\" " + err);
@@ -180,7 +176,7 @@ Result<void> validate_config(const Config& c) {
   if (!y.node_id.empty() && y.node_id.find(':') == std::string::npos) {
     return bad("yarn.node_id", "\"" + y.node_id + "\" is not a NodeManager id host:port");
   }
-  if (y.auth == "simple" && y.user.empty()) {
+  if (y.auth == HttpAuth::Simple && y.user.empty()) {
     return bad("yarn.user", "must be set for simple auth (it is sent as user.name)");
   }
   if (!(y.vcores_per_core > 0)) {
@@ -192,7 +188,7 @@ Result<void> validate_config(const Config& c) {
   if (y.retries > 10) return bad("yarn.retries", "must be at most 10, got " + std::to_string(y.retries));
   if (y.retry_backoff_ms > 60'000) return bad("yarn.retry_backoff", "must be at most 1m");
   if (y.request_timeout_ms > 300'000) return bad("yarn.request_timeout", "must be at most 5m");
-  if (y.reclaimer == "rm" && y.over_commit_timeout_ms < 0) {
+  if (y.reclaimer == Reclaimer::Rm && y.over_commit_timeout_ms < 0) {
     return bad("yarn.over_commit_timeout", "is never while yarn.reclaimer is rm: nothing would be reclaimed");
   }
   if (y.over_commit_timeout_ms > 2'147'483'647) {

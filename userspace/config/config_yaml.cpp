@@ -228,6 +228,29 @@ class Loader {
   Field text(const char* key, std::string& dst) const {
     return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = string(n, at); }};
   }
+  // One of a few names, each naming a value of E.
+  template <typename E>
+  Field choice(const char* key, E& dst, std::vector<E> values, const char* (*name)(E)) const {
+    return {key, [this, &dst, values = std::move(values), name, key](const YAML::Node& n, const Where& at) {
+              const std::string s = string(n, at);
+              std::string known;
+              for (E e : values) {
+                if (s == name(e)) {
+                  dst = e;
+                  return;
+                }
+                known += (known.empty() ? "" : ", ") + std::string(name(e));
+              }
+              fail(at, std::string("unknown ") + key + " " + describe(n) + " (known: " + known + ")");
+            }};
+  }
+  Field cpus(const char* key, CpuSet& dst) const {
+    return {key, [this, &dst](const YAML::Node& n, const Where& at) {
+              auto c = parse_cpu_list(string(n, at));
+              if (!c) fail(at, "not a cpu list: " + c.error().message);
+              dst = std::move(*c);
+            }};
+  }
   Field ns(const char* key, uint64_t& dst) const {
     return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = duration_ns(n, at); }};
   }
@@ -302,12 +325,12 @@ class Loader {
     for (size_t i = 0; i < v.size(); i++) {
       const Where here = w.item(i, mark_of(v[i], w.mark));
       const std::string name = string(v[i], here);
-      Lever lv = Lever::Cpuset;
-      if (name == "quota") lv = Lever::Quota;
-      else if (name != "cpuset")
-        fail(here, "unknown lever \"" + name + "\" (known: cpuset, quota; cpu.idle is offline.idle)");
-      if (std::find(out.begin(), out.end(), lv) != out.end()) fail(here, "lever \"" + name + "\" listed twice");
-      out.push_back(lv);
+      auto lv = lever_from_name(name);
+      if (!lv || !lever_is_rung(*lv))
+        fail(here, "unknown lever \"" + name +
+                       "\" (known: cpuset, quota; cpu.idle is offline.idle, the weight offline.weight)");
+      if (std::find(out.begin(), out.end(), *lv) != out.end()) fail(here, "lever \"" + name + "\" listed twice");
+      out.push_back(*lv);
     }
   }
 
@@ -317,13 +340,7 @@ class Loader {
              strings("rm_urls", y.rm_urls),
              text("node_id", y.node_id),
              text("nm_url", y.nm_url),
-             {"auth",
-              [&](const YAML::Node& v, const Where& w) {
-                y.auth = string(v, w);
-                if (y.auth != "none" && y.auth != "simple" && y.auth != "kerberos") {
-                  fail(w, "unknown auth " + describe(v) + " (known: none, simple, kerberos)");
-                }
-              }},
+             choice("auth", y.auth, {HttpAuth::None, HttpAuth::Simple, HttpAuth::Kerberos}, http_auth_name),
              text("user", y.user),
              text("ca_file", y.ca_file),
              flag("insecure_skip_verify", y.insecure_skip_verify),
@@ -336,13 +353,8 @@ class Loader {
               [&](const YAML::Node& v, const Where& w) { y.retry_backoff_ms = duration_ns(v, w) / kNsPerMs; }},
              ns("refresh_interval", y.refresh_interval_ns),
              num("vcores_per_core", y.vcores_per_core),
-             {"rounding",
-              [&](const YAML::Node& v, const Where& w) {
-                y.rounding = string(v, w);
-                if (y.rounding != "down" && y.rounding != "nearest" && y.rounding != "up") {
-                  fail(w, "unknown rounding " + describe(v) + " (known: down, nearest, up)");
-                }
-              }},
+             choice("rounding", y.rounding, {VcoreRounding::Down, VcoreRounding::Nearest, VcoreRounding::Up},
+                    vcore_rounding_name),
              whole("reserve_vcores", y.reserve_vcores),
              whole("min_vcores", y.min_vcores),
              whole("memory_mb", y.memory_mb),
@@ -362,13 +374,7 @@ class Loader {
                 y.over_commit_timeout_ms = static_cast<int64_t>(ns / kNsPerMs);
               }},
              flag("resize_with_other_resources", y.resize_with_other_resources),
-             {"reclaimer",
-              [&](const YAML::Node& v, const Where& w) {
-                y.reclaimer = string(v, w);
-                if (y.reclaimer != "khagent" && y.reclaimer != "rm") {
-                  fail(w, "unknown reclaimer " + describe(v) + " (known: khagent, rm)");
-                }
-              }},
+             choice("reclaimer", y.reclaimer, {Reclaimer::Khagent, Reclaimer::Rm}, reclaimer_name),
              flag("reclaim", y.reclaim),
              ns("reclaim_grace", y.reclaim_grace_ns),
              {"queue_priority",
@@ -422,7 +428,7 @@ class Loader {
          [this, &c](const YAML::Node& n, const Where& at) {
            auto& s = c.cpuset;
            section(n, at,
-                   {flag("enabled", s.enabled), text("reserved_cpus", s.reserved_cpus),
+                   {flag("enabled", s.enabled), cpus("reserved_cpus", s.reserved_cpus),
                     text("cpu_manager_state", s.cpu_manager_state), flag("throttle", s.throttle)});
          }},
         {"offline",

@@ -169,11 +169,10 @@ Decision controller_step(const ControllerInput& in, const Config& cfg, Controlle
   return d;
 }
 
-std::string budget_to_cpu_max(double budget_cores, double node_cpus, uint64_t period_us) {
-  if (budget_cores >= node_cpus) return fmt::format("max {}", period_us);
-  auto quota = static_cast<uint64_t>(std::llround(budget_cores * static_cast<double>(period_us)));
-  quota = std::max<uint64_t>(quota, 1000);  // the kernel's minimum quota is 1 ms
-  return fmt::format("{} {}", quota, period_us);
+CpuQuota budget_to_quota(double budget_cores, double node_cpus, uint64_t period_us) {
+  if (budget_cores >= node_cpus) return {std::nullopt, period_us};
+  auto quota = static_cast<uint64_t>(std::llround(std::max(budget_cores, 0.0) * static_cast<double>(period_us)));
+  return {std::max<uint64_t>(quota, 1000), period_us};  // the kernel's minimum quota is 1 ms
 }
 
 }  // namespace khagent

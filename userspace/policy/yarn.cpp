@@ -54,15 +54,15 @@ int64_t memory_for(int64_t vcores, const YarnResource& configured, const YarnCon
   return configured.memory_mb;
 }
 
-int64_t round_vcores(double raw, const std::string& rounding) {
+int64_t round_vcores(double raw, VcoreRounding rounding) {
   if (!(raw >= 0)) raw = 0;  // negative or NaN
   raw = std::min(raw, kMaxRawVcores);
   double r;
-  if (rounding == "up") {
+  if (rounding == VcoreRounding::Up) {
     r = std::ceil(raw - kRoundingSlack);
-  } else if (rounding == "nearest") {
+  } else if (rounding == VcoreRounding::Nearest) {
     r = static_cast<double>(std::llround(raw));
-  } else {  // "down", and anything the config loader would have rejected
+  } else {
     r = std::floor(raw + kRoundingSlack);
   }
   return static_cast<int64_t>(std::max(r, 0.0));

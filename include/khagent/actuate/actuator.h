@@ -37,6 +37,20 @@ class Actuator {
   Actuator(CgroupFs& fs, StateStore& store, bool dry_run, CpuSet node_cpus,
            uint64_t revert_backoff_ns = 60'000'000'000ULL);
 
+  // The typed values of one step turned into files for the backend
+  // (render): one file per value, and on a hybrid host a cpuset goes on
+  // every descendant in the v1 cpuset hierarchy too, because v1 refuses to
+  // narrow a cpuset below a child's CPUs (EBUSY) and the kubelet's and the
+  // runtimes' children copy their parent's. A value the kernel would refuse
+  // becomes a Rejected record and is not written.
+  struct Plan {
+    std::vector<DesiredValue> files;
+    std::vector<ActionRecord> refused;
+  };
+  Plan plan(CgroupBackend backend, const std::vector<Setting>& want);
+  // The refused records, then apply(files).
+  std::vector<ActionRecord> apply_plan(const Plan& p, uint64_t now_ns);
+
   // Applies every desired value; returns one record per value (Unchanged
   // included). Originals are saved to the state file before the first write
   // to each file; if they cannot be saved, nothing is written to that file.
@@ -51,6 +65,9 @@ class Actuator {
   // Restores (and forgets) every original whose file is not wanted any
   // more: a lever released, a cgroup no longer a target.
   std::vector<ActionRecord> restore_unwanted(const std::vector<DesiredValue>& wanted);
+  // The same for a step's plan: its refused values count as wanted (their
+  // originals stay until the value is no longer wanted).
+  std::vector<ActionRecord> restore_outside(const Plan& p);
 
  private:
   using Key = std::pair<std::string, int>;

@@ -12,7 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "khagent/collect/cgroupfs.h"
 #include "khagent/model/cgroup_file.h"
+#include "khagent/model/cgroup_value.h"
+#include "khagent/util/cgroup_path.h"
 #include "khagent/util/cpuset.h"
 #include "khagent/util/result.h"
 
@@ -34,6 +37,9 @@ struct CgroupRoots {
   }
 };
 
+// The hierarchies of a node's mounts.
+inline CgroupRoots roots_of(const Mounts& m) { return {m.cgroup2, m.cpu_v1, m.cpuset_v1}; }
+
 // Chooses the backend: V2 when the cgroup2 root offers the cpu controller
 // (`controllers` is its cgroup.controllers), else V1Hybrid when a v1 cpu
 // hierarchy is mounted, else an error that says why (ENOTSUP).
@@ -41,14 +47,22 @@ Result<CgroupBackend> choose_backend(const CgroupRoots& roots, const std::string
 // choose_backend() with the cgroup2 root's own cgroup.controllers.
 Result<CgroupBackend> detect_backend(const CgroupRoots& roots);
 
-// The v2 value of a file turned into the backend's own file and value
-// (cpu.max "max 100000" -> v1 cfs "-1 100000"; cpu.weight w -> cpu.shares
-// by the kubelet's conversion; cpu.idle and cpuset.cpus keep their values).
-struct FileValue {
-  CgroupFile file = CgroupFile::CpuMax;
-  std::string value;
-};
-FileValue to_backend(CgroupBackend b, CgroupFile v2_file, const std::string& v2_value);
+// Whether the kernel has cpu.idle (cgroup SCHED_IDLE, 5.15+): the v1 cpu
+// root has the file; in v2 the root has no cpu files, so a child with the
+// cpu controller is looked at (none yet: assumed, a failed write says otherwise).
+bool kernel_has_cpu_idle(const CgroupRoots& roots, CgroupBackend b);
+
+// The backend's file for a knob (cpu.max on v2, the v1 cfs pair on a
+// hybrid host, ...).
+CgroupFile file_for(CgroupBackend b, Knob k);
+// The one place a typed value becomes the text of a cgroup file, for the
+// backend: cpu.max "QUOTA PERIOD" or "max PERIOD" (v1: "-1 PERIOD"),
+// cpu.weight (v1: cpu.shares by the kubelet's conversion), cpu.idle 0|1, a
+// cpu list. The text is what the kernel prints back (normalize_cgroup_value
+// leaves it as it is). Values the kernel would refuse are EINVAL errors: a
+// quota under 1000 us, a period outside [1000, 1000000] us, a weight
+// outside 1..10000, CPUs not in `node_cpus` (when it is not empty).
+Result<DesiredValue> render(CgroupBackend b, const Setting& s, const CpuSet& node_cpus);
 uint64_t weight_to_shares(uint64_t weight);
 uint64_t shares_to_weight(uint64_t shares);
 
@@ -59,17 +73,6 @@ uint64_t shares_to_weight(uint64_t shares);
 // within `node_cpus` (or any well-formed list when node_cpus is empty).
 Result<void> validate_cgroup_value(CgroupFile f, const std::string& value, const CpuSet& node_cpus);
 
-// A cgroup path as khagent keeps it: "/" or "/a/b", every component a plain
-// name (no "", ".", "..", no control characters, at most 255 bytes each).
-bool is_clean_cgroup_path(const std::string& rel);
-
-// Turns a configured cgroup path into one relative to the cgroup2 mount
-// ("/a/b"). Accepted: "/a/b" or "a/b" (relative to the mount) and an absolute
-// path inside the mount. Rejected with a clear error: ".." components, the
-// root cgroup itself, an absolute path elsewhere, and (when the cgroup
-// exists) a path whose real location, after symlinks, is outside the mount.
-Result<std::string> confine_cgroup_path(const std::string& mount, const std::string& configured);
-
 // The cgroup files khagent reads and writes.
 class CgroupFs {
  public:
@@ -78,6 +81,9 @@ class CgroupFs {
   virtual Result<std::string> read(const std::string& cgroup, CgroupFile f) = 0;
   virtual Result<void> write(const std::string& cgroup, CgroupFile f, const std::string& value) = 0;
   virtual bool exists(const std::string& cgroup) = 0;
+  // The child cgroups of `cgroup` in hierarchy `h`, as cgroup paths, sorted
+  // (empty when it has none or is gone). Fakes without a tree have none.
+  virtual std::vector<std::string> children(Hierarchy /*h*/, const std::string& /*cgroup*/) { return {}; }
 };
 
 // The real files. Every path is opened beneath the hierarchy's root with
@@ -97,6 +103,7 @@ class RealCgroupFs : public CgroupFs {
   Result<std::string> read(const std::string& cgroup, CgroupFile f) override;
   Result<void> write(const std::string& cgroup, CgroupFile f, const std::string& value) override;
   bool exists(const std::string& cgroup) override;
+  std::vector<std::string> children(Hierarchy h, const std::string& cgroup) override;
   const std::string& root() const { return roots_.unified; }
   const CgroupRoots& roots() const { return roots_; }
 

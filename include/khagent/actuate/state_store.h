@@ -63,4 +63,10 @@ class StateStore {
   std::map<std::pair<std::string, int>, std::string> values_;
 };
 
+// Loads the agent's state file, logging what it found. When both
+// generations are damaged the file is moved aside (NAME.corrupt-TIME) for
+// an operator and a new record starts, the values now in place taken as
+// the originals; a dry run writes nothing and leaves it as it is.
+void load_or_set_aside(StateStore& store, bool dry_run);
+
 }  // namespace khagent

@@ -1,4 +1,6 @@
-// `khagent run`, `khagent restore` and `khagent config check`.
+// The commands' entry points: `khagent run` (agent.cpp), `observe`,
+// `restore` and `config check` (commands.cpp), and the configuration every
+// command loads.
 #pragma once
 
 #include <csignal>
@@ -19,6 +21,7 @@ NodeIdentity node_identity(const CliOptions& o);
 Result<Config> effective_config(const CliOptions& o);
 
 int run_agent(const CliOptions& o);
+int run_observe(const CliOptions& o);
 int run_restore(const CliOptions& o);
 int run_config_check(const CliOptions& o);
 

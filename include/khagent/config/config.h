@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "khagent/model/cgroup_class.h"
+#include "khagent/model/lever.h"
+#include "khagent/util/cpuset.h"
+#include "khagent/util/http_client.h"
 #include "khagent/util/result.h"
 
 namespace khagent {
@@ -55,7 +58,7 @@ struct BudgetConfig {
 
 struct CpusetConfig {
   bool enabled = false;
-  std::string reserved_cpus;  // never given to offline (cpu list, e.g. "0-1")
+  CpuSet reserved_cpus;  // never given to offline (written as a cpu list, e.g. "0-1")
   std::string cpu_manager_state = "/var/lib/kubelet/cpu_manager_state";
   // false: offline gets ceil(budget) CPUs of its own and no quota inside
   // them (cpu.max "max"); the quota is used only when no core can be spared.
@@ -75,12 +78,10 @@ struct OfflineConfig {
   uint32_t weight = 0;  // cpu.weight on offline targets khagent owns; 0 = leave
 };
 
-// Levers above cpu.idle, climbed in order while an online pod stays in
-// breach; each step is checked against the online waits behind offline in
-// the window before it, and undone when it did not cut them enough.
-enum class Lever { Cpuset, Quota };
-const char* lever_name(Lever l);
-
+// Levers above cpu.idle (the rungs of model/lever.h), climbed in order
+// while an online pod stays in breach; each step is checked against the
+// online waits behind offline in the window before it, and undone when it
+// did not cut them enough.
 struct LadderConfig {
   std::vector<Lever> rungs = {Lever::Cpuset, Lever::Quota};
   std::vector<Lever> always;                   // in force from the start, whatever the ladder says
@@ -100,6 +101,14 @@ struct FastPathConfig {
   uint64_t scan_interval_ns = 1'000'000'000;
 };
 
+// How vcores = budget_cores * vcores_per_core is made whole.
+enum class VcoreRounding { Down, Nearest, Up };
+// Who kills running containers beyond a shrunk node's capacity (docs/yarn.md).
+enum class Reclaimer { Khagent, Rm };
+const char* vcore_rounding_name(VcoreRounding r);
+const char* reclaimer_name(Reclaimer r);
+const char* http_auth_name(HttpAuth a);
+
 // The YARN capacity downscaler (docs/yarn.md): keeps the NodeManager's
 // advertised resources equal to the offline CPU budget and reclaims running
 // containers when the node shrinks.
@@ -108,11 +117,11 @@ struct YarnConfig {
   // ResourceManager web addresses, e.g. http://rm1:8088; several for HA (the
   // active one is followed; a standby's redirect or error moves to the next).
   std::vector<std::string> rm_urls;
-  std::string node_id;           // NodeManager id host:port; "" = find by this host's name
-  std::string nm_url;            // NodeManager web address; "" = the node's nodeHTTPAddress
-  std::string auth = "simple";   // none | simple (user.name=) | kerberos (SPNEGO)
-  std::string user = "khagent";  // user.name for simple auth
-  std::string ca_file;           // PEM bundle for https; "" = the system CAs
+  std::string node_id;               // NodeManager id host:port; "" = find by this host's name
+  std::string nm_url;                // NodeManager web address; "" = the node's nodeHTTPAddress
+  HttpAuth auth = HttpAuth::Simple;  // none | simple (user.name=) | kerberos (SPNEGO)
+  std::string user = "khagent";      // user.name for simple auth
+  std::string ca_file;               // PEM bundle for https; "" = the system CAs
   bool insecure_skip_verify = false;
   uint64_t request_timeout_ms = 5000;
   uint64_t connect_timeout_ms = 2000;
@@ -123,7 +132,7 @@ struct YarnConfig {
   // Capacity: vcores = round(budget_cores * vcores_per_core) - reserve_vcores,
   // clamped to [min_vcores, the NodeManager's configured vcores].
   double vcores_per_core = 1.0;
-  std::string rounding = "down";  // down | nearest | up
+  VcoreRounding rounding = VcoreRounding::Down;
   int64_t reserve_vcores = 0;
   int64_t min_vcores = 1;
   // Memory: 0 = advertise the NodeManager's configured memory; > 0 = this many MB
@@ -147,7 +156,7 @@ struct YarnConfig {
   // never kills for the update) and kills its own ranked victims after
   // reclaim_grace; "rm" posts over_commit_timeout and leaves the killing to
   // the RM (Hadoop 3.3 and later; older RMs then reclaim nothing).
-  std::string reclaimer = "khagent";  // khagent | rm
+  Reclaimer reclaimer = Reclaimer::Khagent;
   bool reclaim = true;
   uint64_t reclaim_grace_ns = 180'000'000'000;  // wait this long before killing locally
   std::map<std::string, int> queue_priority;    // queue -> priority; higher is kept longer; default 0
@@ -157,7 +166,7 @@ struct YarnConfig {
 
 // The overCommitTimeout to post: -1 when khagent reclaims, else the RM's grace.
 inline int64_t yarn_posted_over_commit_timeout(const YarnConfig& y) {
-  return y.reclaimer == "rm" ? y.over_commit_timeout_ms : -1;
+  return y.reclaimer == Reclaimer::Rm ? y.over_commit_timeout_ms : -1;
 }
 
 struct Config {

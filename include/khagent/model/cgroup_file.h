@@ -6,7 +6,10 @@
 #include <array>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "khagent/util/cpuset.h"
 
 namespace khagent {
 
@@ -30,10 +33,18 @@ Hierarchy hierarchy_of(CgroupFile f);
 // The kernel files behind one CgroupFile, in its hierarchy.
 std::vector<std::string> kernel_files(CgroupFile f);
 
+// One file's text to write. The actuator renders typed values into these
+// (actuate/cgroup_writer.h: render), already valid and in the kernel's own
+// form (`canonical`), a cpuset keeping its CPUs so that nothing parses the
+// text back; tests and the restore path build them from text.
 struct DesiredValue {
+  DesiredValue() = default;
+  DesiredValue(std::string cg, CgroupFile f, std::string v) : cgroup(std::move(cg)), file(f), value(std::move(v)) {}
   std::string cgroup;  // relative to the cgroup2 mount
   CgroupFile file = CgroupFile::CpuMax;
   std::string value;
+  bool canonical = false;      // rendered: checked, and as the kernel prints it
+  std::optional<CpuSet> cpus;  // rendered cpuset files: the CPUs of `value`
 };
 
 }  // namespace khagent

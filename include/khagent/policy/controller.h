@@ -8,19 +8,10 @@
 #include <vector>
 
 #include "khagent/config/config.h"
+#include "khagent/model/cgroup_value.h"
+#include "khagent/signals/online_load.h"
 
 namespace khagent {
-
-// What the controller needs to know about one online pod this tick.
-struct OnlinePodLoad {
-  std::string uid;
-  std::string path;
-  uint64_t waits = 0;
-  uint64_t wait_ns = 0;
-  uint64_t throttled_wait_ns = 0;  // wait because its own quota throttled it
-  uint64_t offline_wait_ns = 0;    // wait while offline cgroups held the CPU
-  double wait_p99_us = 0;
-};
 
 // A single over-threshold wait reported by the kernel (fast path).
 struct FastEvent {
@@ -79,8 +70,8 @@ struct Decision {
 // One step. `state` is updated in place (it is the controller's memory).
 Decision controller_step(const ControllerInput& in, const Config& cfg, ControllerState& state);
 
-// The budget as a cpu.max value: "<quota> <period>" (quota >= 1000 us), or
-// "max <period>" when the budget covers the whole node.
-std::string budget_to_cpu_max(double budget_cores, double node_cpus, uint64_t period_us);
+// The budget as a CPU quota per period (at least 1000 us, the kernel's
+// minimum), or no limit when the budget covers the whole node.
+CpuQuota budget_to_quota(double budget_cores, double node_cpus, uint64_t period_us);
 
 }  // namespace khagent

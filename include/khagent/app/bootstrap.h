@@ -1,0 +1,38 @@
+// The start-up every measuring command shares (run, observe, top): the
+// checks that the machine can run khagent, its cgroup mounts, the BPF
+// programs loaded and a collector over their maps. A failure is logged
+// once and carries the command's exit code.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "khagent/collect/bpf_maps.h"
+#include "khagent/collect/cgroupfs.h"
+#include "khagent/collect/collector.h"
+#include "khagent/collect/cpustat.h"
+#include "khagent/loader/runq_loader.h"
+
+namespace khagent {
+
+// Each step returns the exit code of its failure, already logged (2: the
+// machine or the options cannot run khagent; 1: it failed), or nothing.
+
+// preflight() and find_mounts().
+std::optional<int> checked_mounts(Mounts& out);
+
+struct Measuring {
+  std::unique_ptr<RunqBpf> bpf;
+  std::unique_ptr<BpfMapSource> maps;
+  std::unique_ptr<CgroupIndex> index;
+  std::unique_ptr<CpuStatThrottleReader> cpu_stat;
+  std::unique_ptr<Collector> collector;
+};
+
+// Loads the BPF programs with `lo` (the cpu controller's hierarchy taken
+// from `m`) and builds the collector over their maps. `rescan`: walk the
+// cgroup tree now (viewers; the agent resolves ids as they come).
+std::optional<int> start_measuring(const Mounts& m, LoaderOptions lo, bool rescan, Measuring& out);
+
+}  // namespace khagent

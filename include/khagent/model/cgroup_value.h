@@ -1,0 +1,51 @@
+// The values khagent sets on cgroups, typed. The policy decides them as
+// numbers and CPU sets; only the actuator turns one into the text of a
+// cgroup file, v2 or v1 (actuate/cgroup_writer.h: render).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "khagent/util/cpuset.h"
+
+namespace khagent {
+
+// cpu.max (v2), cpu.cfs_quota_us + cpu.cfs_period_us (v1).
+struct CpuQuota {
+  std::optional<uint64_t> quota_us;  // none: no limit ("max", -1 on v1)
+  uint64_t period_us = 100000;
+  bool operator==(const CpuQuota&) const = default;
+};
+// cpu.weight on the v2 scale 1..10000 (cpu.shares on v1, by the kubelet's conversion).
+struct CpuWeight {
+  uint64_t weight = 100;
+  bool operator==(const CpuWeight&) const = default;
+};
+// cpu.idle: the group's tasks run as SCHED_IDLE against its siblings (5.15+).
+struct CpuIdle {
+  bool idle = true;
+  bool operator==(const CpuIdle&) const = default;
+};
+// cpuset.cpus; empty: the parent's CPUs.
+struct CpuList {
+  CpuSet cpus;
+  bool operator==(const CpuList&) const = default;
+};
+
+// The knobs, in the order of KnobValue's alternatives.
+enum class Knob { Quota, Weight, Idle, Cpus };
+using KnobValue = std::variant<CpuQuota, CpuWeight, CpuIdle, CpuList>;
+inline Knob knob_of(const KnobValue& v) { return static_cast<Knob>(v.index()); }
+// The v2 file name of a knob, for logs: "cpu.max", "cpu.weight", "cpu.idle", "cpuset.cpus".
+const char* knob_name(Knob k);
+
+// One value wanted on one cgroup.
+struct Setting {
+  std::string cgroup;  // relative to the cgroup2 mount
+  KnobValue value;
+  bool operator==(const Setting&) const = default;
+};
+
+}  // namespace khagent

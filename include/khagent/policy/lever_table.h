@@ -1,0 +1,77 @@
+// The lever table: one entry per lever (model/lever.h) saying what it
+// writes as a typed value, on which offline targets, when it is in force,
+// where the kernel has it and how it is undone. offline_writes(), the
+// ladder, the agent's logs and the metrics read it; adding a lever is one
+// entry here, its tests, and (for a rung) its name in model/lever.h.
+// Pure functions of plain data, no files.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "khagent/config/config.h"
+#include "khagent/model/cgroup_value.h"
+#include "khagent/policy/ladder.h"
+#include "khagent/policy/targets.h"
+
+namespace khagent {
+
+// What the agent knows this step, for every lever.
+struct LeverInput {
+  std::vector<OfflineTarget> targets;
+  bool idle_supported = true;          // the kernel has cpu.idle (5.15+)
+  bool cpuset = false;                 // the cpuset rung (or cpuset.enabled) is in force
+  bool quota = false;                  // the quota rung is in force
+  std::optional<CpuSet> offline_cpus;  // the cpuset partition; none: none could be made
+  double budget_cores = 0;
+  double node_cpus = 0;
+  bool budget_only = false;  // the fast path: only the levers that carry the budget
+};
+
+struct LeverSpec {
+  Lever lever;
+  Knob knob;             // what it writes (the idle lever: cpu.weight where the kernel has no cpu.idle)
+  bool carries_budget;   // moves with the CPU budget, on the fast path too
+  bool needs_spare_cpu;  // as a rung: only where a CPU can be left to online
+  const char* kernels;   // where it applies (docs, logs)
+  const char* where;     // the targets it may touch (docs)
+  const char* undo;      // how it is undone
+  bool (*touches)(TargetKind k);
+  // Whether it is in force, whatever the target.
+  bool (*in_force)(const LeverInput& in, const Config& cfg);
+  // Its value on one target it touches, `share` being that target's part of
+  // the budget; none: nothing to write there.
+  std::optional<KnobValue> (*value)(const LeverInput& in, const Config& cfg, const OfflineTarget& t, double share);
+};
+
+// Every lever, in the order their values are listed for a target.
+std::span<const LeverSpec> lever_table();
+const LeverSpec& lever_spec(Lever l);
+
+// Whether a rung is in force: on the ladder now, or configured always
+// (ladder.always; cpuset.enabled for the cpuset).
+bool rung_in_force(Lever l, const Config& cfg, const LadderState& st);
+// Each lever and whether it is in force (for the metrics).
+std::vector<std::pair<Lever, bool>> levers_in_force(const LeverInput& in, const Config& cfg);
+
+// The typed values to write, every target and lever in force included.
+// Rules (the table's entries):
+//   - idle: cpu.idle=1 on YARN roots, BestEffort pods and configured
+//     targets, never on a cgroup whose weight the kubelet owns (the QoS
+//     cgroup: an idle cgroup refuses weight writes, and the kubelet fails to
+//     start); without cpu.idle in the kernel, the minimum weight where
+//     khagent owns the weight;
+//   - weight: offline.weight where khagent owns the weight, when idle is off;
+//   - cpuset: the partition on the parents (not on pods), on the cpuset rung;
+//   - quota: the budget, split by recent use, on the parents, only over
+//     idle offline work (or where the kernel has no cpu.idle), on the quota
+//     rung or on the cpuset rung with cpuset.throttle; never on pods.
+std::vector<Setting> offline_writes(const LeverInput& in, const Config& cfg);
+
+// One line for the start-up log: the base lever, the rungs always in force
+// and the ladder.
+std::string levers_summary(const Config& cfg, bool idle_supported);
+
+}  // namespace khagent

@@ -1,0 +1,32 @@
+// Which offline cgroups khagent writes, and what owns each one's weight.
+// Pure functions of plain data, no files.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "khagent/config/config.h"
+#include "khagent/signals/offline_candidates.h"
+
+namespace khagent {
+
+// An offline cgroup khagent writes, and what owns its weight.
+enum class TargetKind {
+  YarnRoot,       // the YARN hierarchy root: the NodeManager writes its children only
+  BestEffortQos,  // kubepods-besteffort: the kubelet writes its cpu.shares/cpu.weight
+  BestEffortPod,  // a BestEffort pod: the kubelet writes its shares once, at creation
+  Configured,     // offline.targets
+};
+const char* target_kind_name(TargetKind k);
+
+struct OfflineTarget {
+  std::string path;  // relative to the cgroup2 mount
+  TargetKind kind = TargetKind::Configured;
+  double usage_cores = 0;  // last tick
+};
+
+// Which of the candidates found in the cgroup tree
+// (signals/offline_candidates.h) are targets, and of what kind.
+std::vector<OfflineTarget> select_targets(const TargetCandidates& c, const OfflineConfig& cfg);
+
+}  // namespace khagent

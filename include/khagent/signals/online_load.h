@@ -1,0 +1,29 @@
+// What the controller needs to know about each online pod in the last
+// tick: its waits, the part its own quota caused and the part spent behind
+// offline work.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "khagent/signals/workload.h"
+
+namespace khagent {
+
+struct OnlinePodLoad {
+  std::string uid;
+  std::string path;
+  uint64_t waits = 0;
+  uint64_t wait_ns = 0;
+  uint64_t throttled_wait_ns = 0;  // wait because its own quota throttled it
+  uint64_t offline_wait_ns = 0;    // wait while offline cgroups held the CPU
+  double wait_p99_us = 0;
+};
+
+// Every online pod, and the online cgroups outside pods (configured by path
+// rules) as one more entry, "(online cgroups outside pods)", with what the
+// online class had beyond its pods.
+std::vector<OnlinePodLoad> online_loads(const NodeSignals& node);
+
+}  // namespace khagent

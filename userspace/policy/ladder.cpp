@@ -1,0 +1,140 @@
+#include "khagent/policy/ladder.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "khagent/policy/lever_table.h"
+
+namespace khagent {
+
+const char* ladder_action_name(LadderAction a) {
+  switch (a) {
+    case LadderAction::Hold: return "hold";
+    case LadderAction::Escalate: return "escalate";
+    case LadderAction::Kept: return "kept";
+    case LadderAction::Undone: return "undone";
+    case LadderAction::Relaxed: return "relaxed";
+    case LadderAction::Skipped: return "skipped";
+  }
+  return "hold";
+}
+
+bool lever_on(const LadderState& st, Lever lever) {
+  return std::find(st.active.begin(), st.active.end(), lever) != st.active.end();
+}
+
+namespace {
+
+double mean_since(const std::deque<std::pair<uint64_t, double>>& h, uint64_t since) {
+  double sum = 0;
+  size_t n = 0;
+  for (const auto& [t, r] : h)
+    if (t >= since) {
+      sum += r;
+      n++;
+    }
+  return n ? sum / static_cast<double>(n) : 0;
+}
+
+}  // namespace
+
+LadderDecision ladder_step(const LadderInput& in, const LadderConfig& cfg, LadderState& st) {
+  LadderDecision d;
+  st.history.emplace_back(in.now_ns, in.offline_wait_rate);
+  // Keep two windows: the one before a step is needed when it is taken.
+  while (!st.history.empty() && in.now_ns - st.history.front().first > 2 * cfg.verify_window_ns) st.history.pop_front();
+  if (in.breach) {
+    if (st.breach_since_ns == 0) st.breach_since_ns = in.now_ns;
+    st.last_breach_ns = in.now_ns;
+  } else {
+    st.breach_since_ns = 0;
+  }
+
+  // A step waiting for its verdict: after one window, compare.
+  if (st.verifying) {
+    if (in.now_ns - st.last_step_ns < cfg.verify_window_ns) {
+      d.level = st.active.size();
+      d.reason = std::string("verifying ") + lever_name(st.active.back());
+      return d;
+    }
+    st.verifying = false;
+    double after = mean_since(st.history, st.last_step_ns + 1);
+    const Lever stepped = st.active.back();
+    d.lever = stepped;
+    d.before_rate = st.before_rate;
+    d.after_rate = after;
+    bool helped = after <= st.before_rate * (1.0 - cfg.min_improvement);
+    if (helped) {
+      d.action = LadderAction::Kept;
+      d.reason = fmt::format("{} cut online waits behind offline from {:.2f} to {:.2f} ms/s", lever_name(stepped),
+                             st.before_rate / 1e6, after / 1e6);
+    } else {
+      st.active.pop_back();
+      st.blocked_until[stepped] = in.now_ns + cfg.retry_after_ns;
+      st.last_step_ns = in.now_ns;
+      st.breach_since_ns = in.breach ? in.now_ns : 0;  // a fresh wait before the next rung
+      d.action = LadderAction::Undone;
+      d.changed = true;
+      d.reason = fmt::format(
+          "{} did not help: online waits behind offline {:.2f} ms/s before, {:.2f} after "
+          "(needed a {:.0f}% cut); undone, not retried for {:.0f}s",
+          lever_name(stepped), st.before_rate / 1e6, after / 1e6, 100 * cfg.min_improvement,
+          static_cast<double>(cfg.retry_after_ns) / 1e9);
+    }
+    d.level = st.active.size();
+    return d;
+  }
+
+  // Escalate: a breach that lasted, a rung left that is not blocked.
+  if (in.breach && in.now_ns - st.breach_since_ns >= cfg.escalate_after_ns) {
+    const Lever* next = nullptr;
+    std::string skipped;
+    for (const Lever& l : cfg.rungs) {
+      if (lever_on(st, l)) continue;
+      const std::string name = lever_name(l);
+      auto b = st.blocked_until.find(l);
+      bool blocked = b != st.blocked_until.end() && in.now_ns < b->second;
+      bool impossible = lever_spec(l).needs_spare_cpu && !in.can_cpuset;
+      if (!blocked && !impossible) {
+        next = &l;
+        break;
+      }
+      skipped += (skipped.empty() ? "" : ", ") + name + (blocked ? " (did not help recently)" : " (no core to spare)");
+    }
+    if (next) {
+      double before = mean_since(st.history, in.now_ns - std::min(in.now_ns, cfg.verify_window_ns));
+      st.active.push_back(*next);
+      st.verifying = true;
+      st.before_rate = before;
+      st.last_step_ns = in.now_ns;
+      d.action = LadderAction::Escalate;
+      d.changed = true;
+      d.lever = *next;
+      d.before_rate = before;
+      d.reason = fmt::format(
+          "online in breach for {:.1f}s with cpu.idle{}: adding {} (waits behind offline "
+          "{:.2f} ms/s before){}",
+          static_cast<double>(in.now_ns - st.breach_since_ns) / 1e9, st.active.size() > 1 ? " and the rungs below" : "",
+          lever_name(*next), before / 1e6, skipped.empty() ? "" : "; skipped " + skipped);
+      d.level = st.active.size();
+      return d;
+    }
+  }
+
+  // Relax: calm for long enough, one rung down.
+  const uint64_t calm_since = std::max(st.last_breach_ns, st.last_step_ns);
+  if (!in.breach && !st.active.empty() && in.now_ns - calm_since >= cfg.relax_after_ns) {
+    d.action = LadderAction::Relaxed;
+    d.changed = true;
+    d.lever = st.active.back();
+    d.reason = fmt::format("calm for {:.0f}s: removing {}", static_cast<double>(in.now_ns - calm_since) / 1e9,
+                           lever_name(st.active.back()));
+    st.active.pop_back();
+    st.last_step_ns = in.now_ns;
+  }
+  d.level = st.active.size();
+  return d;
+}
+
+}  // namespace khagent

@@ -1,0 +1,151 @@
+#include "khagent/policy/lever_table.h"
+
+#include <algorithm>
+#include <array>
+#include <ranges>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "khagent/policy/controller.h"
+
+namespace khagent {
+
+namespace {
+
+// Whether it is a parent that gets the quota and the cpuset (not a pod).
+bool parent(TargetKind k) { return k != TargetKind::BestEffortPod; }
+
+constexpr std::array<LeverSpec, 4> kTable = {{
+    {
+        Lever::Idle,
+        Knob::Idle,
+        false,
+        false,
+        "cpu.idle: kernel 5.15+, cgroup v2 and the v1 cpu hierarchy; older kernels: the minimum cpu.weight "
+        "(cpu.shares 2 on v1)",
+        "YARN roots, BestEffort pods, offline.targets; never the BestEffort QoS cgroup, whose weight the kubelet "
+        "writes",
+        "the original cpu.idle from the state file, then the weight saved with it (clearing idle resets the "
+        "weight to the default)",
+        [](TargetKind k) { return k != TargetKind::BestEffortQos; },
+        [](const LeverInput&, const Config& cfg) { return cfg.offline.idle; },
+        [](const LeverInput& in, const Config&, const OfflineTarget& t, double) -> std::optional<KnobValue> {
+          if (in.idle_supported) return CpuIdle{true};
+          if (t.kind == TargetKind::BestEffortPod) return std::nullopt;  // the kubelet gave pods the minimum
+          return CpuWeight{1};
+        },
+    },
+    {
+        Lever::Weight,
+        Knob::Weight,
+        false,
+        false,
+        "cpu.weight (cpu.shares on v1): every kernel",
+        "YARN roots and offline.targets, whose weight no one else owns",
+        "the original weight from the state file",
+        [](TargetKind k) { return k == TargetKind::YarnRoot || k == TargetKind::Configured; },
+        [](const LeverInput&, const Config& cfg) { return !cfg.offline.idle && cfg.offline.weight != 0; },
+        [](const LeverInput&, const Config& cfg, const OfflineTarget&, double) -> std::optional<KnobValue> {
+          return CpuWeight{cfg.offline.weight};
+        },
+    },
+    {
+        Lever::Cpuset,
+        Knob::Cpus,
+        true,
+        true,
+        "cpuset.cpus: cgroup v2 with the cpuset controller, or the v1 cpuset hierarchy (there on every "
+        "descendant too)",
+        "the offline parents (YARN roots, the BestEffort QoS cgroup, offline.targets), not pods",
+        "the original cpu list from the state file, parents widened before children",
+        parent,
+        [](const LeverInput& in, const Config&) { return in.cpuset; },
+        [](const LeverInput& in, const Config&, const OfflineTarget&, double) -> std::optional<KnobValue> {
+          if (!in.offline_cpus || in.offline_cpus->empty()) return std::nullopt;
+          return CpuList{*in.offline_cpus};
+        },
+    },
+    {
+        Lever::Quota,
+        Knob::Quota,
+        true,
+        false,
+        "cpu.max (cpu.cfs_quota_us and cpu.cfs_period_us on v1): every kernel; only over idle offline work "
+        "where the kernel has cpu.idle",
+        "the offline parents, not pods (the kubelet owns pod quotas)",
+        "lifted first, before the idle it needs, from the original in the state file",
+        parent,
+        [](const LeverInput& in, const Config& cfg) {
+          // A quota throttles whatever runs below it: where the kernel has
+          // cpu.idle, only offline work that is idle itself, never a group an
+          // online waker would wait behind after each unthrottle.
+          const bool allowed = !in.idle_supported || cfg.offline.idle;
+          return allowed && (in.quota || (cfg.cpuset.throttle && in.cpuset));
+        },
+        [](const LeverInput& in, const Config& cfg, const OfflineTarget&, double share) -> std::optional<KnobValue> {
+          return budget_to_quota(in.budget_cores * share, in.node_cpus, cfg.budget.cpu_max_period_us);
+        },
+    },
+}};
+
+}  // namespace
+
+std::span<const LeverSpec> lever_table() { return kTable; }
+
+const LeverSpec& lever_spec(Lever l) {
+  for (const auto& s : kTable)
+    if (s.lever == l) return s;
+  return kTable.front();  // unreachable: every Lever has an entry (levers_test checks)
+}
+
+bool rung_in_force(Lever l, const Config& cfg, const LadderState& st) {
+  return lever_on(st, l) || (l == Lever::Cpuset && cfg.cpuset.enabled) ||
+         std::find(cfg.ladder.always.begin(), cfg.ladder.always.end(), l) != cfg.ladder.always.end();
+}
+
+std::vector<std::pair<Lever, bool>> levers_in_force(const LeverInput& in, const Config& cfg) {
+  std::vector<std::pair<Lever, bool>> out;
+  out.reserve(kTable.size());
+  for (const auto& s : kTable) out.emplace_back(s.lever, s.in_force(in, cfg));
+  return out;
+}
+
+std::vector<Setting> offline_writes(const LeverInput& in, const Config& cfg) {
+  // The budget is split by recent use between the parents, each keeping a
+  // small share.
+  double total = 0;
+  size_t parents = 0;
+  for (const auto& t : in.targets)
+    if (parent(t.kind)) {
+      total += t.usage_cores;
+      parents++;
+    }
+  std::vector<Setting> want;
+  for (const auto& t : in.targets) {
+    const double share = parents == 1 ? 1.0
+                         : total > 0  ? std::max(t.usage_cores / total, 0.1)
+                                      : 1.0 / static_cast<double>(std::max<size_t>(parents, 1));
+    for (const auto& s : kTable) {
+      if (in.budget_only && !s.carries_budget) continue;
+      if (!s.touches(t.kind) || !s.in_force(in, cfg)) continue;
+      if (auto v = s.value(in, cfg, t, share)) want.push_back({t.path, std::move(*v)});
+    }
+  }
+  return want;
+}
+
+std::string levers_summary(const Config& cfg, bool idle_supported) {
+  std::string base = cfg.offline.idle ? (idle_supported ? "cpu.idle=1" : "minimum weight (no cpu.idle in this kernel)")
+                     : cfg.offline.weight ? fmt::format("cpu.weight {}", cfg.offline.weight)
+                                          : "no idle lever";
+  LadderState none;
+  std::vector<std::string> always;
+  for (Lever l : kAllLevers)
+    if (lever_is_rung(l) && rung_in_force(l, cfg, none)) always.emplace_back(lever_name(l));
+  return fmt::format("{} on offline targets{}; ladder [{}] on a lasting breach", base,
+                     always.empty() ? "" : fmt::format(", {} always", fmt::join(always, " and ")),
+                     fmt::join(cfg.ladder.rungs | std::views::transform([](Lever l) { return lever_name(l); }), ", "));
+}
+
+}  // namespace khagent
