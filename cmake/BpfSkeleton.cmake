@@ -50,7 +50,10 @@ function(bpf_skeleton target source)
   foreach(d ${ARG_INCLUDES})
     list(APPEND incs -I${d})
   endforeach()
-  file(GLOB bpf_headers "${PROJECT_SOURCE_DIR}/bpf/*.bpf.h"
+  # Every header a BPF unit may include (runq.bpf.c is split into bpf/*.bpf.h):
+  # an edit to any of them rebuilds the object. CONFIGURE_DEPENDS re-globs at
+  # build time, so a header added later is one too, without re-running cmake.
+  file(GLOB bpf_headers CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/bpf/*.bpf.h"
        "${PROJECT_SOURCE_DIR}/include/khagent/abi/*.h")
   add_custom_command(
     OUTPUT "${obj}"

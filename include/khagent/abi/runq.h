@@ -93,9 +93,10 @@ enum { KH_RUNQ_ABI_VERSION = 6 };
 
 /*
  * A slot of the cgroup_stats array: one per cgroup, shared by all CPUs. Each
- * CPU adds its batches to it with atomic adds (bpf/runq.bpf.c, flush_pending):
- * a count shows here at most cfg_pending_ns after it happened, or when its
- * CPU goes idle. All counters only grow while the slot has one owner.
+ * CPU adds its batches to it with atomic adds (flush_pending, in
+ * bpf/runq_slots.bpf.h): a count shows here at most cfg_pending_ns after it
+ * happened, or when its CPU goes idle. All counters only grow while the slot
+ * has one owner.
  */
 struct kh_cgroup_stats {
 	__u64 id;                            /* cgroup v2 id owning the slot; 0 = free */
