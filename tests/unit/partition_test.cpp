@@ -6,7 +6,7 @@
 #include <map>
 #include <optional>
 
-#include "khagent/policy/cpuset.h"
+#include "khagent/policy/partition.h"
 
 using namespace khagent;
 

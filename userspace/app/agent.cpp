@@ -29,7 +29,7 @@
 #include "khagent/export/metrics.h"
 #include "khagent/loader/runq_loader.h"
 #include "khagent/policy/controller.h"
-#include "khagent/policy/cpuset.h"
+#include "khagent/policy/partition.h"
 #include "khagent/policy/lever_table.h"
 #include "khagent/signals/offline_candidates.h"
 #include "khagent/signals/workload.h"

@@ -25,6 +25,8 @@
 #include "khagent/app/agent.h"
 #include "khagent/collect/cgroupfs.h"
 #include "khagent/model/cgroup_file.h"
+#include "khagent/policy/lever_table.h"
+#include "khagent/signals/offline_candidates.h"
 #include "khagent/util/file.h"
 #include "khagent/util/strings.h"
 
@@ -169,25 +171,18 @@ std::vector<StatusProcess> processes_using(const std::set<uint32_t>& map_ids) {
   return out;
 }
 
-// The offline targets an agent with this configuration writes: configured
-// targets, the BestEffort QoS cgroup and the YARN hierarchy where they exist,
-// and every cgroup whose cpu.max the state file records.
+// The offline parents an agent with this configuration writes a quota on
+// (found as the agent finds them: signals/offline_candidates, policy/targets),
+// and every cgroup whose quota the state file records.
 std::vector<std::string> offline_targets(const Config& cfg, const std::string& cgroup2,
                                          const std::vector<StatusEntry>& entries) {
   std::set<std::string> out;
-  auto add_if_exists = [&](const std::string& p) {
-    if (fs::is_directory(cgroup2 + p)) out.insert(p);
-  };
-  for (const auto& t : cfg.offline.targets)
-    if (auto c = confine_cgroup_path(cgroup2, t)) add_if_exists(*c);
-  if (cfg.offline.besteffort) {
-    add_if_exists("/kubepods.slice/kubepods-besteffort.slice");
-    add_if_exists("/kubepods/besteffort");
-  }
-  if (cfg.offline.yarn) add_if_exists("/" + cfg.offline.yarn_hierarchy);
+  for (const auto& t : select_targets(find_target_candidates(cgroup2, cfg.offline, {}), cfg.offline))
+    if (lever_spec(Lever::Quota).touches(t.kind)) out.insert(t.path);
   for (const auto& e : entries)
-    if (e.file == cgroup_file_name(CgroupFile::CpuMax) || e.file == cgroup_file_name(CgroupFile::V1CpuCfs))
-      add_if_exists(e.cgroup);
+    if ((e.file == cgroup_file_name(CgroupFile::CpuMax) || e.file == cgroup_file_name(CgroupFile::V1CpuCfs)) &&
+        fs::is_directory(cgroup2 + e.cgroup))
+      out.insert(e.cgroup);
   return {out.begin(), out.end()};
 }
 

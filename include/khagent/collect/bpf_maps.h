@@ -11,7 +11,7 @@
 
 #include "khagent/abi/runq.h"
 #include "khagent/collect/collector.h"
-#include "khagent/model/runq.h"
+#include "khagent/model/runq_maps.h"
 
 namespace khagent {
 

@@ -10,7 +10,7 @@
 
 #include "khagent/abi/runq.h"
 #include "khagent/model/histogram.h"
-#include "khagent/model/runq.h"
+#include "khagent/model/runq_maps.h"
 
 namespace khagent {
 

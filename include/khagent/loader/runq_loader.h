@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "khagent/abi/runq.h"
-#include "khagent/model/runq.h"
+#include "khagent/model/runq_maps.h"
 #include "khagent/util/result.h"
 
 struct runq_bpf;

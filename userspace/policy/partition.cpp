@@ -1,4 +1,4 @@
-#include "khagent/policy/cpuset.h"
+#include "khagent/policy/partition.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "khagent/model/runq.h"
+#include "khagent/model/runq_maps.h"
 
 namespace khagent {
 
