@@ -4,33 +4,25 @@
 
 #include <unistd.h>
 
-#include <dirent.h>
 #include <algorithm>
-#include <cmath>
-#include <ctime>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iostream>
 #include <map>
-#include <ranges>
-#include <set>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
 #include "khagent/abi/runq.h"
 #include "khagent/actuate/actuator.h"
-#include "khagent/collect/bpf_maps.h"
 #include "khagent/collect/cgroupfs.h"
 #include "khagent/collect/collector.h"
-#include "khagent/collect/cpustat.h"
 #include "khagent/collect/kubelet_pods.h"
 #include "khagent/collect/topology.h"
 #include "khagent/export/metrics.h"
 #include "khagent/loader/runq_loader.h"
 #include "khagent/policy/controller.h"
-#include "khagent/policy/partition.h"
 #include "khagent/policy/lever_table.h"
+#include "khagent/policy/partition.h"
 #include "khagent/signals/offline_candidates.h"
 #include "khagent/signals/workload.h"
 #include "khagent/util/clock.h"
