@@ -383,4 +383,12 @@ std::vector<ActionRecord> Actuator::restore_if(const std::function<bool(const Or
   return out;
 }
 
+bool budget_written(const std::vector<ActionRecord>& recs) {
+  return std::any_of(recs.begin(), recs.end(), [](const ActionRecord& r) {
+    return (r.file == CgroupFile::CpuMax || r.file == CgroupFile::CpusetCpus || r.file == CgroupFile::V1CpuCfs ||
+            r.file == CgroupFile::V1CpusetCpus) &&
+           (r.outcome == ActionOutcome::Written || (r.outcome == ActionOutcome::DryRun && !r.repeat));
+  });
+}
+
 }  // namespace khagent

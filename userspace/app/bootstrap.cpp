@@ -18,6 +18,31 @@ std::optional<int> checked_mounts(Mounts& out) {
   return std::nullopt;
 }
 
+std::optional<int> setup_node(const Mounts& m, NodeSetup& out) {
+  auto topo = read_topology();
+  if (!topo) {
+    spdlog::error("reading the CPU topology: {}", topo.error().str());
+    return 1;
+  }
+  out.topo = *topo;
+  spdlog::info("node: {} CPUs ({} threads per core), cgroup2 at {}", out.topo.cpus.size(), out.topo.threads_per_core(),
+               m.cgroup2);
+  const CgroupRoots roots = roots_of(m);
+  auto be = detect_backend(roots);
+  if (!be) {
+    spdlog::error("{}", be.error().str());
+    return 2;
+  }
+  out.backend = *be;
+  out.idle_supported = kernel_has_cpu_idle(roots, out.backend);
+  if (out.backend == CgroupBackend::V2)
+    spdlog::info("cgroup backend: {}: measuring and writing in {}", backend_name(out.backend), m.cgroup2);
+  else
+    spdlog::info("cgroup backend: {}: measuring by cgroup2 ids in {}, writing cpu in {} and cpuset in {}",
+                 backend_name(out.backend), m.cgroup2, m.cpu_v1, m.cpuset_v1.empty() ? "(none)" : m.cpuset_v1);
+  return std::nullopt;
+}
+
 std::optional<int> start_measuring(const Mounts& m, LoaderOptions lo, bool rescan, Measuring& out) {
   lo.cpu_controller_on_v1 = !m.cpu_v1.empty();
   auto bpf = RunqBpf::open_and_load(lo);

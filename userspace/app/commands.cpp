@@ -15,6 +15,7 @@
 #include "khagent/app/bootstrap.h"
 #include "khagent/collect/cgroupfs.h"
 #include "khagent/collect/topology.h"
+#include "khagent/export/agent_log.h"
 #include "khagent/export/observe.h"
 #include "khagent/signals/signals.h"
 
@@ -132,12 +133,7 @@ int run_restore(const CliOptions& o) {
   RealCgroupFs cgfs(roots_of(*mounts));
   auto topo = read_topology();
   Actuator act(cgfs, store, false, topo ? topo->all() : CpuSet{});
-  int failed = 0;
-  for (const auto& r : act.restore()) {
-    if (r.outcome == ActionOutcome::Rejected) failed++;
-    spdlog::info("{} {} {}: '{}' -> '{}' {}", outcome_name(r.outcome), r.cgroup, cgroup_file_name(r.file), r.from, r.to,
-                 r.message);
-  }
+  const size_t failed = log_restore(act.restore(), true);
   return failed || !store.refused().empty() ? 1 : 0;
 }
 

@@ -186,9 +186,9 @@ std::vector<std::string> offline_targets(const Config& cfg, const std::string& c
   return {out.begin(), out.end()};
 }
 
-StatusReport collect_status(const CliOptions& o, const Config& cfg) {
-  StatusReport r;
-  r.pin_dir = o.loader.pin_dir;
+// What the pinned maps say: the agent that uses them, its layout version,
+// what it tracks, and its counters.
+void read_pinned_maps(StatusReport& r) {
   static const char* kMaps[] = {"cgroup_stats",   "cgroup_slots", "interference", "pair_slots",
                                 "throttle_stats", "cpu_state",    "counters",     "protected_cgroups"};
   std::map<std::string, Fd> fds;
@@ -250,15 +250,10 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
       }
     }
   }
+}
 
-  std::string cgroup2;
-  CgroupRoots roots;
-  CgroupBackend backend = CgroupBackend::V2;
-  if (auto m = find_mounts()) {
-    cgroup2 = m->cgroup2;
-    roots = {m->cgroup2, m->cpu_v1, m->cpuset_v1};
-    if (auto b = detect_backend(roots)) backend = *b;
-  }
+// The originals in the state file, each with what its cgroup file holds now.
+void read_state_entries(StatusReport& r, const Config& cfg, const CgroupRoots& roots) {
   r.state_file = cfg.state_file;
   StateStore store(cfg.state_file);
   if (auto l = store.load(); !l) {
@@ -276,24 +271,40 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
       r.entries.push_back(std::move(s));
     }
   }
-  if (!cgroup2.empty()) {
-    RealCgroupFs cgfs(roots);
-    const CgroupFile quota_file = file_for(backend, Knob::Quota);
-    for (const auto& t : offline_targets(cfg, cgroup2, r.entries)) {
-      StatusTarget st{t, std::nullopt, "", std::nullopt};
-      if (auto v = cgfs.read(t, quota_file)) {
-        // The v1 pair "QUOTA PERIOD" reads like cpu.max, with -1 for max.
-        std::string as_max = *v;
-        if (as_max.rfind("-1 ", 0) == 0) as_max = "max" + as_max.substr(2);
-        st.cpu_max = as_max;
-        st.cores = cpu_max_cores(as_max);
-      } else {
-        st.error =
-            v.error().err == ENOENT ? "no cpu.max: the cpu controller is not enabled for this cgroup" : v.error().str();
-      }
-      r.targets.push_back(std::move(st));
+}
+
+// Each offline target with its CPU quota now (the v1 pair read like cpu.max).
+void read_targets(StatusReport& r, const Config& cfg, const CgroupRoots& roots, CgroupBackend backend) {
+  RealCgroupFs cgfs(roots);
+  const CgroupFile quota_file = file_for(backend, Knob::Quota);
+  for (const auto& t : offline_targets(cfg, roots.unified, r.entries)) {
+    StatusTarget st{t, std::nullopt, "", std::nullopt};
+    if (auto v = cgfs.read(t, quota_file)) {
+      // The v1 pair "QUOTA PERIOD" reads like cpu.max, with -1 for max.
+      std::string as_max = *v;
+      if (as_max.rfind("-1 ", 0) == 0) as_max = "max" + as_max.substr(2);
+      st.cpu_max = as_max;
+      st.cores = cpu_max_cores(as_max);
+    } else {
+      st.error =
+          v.error().err == ENOENT ? "no cpu.max: the cpu controller is not enabled for this cgroup" : v.error().str();
     }
+    r.targets.push_back(std::move(st));
   }
+}
+
+StatusReport collect_status(const CliOptions& o, const Config& cfg) {
+  StatusReport r;
+  r.pin_dir = o.loader.pin_dir;
+  read_pinned_maps(r);
+  CgroupRoots roots;
+  CgroupBackend backend = CgroupBackend::V2;
+  if (auto m = find_mounts()) {
+    roots = {m->cgroup2, m->cpu_v1, m->cpuset_v1};
+    if (auto b = detect_backend(roots)) backend = *b;
+  }
+  read_state_entries(r, cfg, roots);
+  if (!roots.unified.empty()) read_targets(r, cfg, roots, backend);
   return r;
 }
 

@@ -154,6 +154,81 @@ class ScreenLog {
   std::shared_ptr<spdlog::logger> prev_;
 };
 
+// Applies the keys read from the terminal; whether the screen changed.
+// q (or Ctrl-C) sets g_stop.
+bool apply_keys(const char* buf, ssize_t got, TopModel& model) {
+  bool redraw = false;
+  for (ssize_t i = 0; i < got && !g_stop; i++) {
+    switch (buf[i]) {
+      case 'q':
+      case 'Q':
+      case 0x03: g_stop = 1; break;  // 0x03: Ctrl-C with ISIG off
+      case 'o':
+      case 'O':
+        model.online_only = !model.online_only;
+        redraw = true;
+        break;
+      case 's':
+      case 'S':
+        model.sort = next_top_sort(model.sort);
+        redraw = true;
+        break;
+      default: break;
+    }
+  }
+  return redraw;
+}
+
+// Where top's screen comes from each interval.
+struct TopSource {
+  Collector& collector;
+  Classifier& classifier;
+  size_t cpus;
+};
+
+// Redraws at each interval and on keys until q or a signal; a failure's text.
+std::string top_loop(const CliOptions& o, TerminalSession& term, ScreenLog& log, TopSource src, TopModel& model) {
+  TerminalSession::draw(model);
+  uint64_t next = mono_ns() + o.interval_ns;
+  while (!g_stop) {
+    uint64_t now = mono_ns();
+    int timeout = now >= next ? 0 : static_cast<int>((next - now + 999999) / 1000000);
+    pollfd pfd{STDIN_FILENO, POLLIN, 0};
+    int n = poll(term.keys() ? &pfd : nullptr, term.keys() ? 1 : 0, timeout);
+    if (g_stop) break;
+    bool redraw = false;
+    if (g_resized) {
+      g_resized = 0;
+      redraw = true;
+    }
+    if (n > 0 && (pfd.revents & (POLLHUP | POLLERR))) break;  // the terminal went away
+    if (n > 0 && (pfd.revents & POLLIN)) {
+      char buf[64];
+      ssize_t got = ::read(STDIN_FILENO, buf, sizeof(buf));
+      redraw = apply_keys(buf, got, model) || redraw;
+      if (g_stop) break;
+    }
+    if (mono_ns() >= next) {
+      next += o.interval_ns;
+      if (next < mono_ns()) next = mono_ns() + o.interval_ns;  // fell behind: skip
+      auto sample = src.collector.tick();
+      if (!sample) return sample.error().str();
+      Signals sig = compute_signals(*sample);
+      NodeSignals node = rollup(*sample, src.classifier);
+      TopModel fresh = make_top_model(sig, node, src.classifier, src.cpus, o.cgroup_prefix);
+      fresh.sort = model.sort;
+      fresh.online_only = model.online_only;
+      model = std::move(fresh);
+      redraw = true;
+    }
+    if (redraw) {
+      model.note = log.last();
+      TerminalSession::draw(model);
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 int run_top(const CliOptions& o) {
@@ -179,9 +254,8 @@ int run_top(const CliOptions& o) {
   lo.pin = false;
   Measuring meas;
   if (auto rc = start_measuring(mounts, lo, true, meas)) return *rc;
-  Collector& collector = *meas.collector;
   Classifier classifier(cfg->classes, cfg->offline.yarn_hierarchy);
-  if (auto first = collector.tick(); !first) {
+  if (auto first = meas.collector->tick(); !first) {
     spdlog::error("{}", first.error().str());
     return 1;
   }
@@ -194,68 +268,8 @@ int run_top(const CliOptions& o) {
   {
     ScreenLog log;
     TerminalSession term;
-    if (!term.enter()) {
-      failure = std::string("cannot set the terminal mode: ") + std::strerror(errno);
-    } else {
-      TerminalSession::draw(model);
-      uint64_t next = mono_ns() + o.interval_ns;
-      while (!g_stop) {
-        uint64_t now = mono_ns();
-        int timeout = now >= next ? 0 : static_cast<int>((next - now + 999999) / 1000000);
-        pollfd pfd{STDIN_FILENO, POLLIN, 0};
-        int n = poll(term.keys() ? &pfd : nullptr, term.keys() ? 1 : 0, timeout);
-        if (g_stop) break;
-        bool redraw = false;
-        if (g_resized) {
-          g_resized = 0;
-          redraw = true;
-        }
-        if (n > 0 && (pfd.revents & (POLLHUP | POLLERR))) break;  // the terminal went away
-        if (n > 0 && (pfd.revents & POLLIN)) {
-          char buf[64];
-          ssize_t got = ::read(STDIN_FILENO, buf, sizeof(buf));
-          for (ssize_t i = 0; i < got; i++) {
-            switch (buf[i]) {
-              case 'q':
-              case 'Q':
-              case 0x03: g_stop = 1; break;  // 0x03: Ctrl-C with ISIG off
-              case 'o':
-              case 'O':
-                model.online_only = !model.online_only;
-                redraw = true;
-                break;
-              case 's':
-              case 'S':
-                model.sort = next_top_sort(model.sort);
-                redraw = true;
-                break;
-              default: break;
-            }
-          }
-          if (g_stop) break;
-        }
-        if (mono_ns() >= next) {
-          next += o.interval_ns;
-          if (next < mono_ns()) next = mono_ns() + o.interval_ns;  // fell behind: skip
-          auto sample = collector.tick();
-          if (!sample) {
-            failure = sample.error().str();
-            break;
-          }
-          Signals sig = compute_signals(*sample);
-          NodeSignals node = rollup(*sample, classifier);
-          TopModel fresh = make_top_model(sig, node, classifier, cpus, o.cgroup_prefix);
-          fresh.sort = model.sort;
-          fresh.online_only = model.online_only;
-          model = std::move(fresh);
-          redraw = true;
-        }
-        if (redraw) {
-          model.note = log.last();
-          TerminalSession::draw(model);
-        }
-      }
-    }
+    if (!term.enter()) failure = std::string("cannot set the terminal mode: ") + std::strerror(errno);
+    else failure = top_loop(o, term, log, {*meas.collector, classifier, cpus}, model);
   }  // terminal restored, captured log lines printed
   if (!failure.empty()) {
     spdlog::error("{}", failure);

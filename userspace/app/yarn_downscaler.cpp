@@ -273,6 +273,10 @@ void YarnDownscaler::capacity(const YarnOffer& o) {
     status_.last_action = yarn_action_name(d.action);
   }
   if (!d.post) return;
+  if (resize_allowed(st, d)) post(o, st, d, before);
+}
+
+bool YarnDownscaler::resize_allowed(const YarnStatus& st, const YarnCapacityDecision& d) {
   // The RM's update-resource call zeroes every other resource type (up to
   // Hadoop 3.5.0 at least, whatever resourceInformations says): a GPU node
   // would lose its GPUs, and no later update through this API gives them
@@ -287,15 +291,20 @@ void YarnDownscaler::capacity(const YarnOffer& o) {
                "not resizing " + st.node_id + " to " + yarn_resource_str(d.resource) + ": it has " + others +
                    ", which the RM's update-resource call would set to 0 (set "
                    "yarn.resize_with_other_resources only for an RM that keeps them)");
-    return;
+    return false;
   }
   // The last guard before the RM: nothing outside the node's own size.
   if (!yarn_resource_within(d.resource, st.configured)) {
     note_error("resize range", ERANGE,
                "not resizing " + st.node_id + " to " + yarn_resource_str(d.resource) + ": out of range (node has " +
                    yarn_resource_str(st.configured) + ")");
-    return;
+    return false;
   }
+  return true;
+}
+
+void YarnDownscaler::post(const YarnOffer& o, const YarnStatus& st, const YarnCapacityDecision& d,
+                          const YarnCapacityState& before) {
   if (dry_run_) {
     spdlog::info("yarn: dry-run: would POST {}/ws/v1/cluster/nodes/{}/resource {} ({})", reader_->rm().current(),
                  st.node_id, node_resource_body(d.resource, max_.others, yarn_posted_over_commit_timeout(cfg_)),

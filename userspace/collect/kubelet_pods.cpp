@@ -1,8 +1,8 @@
 #include "khagent/collect/kubelet_pods.h"
 #include "khagent/util/curl_util.h"
 #include "khagent/util/file.h"
+#include "khagent/util/http_client.h"
 
-#include <curl/curl.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -88,6 +88,35 @@ TokenRead read_token(const std::string& path, std::string& token, std::string& w
   return TokenRead::Ok;
 }
 
+// Where the path of `url` starts (after scheme://authority), or its end.
+size_t path_start(const std::string& url) {
+  const size_t scheme = url.find("://");
+  if (scheme == std::string::npos) return url.size();
+  const size_t p = url.find_first_of("/?#", scheme + 3);
+  return p == std::string::npos ? url.size() : p;
+}
+
+// The path and query of `url` ("/" when it has none).
+std::string url_rest(const std::string& url) {
+  std::string rest = url.substr(path_start(url));
+  if (auto hash = rest.find('#'); hash != std::string::npos) rest.resize(hash);
+  return rest.empty() || rest[0] != '/' ? "/" + rest : rest;
+}
+
+// One base URL, one try: the watcher fetches again at its next refresh.
+HttpClientOptions http_options(const KubeletPodsOptions& o) {
+  HttpClientOptions h;
+  h.base_urls = {o.url.substr(0, path_start(o.url))};
+  h.ca_file = o.ca_file;
+  h.insecure_skip_verify = o.insecure_skip_verify;
+  h.timeout_ms = o.timeout_ms;
+  h.connect_timeout_ms = o.connect_timeout_ms;
+  h.retries = 0;
+  h.max_body_bytes = o.max_body_bytes;
+  h.statuses_are_answers = true;
+  return h;
+}
+
 }  // namespace
 
 Result<PodMetaMap> parse_pod_list(const std::string& text, const JsonLimits& limits) {
@@ -137,7 +166,8 @@ bool pods_equal(const PodMetaMap& a, const PodMetaMap& b) {
   return true;
 }
 
-KubeletPodsClient::KubeletPodsClient(KubeletPodsOptions opts) : opts_(std::move(opts)) {
+KubeletPodsClient::KubeletPodsClient(KubeletPodsOptions opts)
+    : opts_(std::move(opts)), http_(http_options(opts_)), path_(url_rest(opts_.url)) {
   if (opts_.insecure_skip_verify && has_scheme(opts_.url, "https://")) {
     spdlog::warn("kubelet pod list {}: TLS certificate verification is disabled", opts_.url);
   }
@@ -159,21 +189,9 @@ Result<PodMetaMap> KubeletPodsClient::fetch(const std::atomic<bool>* abort) {
     return make_error(EINVAL, what + ": only http:// and https:// URLs are allowed");
   }
   if (opts_.timeout_ms <= 0) return make_error(EINVAL, what + ": timeout must be positive");
-  if (CURLcode g = curl_global(); g != CURLE_OK) {
-    return make_error(EIO, what + ": curl_global_init: " + curl_easy_strerror(g));
-  }
 
-  CurlEasy h(curl_easy_init());
-  if (!h) return make_error(ENOMEM, what + ": curl_easy_init failed");
-
-  CurlSlist headers;
-  auto add_header = [&headers](const std::string& line) {
-    curl_slist* l = curl_slist_append(headers.get(), line.c_str());
-    if (l == nullptr) return false;
-    (void)headers.release();  // NOLINT(bugprone-unused-return-value): now owned by the list head `l`
-    headers.reset(l);
-    return true;
-  };
+  HttpRequest req;
+  req.path = path_;
   std::string token, why;
   switch (read_token(opts_.token_file, token, why)) {
     case TokenRead::Absent: break;
@@ -181,86 +199,20 @@ Result<PodMetaMap> KubeletPodsClient::fetch(const std::atomic<bool>* abort) {
       if (plain_http && !warned_clear_token_.exchange(true)) {
         spdlog::warn("{}: plain http: the bearer token from {} is sent in clear text", what, opts_.token_file);
       }
-      if (!add_header("Authorization: Bearer " + token)) return make_error(ENOMEM, what);
+      req.headers.push_back("Authorization: Bearer " + token);
       break;
     case TokenRead::Invalid: return make_error(EINVAL, what + ": token file " + opts_.token_file + ": " + why);
   }
-  if (!add_header("Accept: application/json")) return make_error(ENOMEM, what);
-
-  CurlSink sink;
-  sink.cap = opts_.max_body_bytes;
-  char errbuf[CURL_ERROR_SIZE] = {};
-
-  // Each setopt can fail (out of memory, option not built in): keep the first.
-  CURLcode rc = CURLE_OK;
-  auto set = [&rc](CURLcode c) {
-    if (rc == CURLE_OK) rc = c;
-  };
-  CURL* c = h.get();
-  set(curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf));
-  set(curl_easy_setopt(c, CURLOPT_URL, opts_.url.c_str()));
-#if LIBCURL_VERSION_NUM >= 0x075500  // 7.85.0
-  set(curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https"));
-#else
-  set(curl_easy_setopt(c, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS)));
-#endif
-  set(curl_easy_setopt(c, CURLOPT_HTTPGET, 1L));
-  set(curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get()));
-  set(curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, ""));  // whatever curl can decode
-  // No redirects (the default, stated): the token must not go to another host.
-  set(curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L));
-  // Timeouts without SIGALRM: we run on a thread of a multi-threaded process.
-  set(curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L));
-  set(curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, opts_.timeout_ms));
-  long connect_ms =
-      opts_.connect_timeout_ms > 0 ? std::min(opts_.connect_timeout_ms, opts_.timeout_ms) : opts_.timeout_ms;
-  set(curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect_ms));
-  if (opts_.insecure_skip_verify) {
-    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L));
-    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L));
-  } else {
-    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L));
-    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L));
-    if (!opts_.ca_file.empty()) set(curl_easy_setopt(c, CURLOPT_CAINFO, opts_.ca_file.c_str()));
-  }
-  // Size cap: early when Content-Length announces too much, else while writing.
-  set(curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(sink.cap)));
-  set(curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_sink_write));
-  set(curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink));
-  if (abort != nullptr) {
-    set(curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, curl_abort_progress));
-    set(curl_easy_setopt(c, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(abort)));
-    set(curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L));
-  }
-  if (rc != CURLE_OK) {
-    return make_error(EINVAL, what + ": setting up the request: " + curl_easy_strerror(rc));
-  }
-
-  rc = curl_easy_perform(c);
-  if (rc != CURLE_OK) {
-    if (sink.overflow || rc == CURLE_FILESIZE_EXCEEDED) {
-      return make_error(EFBIG, what + ": response larger than " + std::to_string(sink.cap) + " bytes");
-    }
-    if (rc == CURLE_ABORTED_BY_CALLBACK) return make_error(ECANCELED, what);
-    long os_errno = 0;
-    curl_easy_getinfo(c, CURLINFO_OS_ERRNO, &os_errno);
-    int err = os_errno != 0 ? static_cast<int>(os_errno) : rc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT : EIO;
-    std::string msg = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
-    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
-    return make_error(err, what + ": " + msg);
-  }
-
-  long status = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-  if (status < 200 || status > 299) {
-    std::string msg = what + ": HTTP " + std::to_string(status);
-    if (!sink.body.empty()) msg += ": " + body_excerpt(sink.body);
+  auto r = http_.send(req, abort);
+  if (!r) return make_error(r.error().err, what + ": " + r.error().message);
+  if (r->status < 200 || r->status > 299) {
+    std::string msg = what + ": HTTP " + std::to_string(r->status);
+    if (!r->body.empty()) msg += ": " + body_excerpt(r->body);
     // Rejected credentials get an errno of their own; other statuses speak for themselves.
-    return make_error(status == 401 || status == 403 ? EACCES : 0, std::move(msg));
+    return make_error(r->status == 401 || r->status == 403 ? EACCES : 0, std::move(msg));
   }
-
   JsonLimits limits{opts_.max_body_bytes, opts_.max_json_depth, opts_.max_json_values};
-  auto pods = parse_pod_list(sink.body, limits);
+  auto pods = parse_pod_list(r->body, limits);
   if (!pods) return make_error(pods.error().err, what + ": " + pods.error().message);
   return pods;
 }

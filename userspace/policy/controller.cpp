@@ -76,6 +76,16 @@ PodVerdict judge(const OnlinePodLoad& p, const OnlineConfig& o) {
 
 }  // namespace
 
+ControllerInput controller_input(const NodeSignals& node, double node_cpus, uint64_t now_ns) {
+  ControllerInput in;
+  in.now_ns = now_ns;
+  in.node_cpus = node_cpus;
+  in.online_cpu_cores = node.classes[static_cast<size_t>(CgroupClass::Online)].cpu_cores;
+  in.offline_cpu_cores = node.classes[static_cast<size_t>(CgroupClass::Offline)].cpu_cores;
+  in.online_pods = online_loads(node);
+  return in;
+}
+
 Decision controller_step(const ControllerInput& in, const Config& cfg, ControllerState& st) {
   const BudgetConfig& b = cfg.budget;
   Decision d;

@@ -39,6 +39,20 @@ double mean_since(const std::deque<std::pair<uint64_t, double>>& h, uint64_t sin
 
 }  // namespace
 
+LadderInput ladder_input(const Decision& d, const ControllerInput& in, uint64_t fast_breaches, uint64_t tick_ns,
+                         bool can_cpuset) {
+  LadderInput li;
+  li.now_ns = in.now_ns;
+  li.breach = fast_breaches > 0;
+  for (const auto& v : d.verdicts)
+    if (v.kind == PodVerdictKind::Breach) li.breach = true;
+  uint64_t behind = 0;
+  for (const auto& p : in.online_pods) behind += p.offline_wait_ns;
+  li.offline_wait_rate = static_cast<double>(behind) * 1e9 / static_cast<double>(std::max<uint64_t>(tick_ns, 1));
+  li.can_cpuset = can_cpuset;
+  return li;
+}
+
 LadderDecision ladder_step(const LadderInput& in, const LadderConfig& cfg, LadderState& st) {
   LadderDecision d;
   st.history.emplace_back(in.now_ns, in.offline_wait_rate);

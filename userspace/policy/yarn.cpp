@@ -373,4 +373,17 @@ ReclaimDecision reclaim_step(const ReclaimInput& in, const YarnConfig& cfg, Recl
   return d;
 }
 
+YarnOffer yarn_offer(const Decision& d, const NodeSignals& node, const Config& cfg, uint64_t now_ns) {
+  YarnOffer o;
+  o.now_ns = now_ns;
+  o.budget_cores = d.budget_cores;
+  for (const auto& v : d.verdicts)
+    if (v.kind == PodVerdictKind::Breach &&
+        v.wait_p99_us > cfg.yarn.emergency_p99_factor * cfg.online.wait_p99_target_us)
+      o.emergency = true;
+  for (const auto& c : node.yarn)
+    if (!c.container.empty()) o.containers[c.container] = {c.path, c.online_wait_caused_ns_total};
+  return o;
+}
+
 }  // namespace khagent

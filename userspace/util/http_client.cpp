@@ -165,7 +165,7 @@ Attempt perform(CURL* c, const HttpClientOptions& opts, const std::string& base,
 
   long status = 0;
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-  if ((status >= 200 && status <= 299) || (status >= 400 && status <= 499)) {
+  if (opts.statuses_are_answers || (status >= 200 && status <= 299) || (status >= 400 && status <= 499)) {
     a.kind = Attempt::Answer;
     a.response.status = status;
     a.response.body = std::move(sink.body);

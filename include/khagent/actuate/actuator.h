@@ -32,6 +32,10 @@ struct ActionRecord {
   bool repeat = false;
 };
 
+// Whether one of `recs` moved the offline CPU budget: a cpu.max or
+// cpuset.cpus write (v2 or v1), or a dry run's first report of one.
+bool budget_written(const std::vector<ActionRecord>& recs);
+
 class Actuator {
  public:
   Actuator(CgroupFs& fs, StateStore& store, bool dry_run, CpuSet node_cpus,

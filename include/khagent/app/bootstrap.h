@@ -1,6 +1,7 @@
 // The start-up every measuring command shares (run, observe, top): the
-// checks that the machine can run khagent, its cgroup mounts, the BPF
-// programs loaded and a collector over their maps. A failure is logged
+// checks that the machine can run khagent, its cgroup mounts, the node's
+// CPUs and cgroup backend (run), the BPF programs loaded and a collector
+// over their maps. A failure is logged
 // once and carries the command's exit code.
 #pragma once
 
@@ -8,10 +9,12 @@
 #include <optional>
 #include <string>
 
+#include "khagent/actuate/cgroup_writer.h"
 #include "khagent/collect/bpf_maps.h"
 #include "khagent/collect/cgroupfs.h"
 #include "khagent/collect/collector.h"
 #include "khagent/collect/cpustat.h"
+#include "khagent/collect/topology.h"
 #include "khagent/loader/runq_loader.h"
 
 namespace khagent {
@@ -21,6 +24,16 @@ namespace khagent {
 
 // preflight() and find_mounts().
 std::optional<int> checked_mounts(Mounts& out);
+
+struct NodeSetup {
+  Topology topo;
+  CgroupBackend backend = CgroupBackend::V2;
+  bool idle_supported = true;  // the kernel has cpu.idle
+};
+
+// Reads the CPU topology and finds where cgroups are written (pure v1 hosts
+// are refused), and logs both.
+std::optional<int> setup_node(const Mounts& m, NodeSetup& out);
 
 struct Measuring {
   std::unique_ptr<RunqBpf> bpf;

@@ -32,18 +32,6 @@
 
 namespace khagent {
 
-// What the control loop hands over each tick.
-struct YarnOffer {
-  uint64_t now_ns = 0;      // monotonic
-  double budget_cores = 0;  // the offline CPU budget just decided
-  bool emergency = false;   // an online pod's p99 is over emergency_p99_factor * target
-  struct Container {
-    std::string path;              // cgroup path relative to the cgroup2 mount
-    uint64_t caused_total_ns = 0;  // online wait it caused since khagent started
-  };
-  std::map<std::string, Container> containers;  // container_<id> -> what BPF saw
-};
-
 class YarnDownscaler {
  public:
   // `cgroup_mount` is where container cgroups are killed. `hostnames` are
@@ -82,6 +70,12 @@ class YarnDownscaler {
   bool ensure_node();
   bool refresh(uint64_t now_ns, bool force);
   void capacity(const YarnOffer& o);
+  // The last guards before the RM: other resource types the RM would zero,
+  // a size outside the node's own. Refused: logged, and false.
+  bool resize_allowed(const YarnStatus& st, const YarnCapacityDecision& d);
+  // Posts `d` to the RM (or logs it, dry run); on failure the policy's state
+  // goes back to `before`.
+  void post(const YarnOffer& o, const YarnStatus& st, const YarnCapacityDecision& d, const YarnCapacityState& before);
   // `fresh`: the inventory was just re-read for this decision.
   void reclaim(const YarnOffer& o, bool fresh = false);
   // Why the node must be left alone now ("" = it may be resized): a state in

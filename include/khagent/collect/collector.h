@@ -131,6 +131,37 @@ class Collector {
     }
   };
 
+  // One tick's working state, handed from step to step.
+  struct TickWork {
+    uint64_t tick = 0;
+    bool filling = false;               // inserts failed since the last tick
+    bool rescanned = false;             // the tree was walked this tick
+    std::unordered_set<uint64_t> gone;  // removed: their state and entries go
+    std::vector<uint64_t> dead;         // ids whose map entries are deleted at the end
+    std::vector<uint64_t> watch;        // cpu.stat source: to read again next tick (thr_watch)
+  };
+  struct PairWork {
+    uint64_t tick = 0;
+    std::unordered_set<uint64_t> dead;
+    std::vector<std::pair<uint64_t, uint64_t>> dead_pairs;
+    bool is_dead(uint64_t victim, uint64_t aggressor) const { return dead.count(victim) || dead.count(aggressor); }
+  };
+  // The steps of a tick, in order.
+  // Warns (once a minute) when inserts into the maps failed; whether they did.
+  bool note_full_maps(uint64_t mono_ns);
+  // Names new ids, walks the tree when due, and lists removed cgroups in w.gone.
+  void find_removed(uint64_t mono_ns, TickWork& w);
+  // Tries to name the ids not known yet; whether some stayed unknown.
+  bool resolve_new(TickWork& w);
+  // Turns each cgroup entry to look at this tick into the sample's entry.
+  void visit_cgroups(TickWork& w, Sample& out);
+  void visit_cgroup(uint64_t id, const CgroupCounters& now, TickWork& w, Sample& out);
+  // Same for the (victim, aggressor) pairs; the pairs of dead cgroups.
+  std::vector<std::pair<uint64_t, uint64_t>> visit_pairs(const TickWork& w, Sample& out);
+  void visit_pair(const RawPair& p, PairWork& pw, Sample& out);
+  // Deletes the map entries of cgroups that went away.
+  void forget_dead(const std::vector<uint64_t>& dead, const std::vector<std::pair<uint64_t, uint64_t>>& dead_pairs);
+
   MapSource& maps_;
   CgroupIndex& index_;
   ThrottleStatReader* cpu_stat_;

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "khagent/model/pod.h"
+#include "khagent/util/http_client.h"
 #include "khagent/util/json_bounded.h"
 #include "khagent/util/result.h"
 
@@ -85,6 +86,8 @@ class KubeletPodsClient {
 
  private:
   KubeletPodsOptions opts_;
+  HttpClient http_;   // one base URL (the scheme and authority of opts_.url)
+  std::string path_;  // the rest of opts_.url
   std::atomic<bool> warned_clear_token_{false};
 };
 

@@ -9,19 +9,11 @@
 
 #include "khagent/config/config.h"
 #include "khagent/model/cgroup_value.h"
+#include "khagent/signals/fast_events.h"
 #include "khagent/signals/online_load.h"
+#include "khagent/signals/workload.h"
 
 namespace khagent {
-
-// A single over-threshold wait reported by the kernel (fast path).
-struct FastEvent {
-  uint64_t cgroup_id = 0;
-  uint64_t wait_ns = 0;
-  uint64_t aggressor_ns = 0;       // how much of the wait that cgroup held the CPU
-  bool aggressor_offline = false;  // the cgroup that held the CPU longest is offline
-  bool throttled = false;          // the wait was the victim's own throttling
-  bool ongoing = false;            // seen while it still went on (wait_ns: so far)
-};
 
 struct ControllerInput {
   uint64_t now_ns = 0;  // monotonic
@@ -31,6 +23,9 @@ struct ControllerInput {
   std::vector<OnlinePodLoad> online_pods;
   std::vector<FastEvent> fast_events;  // since the last step
 };
+
+// The input of a tick: the node's usage by class and its online pods' waits.
+ControllerInput controller_input(const NodeSignals& node, double node_cpus, uint64_t now_ns);
 
 enum class PodVerdictKind { Ok, FewSamples, Breach, SelfThrottled };
 const char* verdict_name(PodVerdictKind k);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "khagent/config/config.h"
+#include "khagent/policy/controller.h"
 
 namespace khagent {
 
@@ -53,6 +54,12 @@ struct LadderDecision {
   double after_rate = 0;
   std::string reason;
 };
+
+// The ladder's input after a controller step: a breach this tick (a pod's
+// verdict, or `fast_breaches` fast-path events since the last tick) and the
+// rate of online waits behind offline over the tick.
+LadderInput ladder_input(const Decision& d, const ControllerInput& in, uint64_t fast_breaches, uint64_t tick_ns,
+                         bool can_cpuset);
 
 LadderDecision ladder_step(const LadderInput& in, const LadderConfig& cfg, LadderState& st);
 // Whether `lever` is among the rungs in force.

@@ -11,8 +11,30 @@
 
 #include "khagent/config/config.h"
 #include "khagent/model/yarn_resource.h"
+#include "khagent/policy/controller.h"
+#include "khagent/signals/workload.h"
 
 namespace khagent {
+
+// ---- what the control loop hands over ----------------------------------------
+
+// The YARN downscaler's input, offered each tick (and by the fast path with
+// a new budget).
+struct YarnOffer {
+  uint64_t now_ns = 0;      // monotonic
+  double budget_cores = 0;  // the offline CPU budget just decided
+  bool emergency = false;   // an online pod's p99 is over emergency_p99_factor * target
+  struct Container {
+    std::string path;              // cgroup path relative to the cgroup2 mount
+    uint64_t caused_total_ns = 0;  // online wait it caused since khagent started
+  };
+  std::map<std::string, Container> containers;  // container_<id> -> what BPF saw
+};
+
+// The offer after a tick's decision: its budget, whether a breach (not a
+// pod's own quota) is far enough over target to reclaim at once, and each
+// YARN container with the online wait it caused.
+YarnOffer yarn_offer(const Decision& d, const NodeSignals& node, const Config& cfg, uint64_t now_ns);
 
 // ---- the node's maximum -----------------------------------------------------
 

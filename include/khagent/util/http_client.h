@@ -1,5 +1,5 @@
 // A small HTTP client over libcurl for the agent's REST peers (the YARN
-// ResourceManager and NodeManager): several base URLs for HA, simple or
+// ResourceManager and NodeManager, the kubelet): several base URLs for HA, simple or
 // SPNEGO authentication, TLS with a CA bundle, timeouts, retries with
 // backoff, and an abort flag so a stopping agent never waits on a slow peer.
 #pragma once
@@ -38,6 +38,10 @@ struct HttpClientOptions {
                                 // (timeout_ms applies to each attempt)
   long retry_backoff_ms = 500;  // before the second round; doubled for each further round
   size_t max_body_bytes = size_t{16} << 20;
+  // Every HTTP status is an answer, 3xx and 5xx included, with no failover
+  // or retry on a status: for a single peer (the kubelet) whose errors the
+  // caller reports as they are.
+  bool statuses_are_answers = false;
 };
 
 struct HttpResponse {

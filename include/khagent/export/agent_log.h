@@ -1,0 +1,51 @@
+// The agent's log lines about what it did and what it saw between ticks:
+// each cgroup write with its outcome, and the waits still going on past
+// the fast path's threshold.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "khagent/abi/runq.h"
+#include "khagent/actuate/actuator.h"
+#include "khagent/policy/controller.h"
+#include "khagent/policy/targets.h"
+#include "khagent/util/log_limit.h"
+
+namespace khagent {
+
+// Logs each record that changed something, with `why`: writes at info, a
+// dry run's would-be write once until it changes, failures at warn once a
+// minute per cgroup, file and outcome.
+void log_actions(const std::vector<ActionRecord>& recs, const std::string& why, LogLimiter& limit, uint64_t now_ns);
+
+// Logs the records of a restore (`unchanged_too`: those that found the
+// original in place as well); how many were rejected.
+size_t log_restore(const std::vector<ActionRecord>& recs, bool unchanged_too);
+
+// The budget line of a tick: the decision, the usage and the targets.
+std::string budget_line(const Decision& d, const ControllerInput& in, const std::vector<OfflineTarget>& targets);
+
+// The fast path's reaction times (first over-threshold wait to the cgroup
+// write), for the summary at the end.
+struct ReactionTimes {
+  uint64_t count = 0;
+  double sum_ms = 0, max_ms = 0;
+  void add(double ms) {
+    count++;
+    sum_ms += ms;
+    if (ms > max_ms) max_ms = ms;
+  }
+  std::string summary() const;  // "" when none
+};
+
+// One line for the waits still going on past the threshold (`ongoing` of
+// them), naming the longest, where it waits and who holds its CPU.
+// `name_of` turns a cgroup id into a path.
+std::string describe_ongoing_waits(const kh_wait_event& longest, size_t ongoing,
+                                   const std::function<std::string(uint64_t)>& name_of);
+
+}  // namespace khagent

@@ -1,0 +1,76 @@
+#include "khagent/export/agent_log.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+namespace khagent {
+
+void log_actions(const std::vector<ActionRecord>& recs, const std::string& why, LogLimiter& limit, uint64_t now_ns) {
+  for (const auto& r : recs) {
+    switch (r.outcome) {
+      case ActionOutcome::Unchanged:
+      case ActionOutcome::Backoff: break;
+      case ActionOutcome::Written:
+        spdlog::info("{} {}: '{}' -> '{}' ({})", r.cgroup, cgroup_file_name(r.file), r.from, r.to, why);
+        break;
+      case ActionOutcome::DryRun:
+        // Nothing is written, so the same change comes back every tick:
+        // logged once, and again when what is there or wanted changes.
+        if (r.repeat) break;
+        spdlog::info("dry run: would write {} {}: '{}' -> '{}' ({})", r.cgroup, cgroup_file_name(r.file), r.from, r.to,
+                     why);
+        break;
+      default:
+        if (!limit.allow(r.cgroup + " " + cgroup_file_name(r.file) + " " + outcome_name(r.outcome), now_ns)) break;
+        spdlog::warn("{} {} '{}': {}: {}", r.cgroup, cgroup_file_name(r.file), r.to, outcome_name(r.outcome),
+                     r.message);
+    }
+  }
+}
+
+size_t log_restore(const std::vector<ActionRecord>& recs, bool unchanged_too) {
+  size_t rejected = 0;
+  for (const auto& r : recs) {
+    if (r.outcome == ActionOutcome::Rejected) rejected++;
+    if (r.outcome == ActionOutcome::Unchanged && !unchanged_too) continue;
+    spdlog::info("restore {} {}: '{}' -> '{}' ({}){}", r.cgroup, cgroup_file_name(r.file), r.from, r.to,
+                 outcome_name(r.outcome), r.message.empty() ? "" : ": " + r.message);
+  }
+  return rejected;
+}
+
+std::string budget_line(const Decision& d, const ControllerInput& in, const std::vector<OfflineTarget>& targets) {
+  std::vector<std::string> names;
+  names.reserve(targets.size());
+  for (const auto& t : targets) names.push_back(t.path + " (" + target_kind_name(t.kind) + ")");
+  return fmt::format("budget {:.2f} cores ({}): {}; online {:.2f} cores, offline {:.2f} cores, targets [{}]",
+                     d.budget_cores, action_name(d.action), d.reason, in.online_cpu_cores, in.offline_cpu_cores,
+                     fmt::join(names, ", "));
+}
+
+std::string ReactionTimes::summary() const {
+  if (!count) return "";
+  return fmt::format("fast path: {} reactions, mean {:.2f} ms, max {:.2f} ms (wait event to cgroup write)", count,
+                     sum_ms / static_cast<double>(count), max_ms);
+}
+
+std::string describe_ongoing_waits(const kh_wait_event& longest, size_t ongoing,
+                                   const std::function<std::string(uint64_t)>& name_of) {
+  std::string held;
+  switch (longest.cause) {
+    case KH_WAIT_THROTTLED: held = "its cgroup throttled"; break;
+    case KH_WAIT_SAME_CGROUP: held = "a task of its own cgroup on the CPU"; break;
+    case KH_WAIT_OTHER_CGROUP:
+      held = fmt::format("{} on the CPU for {:.1f} ms", name_of(longest.aggressor_id),
+                         static_cast<double>(longest.aggressor_ns) / 1e6);
+      break;
+    default: held = "who holds the CPU unknown"; break;
+  }
+  return fmt::format(
+      "{} protected wait{} still going on past the threshold; longest: {} waiting {:.1f} ms on CPU {}, {}", ongoing,
+      ongoing == 1 ? "" : "s", name_of(longest.cgroup_id), static_cast<double>(longest.wait_ns) / 1e6, longest.cpu,
+      held);
+}
+
+}  // namespace khagent
