@@ -61,17 +61,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 me="bench-service"
 # shellcheck source=scripts/lib/common.sh
 . "$root/scripts/lib/common.sh"
+# shellcheck source=scripts/lib/bench_cgroup.sh
+. "$root/scripts/lib/bench_cgroup.sh"
 
-write_docs=0
-for arg in "$@"; do
-  case "$arg" in
-    --write-docs) write_docs=1 ;;
-    -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "$me: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
-  esac
-done
-
-[[ $(id -u) -eq 0 ]] || die "needs root (it creates cgroups and writes cgroup files)"
+bench_args "${BASH_SOURCE[0]}" "$@"
 
 quick="${QUICK:-0}"
 if [[ "$quick" == 1 ]]; then
@@ -106,8 +99,6 @@ KHAGENT_ARGS="${KHAGENT_ARGS:-}"
 KHAGENT_CONFIG="${KHAGENT_CONFIG:-}"
 # ---------------------------------------------------------------------------
 
-is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
-is_num() { [[ "$1" =~ ^[0-9]+([.][0-9]+)?$ ]]; }
 for v in duration warmup rate agent_settle other_max; do
   is_num "${!v}" || die "${v^^} must be a number, not '${!v}'"
 done
@@ -127,17 +118,7 @@ for r in "${row_list[@]}"; do [[ "${r#cache:}" == khagent ]] && wants_agent=1; d
 
 # --- tools -------------------------------------------------------------------
 command -v stress-ng >/dev/null || die "stress-ng is missing (apt-get install stress-ng)"
-if ! command -v nginx >/dev/null && [[ ! -x /usr/sbin/nginx ]]; then
-  log "nginx missing: installing the Debian package"
-  command -v apt-get >/dev/null || die "nginx is missing and there is no apt-get"
-  if ! apt-cache policy nginx 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-    apt-get update -qq || die "apt-get update failed"
-  fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx >/dev/null \
-    || die "apt-get install nginx failed"
-fi
-nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
-[[ -x "$nginx_bin" ]] || die "nginx is missing"
+need_nginx
 
 khagent="$build_dir/khagent"
 if ((wants_agent)); then
@@ -153,72 +134,11 @@ results="${RESULTS:-$tmp.results}"
 mkdir -p "$results"
 
 # --- cleanup state -----------------------------------------------------------
-pids=()          # every process started, by pid
 agent_pid=""     # the running khagent, if any
-created=()       # "hierarchy-mount<TAB>relative path", in creation order
-rs_files=()      # restore stack: file and its value before our first write
-rs_vals=()
-
-restore_to() {  # restore_to N: put back every file written since the stack had N entries
-  local n=$1 i cur
-  for ((i = ${#rs_files[@]} - 1; i >= n; i--)); do
-    if [[ -e "${rs_files[i]}" ]]; then
-      cur="$(cat "${rs_files[i]}" 2>/dev/null || true)"
-      if [[ "$cur" != "${rs_vals[i]}" ]]; then
-        printf '%s\n' "${rs_vals[i]}" >"${rs_files[i]}" 2>/dev/null \
-          || warn "could not restore ${rs_files[i]} to '${rs_vals[i]}' (it is '$cur')"
-      fi
-    fi
-    unset 'rs_files[i]' 'rs_vals[i]'
-  done
-  rs_files=("${rs_files[@]}")
-  rs_vals=("${rs_vals[@]}")
-}
-
-remember() {  # remember FILE: push its current value on the restore stack
-  rs_files+=("$1")
-  rs_vals+=("$(cat "$1")")
-}
-
-wr() {  # wr FILE VALUE: write, remembering the original first
-  local f=$1 v=$2
-  [[ -e "$f" ]] || die "$f does not exist"
-  remember "$f"
-  printf '%s\n' "$v" >"$f" 2>"$tmp/wr.err" || die "writing '$v' to $f failed: $(cat "$tmp/wr.err")"
-}
-
-stop_pid() {  # stop_pid PID [SIGNAL]: signal, wait up to 5 s, then SIGKILL
-  local pid=$1 sig=${2:-TERM} i
-  kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-  kill "-$sig" "$pid" 2>/dev/null || true
-  for ((i = 0; i < 50; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    warn "pid $pid did not exit on SIG$sig, killing it"
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  wait "$pid" 2>/dev/null || true
-}
-
-cg_tasks() { cat "$1/cgroup.procs" 2>/dev/null || true; }
-
-empty_cgroup() {  # empty_cgroup DIR: kill what is left in a cgroup we made, wait for it to empty
-  local d=$1 i p
-  for ((i = 0; i < 50; i++)); do
-    [[ -z "$(cg_tasks "$d")" ]] && return 0
-    if ((i == 20)); then
-      for p in $(cg_tasks "$d"); do kill -KILL "$p" 2>/dev/null || true; done
-    fi
-    sleep 0.1
-  done
-  warn "tasks still in $d: $(cg_tasks "$d" | tr '\n' ' ')"
-}
 
 cleaned=0
 cleanup() {
-  local rc=$? i h rel d
+  local rc=$? i
   ((cleaned)) && return
   cleaned=1
   set +e
@@ -236,12 +156,7 @@ cleanup() {
   fi
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do stop_pid "${pids[i]}"; done
   restore_to 0
-  for ((i = ${#created[@]} - 1; i >= 0; i--)); do
-    h="${created[i]%%$'\t'*}" rel="${created[i]#*$'\t'}" d="$h$rel"
-    [[ -d "$d" ]] || continue
-    empty_cgroup "$d"
-    rmdir "$d" 2>/dev/null || { sleep 0.2; rmdir "$d" 2>/dev/null; } || warn "could not remove $d"
-  done
+  remove_created
   rm -rf "$tmp"
   if ((rc != 0)); then log "failed (exit $rc); per-run files in $results"; fi
 }
@@ -250,25 +165,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM HUP
 
 # --- cgroup hierarchies, from /proc/self/mountinfo ---------------------------
-v2="" v1cpu="" v1cpuset=""
-while IFS= read -r line; do
-  pre="${line%% - *}" post="${line#* - }"
-  read -r -a f <<<"$pre"
-  read -r fstype _ opts <<<"$post"
-  [[ "${f[3]}" == / ]] || continue  # a bind mount of a sub-tree: not the hierarchy's root
-  mnt="${f[4]}"
-  case "$fstype" in
-    cgroup2) [[ -n "$v2" ]] || v2="$mnt" ;;
-    cgroup)
-      IFS=, read -r -a o <<<"$opts"
-      for x in "${o[@]}"; do
-        [[ "$x" == cpu && -z "$v1cpu" ]] && v1cpu="$mnt"
-        [[ "$x" == cpuset && -z "$v1cpuset" ]] && v1cpuset="$mnt"
-      done
-      ;;
-  esac
-done </proc/self/mountinfo
-[[ -n "$v2" ]] || die "no cgroup2 mount in /proc/self/mountinfo (needed for cpu.stat and khagent)"
+find_hierarchies
 v2ctl="$(cat "$v2/cgroup.controllers")"
 if [[ -n "$v1cpu" ]]; then
   cpu_h="$v1cpu" cpu_mode=v1
@@ -324,12 +221,6 @@ if ((${#cpu_arr[@]} < 2)); then
 fi
 
 # --- cgroups -----------------------------------------------------------------
-hexid() { od -An -tx1 -N"$1" /dev/urandom | tr -d ' \n'; }
-pod_path() {  # a Burstable pod's container, systemd driver, containerd
-  local uid
-  uid="$(tr - _ </proc/sys/kernel/random/uuid)"
-  echo "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod${uid}.slice/cri-containerd-$(hexid 32).scope"
-}
 mkcg() {  # mkcg REL: create REL in every hierarchy, each level prepared
   local rel=$1 h cur comp parent
   for h in "${hier[@]}"; do
@@ -364,7 +255,6 @@ yarn_cg=(/hadoop-yarn/container_e01_1700000000000_0001_01_000001
   /hadoop-yarn/container_e01_1700000000000_0001_01_000002
   /hadoop-yarn/container_e01_1700000000000_0001_01_000003)
 for cg in "$server_cg" "$client_cg" "${yarn_cg[@]}"; do mkcg "$cg"; done
-pod_of() { dirname "$1"; }
 
 spawned=""
 spawn() {  # spawn REL LOG CMD...: run CMD in cgroup REL of every hierarchy; pid in $spawned
@@ -376,11 +266,6 @@ spawn() {  # spawn REL LOG CMD...: run CMD in cgroup REL of every hierarchy; pid
   ) >"$logf" 2>&1 &
   spawned=$!
   pids+=("$spawned")
-}
-forget_pid() {  # stop tracking an exited pid
-  local i
-  for i in "${!pids[@]}"; do [[ "${pids[i]}" == "$1" ]] && unset 'pids[i]'; done
-  pids=("${pids[@]}")
 }
 
 usage_usec() { awk '$1 == "usage_usec" {print $2}' "$v2$1/cpu.stat"; }
@@ -404,13 +289,7 @@ busy_at() {
 user_hz="$(getconf CLK_TCK)"
 
 # --- the online service ------------------------------------------------------
-listening() { awk -v p="$(printf ':%04X' "$1")" 'NR > 1 && $4 == "0A" && substr($2, length($2) - 4) == p {f=1} END {exit !f}' /proc/net/tcp /proc/net/tcp6; }
-port=""
-for ((i = 0; i < 50; i++)); do
-  p=$((20000 + RANDOM % 40000))
-  if ! listening "$p"; then port=$p; break; fi
-done
-[[ -n "$port" ]] || die "no free port found"
+free_port
 mkdir -p "$tmp/www" "$tmp/nginx-tmp"
 chmod 755 "$tmp" "$tmp/www"
 # Text that gzip has to work on: random words and numbers.
@@ -421,33 +300,10 @@ awk -v size=$((file_kb * 1024)) 'BEGIN {
 }' >"$tmp/www/index.txt"
 truncate -s $((file_kb * 1024)) "$tmp/www/index.txt"
 chmod 644 "$tmp/www/index.txt"
-cat >"$tmp/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $tmp/nginx.pid;
-error_log $tmp/nginx-error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  default_type text/plain;
-  client_body_temp_path $tmp/nginx-tmp;
-  proxy_temp_path $tmp/nginx-tmp;
-  fastcgi_temp_path $tmp/nginx-tmp;
-  uwsgi_temp_path $tmp/nginx-tmp;
-  scgi_temp_path $tmp/nginx-tmp;
-  keepalive_requests 1000000;
-  keepalive_timeout 600s;
-  gzip on;
+nginx_conf "$tmp/nginx.conf" "$tmp/www" "$port" "  gzip on;
   gzip_comp_level $gzip_level;
   gzip_types text/plain;
-  gzip_min_length 0;
-  server {
-    listen 127.0.0.1:$port;
-    root $tmp/www;
-  }
-}
-EOF
-"$nginx_bin" -t -q -c "$tmp/nginx.conf" -p "$tmp" 2>"$tmp/nginx-t.log" || die "nginx rejects its config: $(cat "$tmp/nginx-t.log")"
+  gzip_min_length 0;"
 spawn "$server_cg" "$results/nginx.out" "$nginx_bin" -c "$tmp/nginx.conf" -p "$tmp"
 nginx_pid=$spawned
 for ((i = 0; i < 50; i++)); do
@@ -460,19 +316,8 @@ url="http://127.0.0.1:$port/index.txt"
 nginx_version="$("$nginx_bin" -v 2>&1 | sed 's/.*version: //')"
 
 # --- the load generator --------------------------------------------------------
-openloop="${OPENLOOP:-$build_dir/tests/bench/khagent_openloop}"
-if [[ ! -x "$openloop" ]]; then
-  if [[ -z "${OPENLOOP:-}" && -f "$build_dir/CMakeCache.txt" ]]; then
-    log "building khagent_openloop in $build_dir"
-    cmake --build "$build_dir" --target khagent_openloop >"$tmp/build.log" 2>&1 \
-      || die "building khagent_openloop failed: $(tail -20 "$tmp/build.log")"
-  elif [[ -z "${OPENLOOP:-}" ]]; then
-    command -v g++ >/dev/null || die "no khagent_openloop and no g++ to build it"
-    openloop="$tmp/khagent_openloop"
-    g++ -O2 -std=c++20 -Wall -Wextra -o "$openloop" "$root/tests/bench/openloop_http.cpp" \
-      || die "compiling tests/bench/openloop_http.cpp failed"
-  fi
-fi
+openloop="${OPENLOOP:-}"
+[[ -n "$openloop" ]] || openloop="$(bench_tool khagent_openloop openloop_http.cpp)"
 [[ -x "$openloop" ]] || die "no load generator at $openloop"
 
 # One check request through the whole path before measuring.
@@ -630,7 +475,6 @@ stop_agent() {  # stop_agent LOG SNAPSHOT: SIGTERM, exit code, files back to the
 
 # results.tsv: row round p50 p99 p999 max off_s on_s window_s count errors lag_p99 note other_s steal_s
 printf 'row\tround\tp50\tp99\tp999\tmax\toffline_s\tonline_s\twindow_s\tcount\terrors\tlag_p99\tnote\tother_s\tsteal_s\n' >"$results/results.tsv"
-jnum() { grep -o "\"$1\":[-0-9.e+]*" "$2" | head -1 | cut -d: -f2; }
 
 run_one() {  # run_one ROW ROUND
   local row=$1 round=$2 lever mix=cpu mark json note="" t0 t1 off0 off1 on0 on1 busy0 busy1 steal0 steal1 ag0 ag1 rc
@@ -727,7 +571,6 @@ done
 load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- report --------------------------------------------------------------------
-med() { sort -g | awk '{v[NR] = $1} END {if (NR == 0) {print "nan"; exit}; if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 # runs.tsv: results.tsv plus idle left by online (16), offline share of it (17), quiet (18: 1, NOISY: 0)
 runs="$results/runs.tsv"
 awk -F'\t' -v OFS='\t' -v n="$ncpu" 'NR > 1 {
@@ -741,10 +584,6 @@ col() {
   (($(nruns "$1" 1) > 0)) || q=""
   awk -F'\t' -v r="$1" -v c="$2" -v q="$q" '$1 == r && (q == "" || $18 == q) {print $c}' "$runs"
 }
-fmt0() { awk -v x="$1" 'BEGIN {if (x == "nan" || x == "") print "-"; else printf "%.0f", x}'; }
-fmt1() { awk -v x="$1" 'BEGIN {if (x == "nan" || x == "") print "-"; else printf "%.1f", (x < 0 && x > -0.05) ? 0 : x}'; }
-fmt2() { awk -v x="$1" 'BEGIN {if (x == "nan" || x == "") print "-"; else printf "%.2f", x}'; }
-pct() { awk -v x="$1" 'BEGIN {if (x == "nan" || x == "") print "-"; else printf "%.0f%%", 100 * x}'; }
 
 table="$results/table.md"
 goal_lines=()
@@ -789,14 +628,7 @@ if [[ -n "$(git -C "$root" status --porcelain -- userspace include bpf 2>/dev/nu
 
 report="$results/report.md"
 {
-  echo "## Service benchmark: nginx next to YARN hogs (scripts/bench-service.sh)"
-  echo
-  echo "Generated on $(date -u +%Y-%m-%d) by"
-  echo
-  echo '```sh'
-  echo "$repro$( ((write_docs)) && echo ' --write-docs')"
-  echo '```'
-  echo
+  report_head "Service benchmark: nginx next to YARN hogs (scripts/bench-service.sh)" "$repro"
   echo "* machine: ${cpu_model:-unknown CPU}, $ncpu CPUs, kernel $(uname -r); 1-minute load average $load_start at the start, $load_end at the end"
   echo "* cgroups: cgroup2 at $v2, cpu lever files in $cpu_mode ($cpu_h), cpuset in $cpuset_mode${cpuset_h:+ ($cpuset_h)}"
   echo "* online: nginx $nginx_version, 1 worker, a $file_kb KiB text file gzipped (level $gzip_level) on every request, in a Burstable pod cgroup; the load generator (khagent_openloop, open loop: latency from each request's intended send time) in a second pod, $rate req/s ($arrivals arrivals) over $connections keep-alive connections"

@@ -11,6 +11,10 @@
 //   khagent_openloop --url http://127.0.0.1:8080/file --rate 200 --duration 8
 //                    --warmup 2 --connections 8 [--header 'Accept-Encoding: gzip']
 //
+// With --spread N, the URL's path holds "{}", and each request replaces it
+// with a number drawn uniformly from 0..N-1 (seeded by --seed): a working set
+// of N files rather than one.
+//
 // Output: one JSON line on stdout. count = measured requests answered 2xx;
 // errors = measured requests that failed (non-2xx, connection error, timeout,
 // still unanswered at the end). Percentiles are exact (nearest rank over all
@@ -61,6 +65,7 @@ int64_t now_ns() {
                "usage: khagent_openloop --url http://127.0.0.1:PORT/PATH --rate REQ_PER_S\n"
                "         [--duration S (10)] [--warmup S (1)] [--connections C (8)]\n"
                "         [--timeout S (5)] [--header 'Name: value']... [--arrivals uniform|poisson] [--seed N]\n"
+               "         [--spread N (a path with {}: 0..N-1 in its place)]\n"
                "loopback only: the host must be 127.0.0.1, localhost or [::1]\n",
                msg.c_str());
   std::exit(2);
@@ -81,6 +86,7 @@ struct Options {
   long connections = 8;
   bool poisson = false;  // exponential gaps (mean 1 / rate) instead of a fixed 1 / rate
   uint64_t seed = 1;
+  long spread = 0;  // > 0: "{}" in the path becomes 0..spread-1, drawn per request
   std::string url;
   std::vector<std::string> headers;
 };
@@ -104,7 +110,8 @@ Options parse_args(int argc, char** argv) {
       std::fprintf(stdout,
                    "usage: khagent_openloop --url http://127.0.0.1:PORT/PATH --rate REQ_PER_S\n"
                    "         [--duration S (10)] [--warmup S (1)] [--connections C (8)]\n"
-                   "         [--timeout S (5)] [--header 'Name: value']... [--arrivals uniform|poisson] [--seed N]\n");
+                   "         [--timeout S (5)] [--header 'Name: value']... [--arrivals uniform|poisson] [--seed N]\n"
+                   "         [--spread N (a path with {}: 0..N-1 in its place)]\n");
       std::exit(0);
     }
     std::string value;
@@ -142,6 +149,10 @@ Options parse_args(int argc, char** argv) {
       double v = parse_number(arg, value);
       if (v != std::floor(v) || v < 0 || v > 9e15) usage_error("--seed must be a whole number");
       o.seed = static_cast<uint64_t>(v);
+    } else if (arg == "--spread") {
+      double v = parse_number(arg, value);
+      if (v != std::floor(v) || v < 1 || v > 1e6) usage_error("--spread must be an integer in 1..1000000");
+      o.spread = static_cast<long>(v);
     } else if (arg == "--url") {
       o.url = value;
     } else if (arg == "--header") {
@@ -154,6 +165,8 @@ Options parse_args(int argc, char** argv) {
     }
   }
   if (o.url.empty()) usage_error("--url is required");
+  if ((o.spread > 0) != (o.url.find("{}") != std::string::npos))
+    usage_error("--spread and a URL path with {} go together");
   if (!have_rate) usage_error("--rate is required");
   if (o.rate <= 0 || o.rate > 1e6) usage_error("--rate must be in (0, 1000000]");
   if (o.duration <= 0) usage_error("--duration must be > 0");
@@ -398,10 +411,23 @@ struct Conn {
 class Runner {
  public:
   Runner(const Options& o, const Target& t) : opt_(o), target_(t) {
-    request_ = "GET " + t.path + " HTTP/1.1\r\nHost: " + t.host_header + "\r\nUser-Agent: khagent-openloop\r\n";
-    for (const auto& h : o.headers) request_ += h + "\r\n";
-    request_ += "\r\n";
+    auto request_for = [&](const std::string& path) {
+      std::string r = "GET " + path + " HTTP/1.1\r\nHost: " + t.host_header + "\r\nUser-Agent: khagent-openloop\r\n";
+      for (const auto& h : o.headers) r += h + "\r\n";
+      return r + "\r\n";
+    };
     total_ = static_cast<int64_t>(std::llround((o.warmup + o.duration) * o.rate));
+    if (o.spread > 0) {
+      const size_t at = t.path.find("{}");
+      for (long k = 0; k < o.spread; ++k)
+        requests_.push_back(request_for(t.path.substr(0, at) + std::to_string(k) + t.path.substr(at + 2)));
+      std::mt19937_64 rng(o.seed ^ 0x9e3779b97f4a7c15ULL);
+      std::uniform_int_distribution<long> pick(0, o.spread - 1);
+      choice_.resize(static_cast<size_t>(std::max<int64_t>(total_, 0)));
+      for (auto& c : choice_) c = static_cast<uint32_t>(pick(rng));
+    } else {
+      requests_.push_back(request_for(t.path));
+    }
     warm_ = static_cast<int64_t>(std::llround(o.warmup * o.rate));
     if (total_ - warm_ < 1) usage_error("--rate x --duration gives no measured request");
     period_ns_ = static_cast<double>(kNsPerSec) / o.rate;
@@ -602,8 +628,9 @@ class Runner {
 
   void write_more(size_t idx) {
     Conn& c = conns_[idx];
-    while (c.out_off < request_.size()) {
-      ssize_t w = send(c.fd, request_.data() + c.out_off, request_.size() - c.out_off, MSG_NOSIGNAL);
+    const std::string& rq = request_of(c.req);
+    while (c.out_off < rq.size()) {
+      ssize_t w = send(c.fd, rq.data() + c.out_off, rq.size() - c.out_off, MSG_NOSIGNAL);
       if (w > 0) {
         c.out_off += static_cast<size_t>(w);
         continue;
@@ -758,7 +785,13 @@ class Runner {
 
   const Options& opt_;
   const Target& target_;
-  std::string request_;
+  // The request text of request number `req` (the probe's: the first).
+  const std::string& request_of(int64_t req) const {
+    if (choice_.empty() || req < 0 || static_cast<size_t>(req) >= choice_.size()) return requests_.front();
+    return requests_[choice_[static_cast<size_t>(req)]];
+  }
+  std::vector<std::string> requests_;  // one per path (--spread), else one
+  std::vector<uint32_t> choice_;       // --spread: the path of each request
   int ep_ = -1;
   int tfd_ = -1;
   std::vector<Conn> conns_;

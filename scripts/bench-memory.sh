@@ -1,0 +1,488 @@
+#!/usr/bin/env bash
+# Memory: an online service next to offline memory users, on this host's real
+# kernel, inside a "node" modelled as a parent memory cgroup with a limit (the
+# pressure stays inside it: the machine itself is never pushed into OOM).
+#
+# Online: a pod laid out like a Kubernetes Burstable pod holding nginx (one
+# worker) that serves FILES files of FILE_KB KiB (its working set in the page
+# cache, written by the pod itself so that the cache is the pod's), and
+# khagent_memhog holding ONLINE_ANON_MB of anonymous memory in use (an
+# in-memory cache, a heap). Both run with the oom_score_adj the kubelet gives
+# a Burstable pod that requests REQUEST_MB of a node of NODE_MB. The load
+# generator (khagent_openloop, open loop, a random file per request) runs in
+# a second pod.
+#
+# Offline, in <node>/hadoop-yarn/container_* with oom_score_adj 0 as a YARN
+# container's JVM has it: "anon" rows grow khagent_memhog to HOG_MB (a plain
+# process; stress-ng raises its own workers' oom_score_adj, so it is no
+# stand-in where the OOM order matters); "stream" rows read a STREAM_MB file
+# in a loop through the page cache, as a YARN task reading its input does.
+#
+# Rows (interleaved, round after round; the median over rounds is reported):
+#   alone            the online pod, no offline work
+#   anon, stream     offline work, no restraint
+#   X:limit          a hard limit of LIMIT_MB on <node>/hadoop-yarn
+#                    (memory.limit_in_bytes on v1, memory.max on v2)
+#   X:soft           v1 only: memory.soft_limit_in_bytes LIMIT_MB there
+#   X:high           v2 only: memory.high LIMIT_MB there
+#   X:adj            the offline processes at oom_score_adj 1000 (the OOM
+#                    order fixed, nothing limited)
+#   X:khagent        `khagent run` with its defaults (offline.yarn_hierarchy
+#                    set to the node's)
+#
+#   scripts/bench-memory.sh                  full run
+#   QUICK=1 scripts/bench-memory.sh          one short round of every row
+#   scripts/bench-memory.sh --write-docs     also put the table in docs/benchmarks.md
+#
+# Environment (defaults in brackets):
+#   NODE_MB=N        the node's memory: the limit of the parent cgroup [3072]
+#   ONLINE_ANON_MB=N anonymous memory the online pod keeps in use [800]
+#   FILES=N FILE_KB=N the online working set in the page cache [8192 x 64 KiB]
+#   REQUEST_MB=N     the online pod's memory request, for its oom_score_adj [1024]
+#   HOG_MB=N         the anonymous hog's size [2600]; HOG_RATE=N its growth, MiB/s [500]
+#   STREAM_MB=N      the streamed file [4096]
+#   LIMIT_MB=N       the offline limit of the limit/soft/high rows [900]
+#   SETTLE=S         seconds offline runs before the measured window [HOG_MB / HOG_RATE + 2]
+#   DURATION=S WARMUP=S  measured and warm-up seconds of the client [8 2; QUICK: 3 1]
+#   RATE=N CONNECTIONS=N requests per second (open loop) and connections [200 8]
+#   ROUNDS=N         rounds of all rows [3; QUICK: 1]
+#   ROWS="..."       rows to run [alone anon anon:limit anon:adj anon:khagent
+#                    stream stream:limit stream:soft|high stream:khagent]
+#   BUILD_DIR=DIR    where khagent and the tools of tests/bench are [build]
+#   KHAGENT_CONFIG   YAML text appended to the khagent rows' configuration
+#   RESULTS=DIR      where per-run files are kept [a new /tmp dir]
+#   OFFLINE_IDLE=0|1 cpu.idle=1 on <node>/hadoop-yarn in every offline row but
+#                    khagent's [1]: offline CPU restrained as khagent restrains
+#                    it, so that the rows differ by memory alone (the hogs
+#                    fault, reclaim and copy at full speed on 2 CPUs otherwise)
+#
+# Each run reports the client's p50/p99/p99.9 and errors, OOM kills in the
+# online pod (and whether its processes had to be started again), the online
+# pod's memory stall (PSI "some" and "full" of its cgroup2 memory.pressure,
+# ms over the window), the online pod's and offline's memory use (mean over
+# the window, sampled every 0.25 s) and the share of the memory online left
+# free that offline kept (offline mean / (NODE_MB - online mean)). Figures
+# only: the exit code is non-zero only when the benchmark itself failed.
+#
+# Everything this script starts is stopped by pid, every file it writes is
+# restored and every cgroup it creates is removed (children first), also on
+# Ctrl-C or failure. Needs root, a memory controller (v1 or v2), nginx.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+me="bench-memory"
+# shellcheck source=scripts/lib/common.sh
+. "$root/scripts/lib/common.sh"
+# shellcheck source=scripts/lib/bench_cgroup.sh
+. "$root/scripts/lib/bench_cgroup.sh"
+
+bench_args "${BASH_SOURCE[0]}" "$@"
+
+quick="${QUICK:-0}"
+if [[ "$quick" == 1 ]]; then def_duration=3 def_warmup=1 def_rounds=1; else def_duration=8 def_warmup=2 def_rounds=3; fi
+node_mb="${NODE_MB:-3072}"
+online_anon_mb="${ONLINE_ANON_MB:-800}"
+files="${FILES:-8192}"
+file_kb="${FILE_KB:-64}"
+request_mb="${REQUEST_MB:-1024}"
+hog_mb="${HOG_MB:-2600}"
+hog_rate="${HOG_RATE:-500}"
+stream_mb="${STREAM_MB:-4096}"
+limit_mb="${LIMIT_MB:-900}"
+duration="${DURATION:-$def_duration}"
+warmup="${WARMUP:-$def_warmup}"
+rounds="${ROUNDS:-$def_rounds}"
+rate="${RATE:-200}"
+connections="${CONNECTIONS:-8}"
+for v in node_mb online_anon_mb files file_kb request_mb hog_mb hog_rate stream_mb limit_mb rounds connections; do
+  is_uint "${!v}" && ((${!v} > 0)) || die "${v^^} must be a positive whole number, not '${!v}'"
+done
+for v in duration warmup rate; do is_num "${!v}" || die "${v^^} must be a number, not '${!v}'"; done
+settle="${SETTLE:-$(awk -v m="$hog_mb" -v r="$hog_rate" 'BEGIN {printf "%.1f", m / r + 2}')}"
+is_num "$settle" || die "SETTLE must be a number, not '$settle'"
+((online_anon_mb + files * file_kb / 1024 < node_mb)) || die "the online pod (ONLINE_ANON_MB + FILES x FILE_KB) must fit in NODE_MB"
+build_dir="${BUILD_DIR:-build}"
+[[ "$build_dir" == /* ]] || build_dir="$root/$build_dir"
+KHAGENT_CONFIG="${KHAGENT_CONFIG:-}"
+offline_idle="${OFFLINE_IDLE:-1}"
+[[ "$offline_idle" == 0 || "$offline_idle" == 1 ]] || die "OFFLINE_IDLE must be 0 or 1"
+
+tmp="$(mktemp -d /tmp/bench-memory.XXXXXX)"
+results="${RESULTS:-$tmp.results}"
+mkdir -p "$results"
+
+# --- cgroup hierarchies ----------------------------------------------------------
+find_hierarchies
+if [[ -n "$v1memory" ]]; then
+  mem_mode=v1 mem_h="$v1memory"
+elif [[ " $(cat "$v2/cgroup.controllers") " == *" memory "* ]]; then
+  mem_mode=v2 mem_h="$v2"
+else
+  die "no memory controller: neither a v1 memory hierarchy nor memory in $v2/cgroup.controllers"
+fi
+if [[ "$mem_mode" == v1 ]]; then
+  f_limit=memory.limit_in_bytes f_usage=memory.usage_in_bytes soft_row=soft
+else
+  f_limit=memory.max f_usage=memory.current soft_row=high
+fi
+rows="${ROWS:-alone anon anon:limit anon:adj anon:khagent stream stream:limit stream:$soft_row stream:khagent}"
+read -r -a row_list <<<"$rows"
+for r in "${row_list[@]}"; do
+  case "$r" in
+    alone | anon | stream | anon:limit | stream:limit | anon:adj | stream:adj | anon:khagent | stream:khagent) ;;
+    anon:soft | stream:soft) [[ "$mem_mode" == v1 ]] || die "row $r needs the v1 memory controller (use :high on v2)" ;;
+    anon:high | stream:high) [[ "$mem_mode" == v2 ]] || die "row $r needs the v2 memory controller (use :soft on v1)" ;;
+    *) die "unknown row '$r' (see --help)" ;;
+  esac
+done
+# Every hierarchy the processes are put in: cgroup2 (PSI, khagent's
+# measuring), memory, and on hybrid hosts the v1 cpu and cpuset ones
+# (khagent writes its CPU levers there at the same paths).
+hier=("$v2")
+for h in "$v1memory" "$v1cpu" "$v1cpuset"; do [[ -z "$h" ]] || hier+=("$h"); done
+cpu_h="${v1cpu:-$v2}"
+
+node=/khagent-bench-node
+for h in "${hier[@]}"; do [[ ! -e "$h$node" ]] || die "$h$node exists already (another run of this script?)"; done
+mkcg() {  # mkcg REL: create REL in every hierarchy, each level prepared
+  local rel=$1 h cur comp parent
+  local -a comps
+  for h in "${hier[@]}"; do
+    cur=""
+    IFS=/ read -r -a comps <<<"${rel#/}"
+    for comp in "${comps[@]}"; do
+      parent="$h$cur" cur="$cur/$comp"
+      [[ -d "$h$cur" ]] && continue
+      if [[ "$h" == "$v2" && "$mem_mode" == v2 && " $(cat "$parent/cgroup.subtree_control") " != *" memory "* ]]; then
+        wr "$parent/cgroup.subtree_control" +memory
+      fi
+      mkdir "$h$cur" || die "mkdir $h$cur failed"
+      created+=("$h"$'\t'"$cur")
+      if [[ "$h" == "$v1cpuset" ]]; then
+        cat "$parent/cpuset.cpus" >"$h$cur/cpuset.cpus" || die "cpuset.cpus of $h$cur"
+        cat "$parent/cpuset.mems" >"$h$cur/cpuset.mems" || die "cpuset.mems of $h$cur"
+      fi
+    done
+  done
+}
+server_cg="$(pod_path "$node")"
+client_cg="$(pod_path "$node")"
+yarn_root="$node/hadoop-yarn"
+anon_cg="$yarn_root/container_e01_1700000000000_0001_01_000002"
+stream_cg="$yarn_root/container_e01_1700000000000_0001_01_000003"
+for cg in "$server_cg" "$client_cg" "$anon_cg" "$stream_cg"; do mkcg "$cg"; done
+if [[ "$mem_mode" == v1 && -f "$mem_h$node/memory.use_hierarchy" && "$(cat "$mem_h$node/memory.use_hierarchy")" != 1 ]]; then
+  die "$mem_h$node/memory.use_hierarchy is 0: the node's limit would not cover its children"
+fi
+wr "$mem_h$node/$f_limit" $((node_mb * 1024 * 1024))
+
+# The kubelet's oom_score_adj of a Burstable pod: 1000 - 1000 x request /
+# capacity, clamped to 3..999.
+online_adj=$(awk -v r="$request_mb" -v c="$node_mb" 'BEGIN {a = int(1000 - 1000 * r / c); if (a < 3) a = 3; if (a > 999) a = 999; print a}')
+
+spawned=""
+spawn() {  # spawn REL ADJ LOG CMD...: CMD in cgroup REL of every hierarchy at oom_score_adj ADJ; pid in $spawned
+  local rel=$1 adj=$2 logf=$3 hh
+  shift 3
+  (
+    for hh in "${hier[@]}"; do echo "$BASHPID" >"$hh$rel/cgroup.procs"; done
+    echo "$adj" >/proc/self/oom_score_adj
+    exec "$@"
+  ) >"$logf" 2>&1 &
+  spawned=$!
+  pids+=("$spawned")
+}
+
+agent_pid=""
+cleaned=0
+cleanup() {
+  local rc=$? i
+  ((cleaned)) && return
+  cleaned=1
+  set +e
+  if [[ -n "$agent_pid" ]] && kill -0 "$agent_pid" 2>/dev/null; then
+    kill -TERM "$agent_pid" 2>/dev/null
+    for ((i = 0; i < 150; i++)); do kill -0 "$agent_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$agent_pid" 2>/dev/null
+    wait "$agent_pid" 2>/dev/null
+  fi
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do stop_pid "${pids[i]}"; done
+  restore_to 0
+  remove_created
+  rm -rf "$tmp"
+  if ((rc != 0)); then log "failed (exit $rc); per-run files in $results"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
+
+need_nginx
+openloop="$(bench_tool khagent_openloop openloop_http.cpp)"
+memhog="$(bench_tool khagent_memhog memhog.cpp)"
+khagent="$build_dir/khagent"
+if [[ " ${row_list[*]} " == *":khagent "* || " ${row_list[*]} " == *":khagent" ]]; then
+  [[ -x "$khagent" ]] || die "no $khagent: build it first (scripts/build.sh)"
+fi
+
+# --- the online pod -----------------------------------------------------------------
+www="$tmp/www"
+mkdir -p "$www/f" "$tmp/nginx-tmp"
+chmod 755 "$tmp" "$www" "$www/f"
+# Written from inside the pod, so that its page cache is the pod's.
+spawn "$server_cg" "$online_adj" "$tmp/files.log" awk -v n="$files" -v kb="$file_kb" -v d="$www/f" 'BEGIN {
+  line = sprintf("%1023s", "x"); gsub(/ /, "k", line)
+  for (i = 0; i < n; i++) { f = d "/" i; for (j = 0; j < kb; j++) print line > f; close(f) }
+}'
+wait "$spawned" || die "writing the online files failed: $(cat "$tmp/files.log")"
+forget_pid "$spawned"
+free_port
+nginx_conf "$tmp/nginx.conf" "$www" "$port"
+url="http://127.0.0.1:$port/f/{}"
+nginx_pid="" cache_pid="" online_starts=0
+start_online() {  # nginx and the online memhog, each started again when gone (OOM-killed)
+  local i
+  if [[ -z "$nginx_pid" ]] || ! kill -0 "$nginx_pid" 2>/dev/null; then
+    [[ -z "$nginx_pid" ]] || { wait "$nginx_pid" 2>/dev/null || true; forget_pid "$nginx_pid"; }
+    spawn "$server_cg" "$online_adj" "$results/nginx.out" "$nginx_bin" -c "$tmp/nginx.conf" -p "$tmp"
+    nginx_pid=$spawned online_starts=$((online_starts + 1))
+    for ((i = 0; i < 50; i++)); do
+      listening "$port" && break
+      kill -0 "$nginx_pid" 2>/dev/null || die "nginx exited: $(cat "$results/nginx.out" "$tmp/nginx-error.log" 2>/dev/null)"
+      sleep 0.1
+    done
+    listening "$port" || die "nginx does not listen on 127.0.0.1:$port"
+  fi
+  if [[ -z "$cache_pid" ]] || ! kill -0 "$cache_pid" 2>/dev/null; then
+    [[ -z "$cache_pid" ]] || { wait "$cache_pid" 2>/dev/null || true; forget_pid "$cache_pid"; }
+    spawn "$server_cg" "$online_adj" "$tmp/online-memhog.out" "$memhog" --mb "$online_anon_mb" --rate 1000
+    cache_pid=$spawned online_starts=$((online_starts + 1))
+    for ((i = 0; i < 300; i++)); do
+      grep -q grown "$tmp/online-memhog.out" 2>/dev/null && break
+      kill -0 "$cache_pid" 2>/dev/null || die "the online memhog exited: $(cat "$tmp/online-memhog.out")"
+      sleep 0.1
+    done
+  fi
+}
+start_online
+online_starts=0
+
+# The streamed file, written around the page cache (direct I/O) so that no
+# one holds it in memory before the streamer reads it.
+if [[ " ${row_list[*]} " == *" stream"* ]]; then
+  log "writing the ${stream_mb} MiB file the stream rows read"
+  dd if=/dev/zero of="$tmp/stream.dat" bs=4M count=$((stream_mb / 4)) oflag=direct status=none \
+    || die "writing $tmp/stream.dat failed"
+fi
+
+# --- measuring ---------------------------------------------------------------------------
+usage_mb() { awk '{printf "%.1f", $1 / 1048576}' "$mem_h$1/$f_usage"; }
+psi_us() {  # psi_us REL some|full: total stall time of the cgroup's memory.pressure, us
+  awk -v k="$2" '$1 == k {for (i = 2; i <= NF; i++) if ($i ~ /^total=/) {sub(/total=/, "", $i); print $i}}' "$v2$1/memory.pressure"
+}
+oom_kills() {  # oom_kills REL: OOM kills charged to the cgroup (v1: its own; v2: it and below)
+  if [[ "$mem_mode" == v1 ]]; then
+    awk '$1 == "oom_kill" {print $2; f = 1} END {if (!f) print 0}' "$mem_h$1/memory.oom_control"
+  else
+    awk '$1 == "oom_kill" {print $2; f = 1} END {if (!f) print 0}' "$mem_h$1/memory.events"
+  fi
+}
+[[ -r "$v2$(pod_of "$server_cg")/memory.pressure" ]] || die "no memory.pressure in cgroup2 (a kernel without PSI, or booted with psi=0)"
+
+sampler_pid=""
+start_sampler() {  # every 0.25 s: offline and online memory use, MiB
+  (
+    while :; do
+      printf '%s %s\n' "$(usage_mb "$yarn_root")" "$(usage_mb "$(pod_of "$server_cg")")"
+      sleep 0.25
+    done
+  ) >"$1" 2>/dev/null &
+  sampler_pid=$!
+  pids+=("$sampler_pid")
+}
+stop_sampler() { stop_pid "$sampler_pid"; forget_pid "$sampler_pid"; sampler_pid=""; }
+
+hog_pids=()
+start_offline() {  # start_offline anon|stream ADJ
+  if [[ "$1" == anon ]]; then
+    spawn "$anon_cg" "$2" "$tmp/hog.out" "$memhog" --mb "$hog_mb" --rate "$hog_rate"
+  else
+    spawn "$stream_cg" "$2" "$tmp/hog.out" sh -c 'while :; do dd if="$1" of=/dev/null bs=1M status=none || exit 1; done' sh "$tmp/stream.dat"
+  fi
+  hog_pids=("$spawned")
+}
+stop_offline() {
+  local p c
+  for p in "${hog_pids[@]}"; do stop_pid "$p"; forget_pid "$p"; done
+  hog_pids=()
+  for c in "$anon_cg" "$stream_cg"; do
+    for p in $(cg_tasks "$v2$c"); do kill -KILL "$p" 2>/dev/null || true; done
+    empty_cgroup "$v2$c"
+  done
+}
+apply_lever() {  # apply_lever MIX LEVER
+  if ((offline_idle)) && [[ "$1" != alone && "$2" != khagent ]]; then
+    [[ -f "$cpu_h$yarn_root/cpu.idle" ]] || die "no cpu.idle in $cpu_h$yarn_root (kernel 5.15+; or set OFFLINE_IDLE=0)"
+    wr "$cpu_h$yarn_root/cpu.idle" 1
+  fi
+  case "$2" in
+    limit) wr "$mem_h$yarn_root/$f_limit" $((limit_mb * 1024 * 1024)) ;;
+    soft) wr "$mem_h$yarn_root/memory.soft_limit_in_bytes" $((limit_mb * 1024 * 1024)) ;;
+    high) wr "$mem_h$yarn_root/memory.high" $((limit_mb * 1024 * 1024)) ;;
+  esac
+}
+start_agent() {
+  printf 'offline:\n  yarn_hierarchy: %s\n%s\n' "${yarn_root#/}" "$KHAGENT_CONFIG" >"$tmp/khagent.yaml"
+  rm -f "$tmp/state.json"*
+  "$khagent" run --no-metrics --state-file "$tmp/state.json" --config "$tmp/khagent.yaml" >"$1" 2>&1 &
+  agent_pid=$!
+  sleep 2
+  kill -0 "$agent_pid" 2>/dev/null || die "khagent exited at start: $(tail -5 "$1")"
+}
+agent_note=""
+stop_agent() {  # SIGTERM; its exit code in agent_note
+  local rc
+  kill -TERM "$agent_pid" 2>/dev/null || true
+  if wait "$agent_pid"; then rc=0; else rc=$?; fi
+  agent_pid=""
+  ((rc == 0)) || failures=$((failures + 1))
+  agent_note="khagent exit $rc"
+}
+row_label() {
+  local mix=${1%%:*} lever=${1#*:} what
+  [[ "$1" == *:* ]] || lever=""
+  case "$mix" in
+    alone) echo "alone (no offline work)"; return ;;
+    anon) what="anon hog ${hog_mb} MiB" ;;
+    stream) what="page-cache streamer (${stream_mb} MiB file)" ;;
+  esac
+  case "$lever" in
+    "") echo "$what, no restraint" ;;
+    limit) echo "$what + offline $f_limit ${limit_mb} MiB" ;;
+    soft) echo "$what + offline memory.soft_limit_in_bytes ${limit_mb} MiB" ;;
+    high) echo "$what + offline memory.high ${limit_mb} MiB" ;;
+    adj) echo "$what + offline oom_score_adj 1000" ;;
+    khagent) echo "$what + khagent (defaults)" ;;
+  esac
+}
+
+failures=0
+# results.tsv: row round p50 p99 p999 max count errors online_ooms online_restarted offline_ooms
+#   psi_some_ms psi_full_ms offline_mb online_mb offline_peak_mb window_s note
+printf 'row\tround\tp50\tp99\tp999\tmax\tcount\terrors\tonline_ooms\tonline_restarted\toffline_ooms\tpsi_some_ms\tpsi_full_ms\toffline_mb\tonline_mb\toffline_peak_mb\twindow_s\tnote\n' >"$results/results.tsv"
+run_one() {  # run_one ROW ROUND
+  local row=$1 round=$2 mix lever adj=0 mark tag json note="" rc t0 t1 s0 s1 f0 f1 on0 on1 off0 off1 i
+  mix=${row%%:*} lever=${row#*:}
+  [[ "$row" == *:* ]] || lever=""
+  [[ "$lever" == adj ]] && adj=1000
+  tag="${row/:/-}-r$round"
+  online_starts=0
+  start_online
+  # The pod's files back in its page cache (and charged to it) after a row
+  # that pushed them out.
+  spawn "$server_cg" "$online_adj" "$tmp/warm.log" sh -c 'cat "$1"/* >/dev/null' sh "$www/f"
+  wait "$spawned" || true
+  forget_pid "$spawned"
+  mark=${#rs_files[@]}
+  apply_lever "$mix" "$lever"
+  [[ "$lever" != khagent ]] || start_agent "$results/khagent-$tag.log"
+  on0=$(oom_kills "$server_cg") off0=$(($(oom_kills "$anon_cg") + $(oom_kills "$stream_cg")))
+  if [[ "$mix" != alone ]]; then
+    start_offline "$mix" "$adj"
+    if [[ "$mix" == anon ]]; then
+      for ((i = 0; i < ${settle%.*} * 10 + 10; i++)); do
+        grep -q grown "$tmp/hog.out" 2>/dev/null && break
+        kill -0 "${hog_pids[0]}" 2>/dev/null || break
+        sleep 0.1
+      done
+      sleep 1
+    else
+      sleep "$settle"
+    fi
+  fi
+  s0=$(psi_us "$(pod_of "$server_cg")" some) f0=$(psi_us "$(pod_of "$server_cg")" full)
+  t0=$(date +%s%N)
+  start_sampler "$tmp/mem-$tag.txt"
+  json="$results/client-$tag.json"
+  spawn "$client_cg" "$online_adj" "$json" "$openloop" --url "$url" --spread "$files" --rate "$rate" \
+    --duration "$duration" --warmup "$warmup" --connections "$connections" --seed "$round"
+  if wait "$spawned"; then rc=0; else rc=$?; fi
+  forget_pid "$spawned"
+  t1=$(date +%s%N)
+  stop_sampler
+  s1=$(psi_us "$(pod_of "$server_cg")" some) f1=$(psi_us "$(pod_of "$server_cg")" full)
+  on1=$(oom_kills "$server_cg") off1=$(($(oom_kills "$anon_cg") + $(oom_kills "$stream_cg")))
+  ((rc == 0)) || note="client exit $rc: $(tail -1 "$json")"
+  if ! kill -0 "$nginx_pid" 2>/dev/null || ! kill -0 "$cache_pid" 2>/dev/null; then
+    note="${note:+$note; }online process gone:$(kill -0 "$nginx_pid" 2>/dev/null || echo " nginx")$(kill -0 "$cache_pid" 2>/dev/null || echo " memhog")"
+  fi
+  [[ "$mix" == alone ]] || stop_offline
+  if [[ "$lever" == khagent ]]; then
+    stop_agent
+    note="${note:+$note; }$agent_note"
+  fi
+  restore_to "$mark"
+  cp "$tmp/mem-$tag.txt" "$results/" 2>/dev/null || true
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$row" "$round" \
+    "$(jnum p50_us "$json")" "$(jnum p99_us "$json")" "$(jnum p999_us "$json")" "$(jnum max_us "$json")" \
+    "$(jnum count "$json")" "$(jnum errors "$json")" $((on1 - on0)) \
+    "$(kill -0 "$nginx_pid" 2>/dev/null && kill -0 "$cache_pid" 2>/dev/null && echo 0 || echo 1)" $((off1 - off0)) \
+    "$(awk -v a="$s0" -v b="$s1" 'BEGIN {printf "%.1f", (b - a) / 1000}')" \
+    "$(awk -v a="$f0" -v b="$f1" 'BEGIN {printf "%.1f", (b - a) / 1000}')" \
+    "$(awk '{s += $1; n++} END {printf "%.0f", n ? s / n : 0}' "$tmp/mem-$tag.txt")" \
+    "$(awk '{s += $2; n++} END {printf "%.0f", n ? s / n : 0}' "$tmp/mem-$tag.txt")" \
+    "$(awk '$1 > m {m = $1} END {printf "%.0f", m}' "$tmp/mem-$tag.txt")" \
+    "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", (b - a) / 1e9}')" "$note" >"$tmp/line.tsv"
+  cat "$tmp/line.tsv" >>"$results/results.tsv"
+  awk -F'\t' '{printf "  %-15s round %s: p50 %7s  p99 %8s  p99.9 %8s us  errors %s  online OOM kills %s  stall some/full %s/%s ms  MiB offline %s online %s %s\n", $1, $2, $3, $4, $5, $8, $9, $12, $13, $14, $15, $18}' "$tmp/line.tsv" >&2
+}
+
+# --- run -----------------------------------------------------------------------------
+log "node $node: $node_mb MiB ($mem_mode memory controller in $mem_h); online: nginx on 127.0.0.1:$port with $files x $file_kb KiB files + $online_anon_mb MiB anonymous, oom_score_adj $online_adj; $rate req/s open loop"
+log "rows: ${row_list[*]}; $rounds round(s) of ${warmup}+${duration} s after ${settle} s of offline; results in $results"
+for ((round = 1; round <= rounds; round++)); do
+  log "round $round/$rounds"
+  for r in "${row_list[@]}"; do run_one "$r" "$round"; done
+done
+
+# --- report ----------------------------------------------------------------------------
+col() { awk -F'\t' -v r="$1" -v c="$2" 'NR > 1 && $1 == r {print $c}' "$results/results.tsv"; }
+sum() { col "$1" "$2" | awk '{s += $1} END {print s + 0}'; }
+alone_p99="nan"
+[[ " ${row_list[*]} " != *" alone "* ]] || alone_p99="$(col alone 4 | med)"
+table="$results/table.md"
+{
+  echo "| row | p50 µs | p99 µs | p99.9 µs | p99 / alone | errors | online OOM kills (runs with an online process gone) | offline OOM kills | online stall some / full ms | online MiB | offline MiB (peak) | offline share of what online left |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  for r in "${row_list[@]}"; do
+    p99="$(col "$r" 4 | med)"
+    ratio="$(awk -v a="$p99" -v b="$alone_p99" 'BEGIN {if (a == "nan" || b == "nan" || b <= 0) print "nan"; else print a / b}')"
+    off="$(col "$r" 14 | med)" on="$(col "$r" 15 | med)"
+    share="$(awk -v o="$off" -v n="$on" -v t="$node_mb" 'BEGIN {if (t - n <= 0) print "nan"; else print o / (t - n)}')"
+    echo "| $(row_label "$r") | $(fmt0 "$(col "$r" 3 | med)") | $(fmt0 "$p99") | $(fmt0 "$(col "$r" 5 | med)") | $(fmt2 "$ratio") | $(sum "$r" 8) | $(sum "$r" 9) ($(sum "$r" 10)) | $(sum "$r" 11) | $(fmt0 "$(col "$r" 12 | med)") / $(fmt0 "$(col "$r" 13 | med)") | $(fmt0 "$on") | $(fmt0 "$off") ($(fmt0 "$(col "$r" 16 | sort -g | tail -1)")) | $( [[ "$r" == alone ]] && echo - || pct "$share") |"
+  done
+} >"$table"
+notes="$(awk -F'\t' 'NR > 1 && $18 != "" {printf "* %s, round %s: %s\n", $1, $2, $18}' "$results/results.tsv")"
+repro="scripts/bench-memory.sh"
+for v in QUICK OFFLINE_IDLE NODE_MB ONLINE_ANON_MB FILES FILE_KB REQUEST_MB HOG_MB HOG_RATE STREAM_MB LIMIT_MB SETTLE DURATION WARMUP RATE CONNECTIONS ROUNDS ROWS KHAGENT_CONFIG; do
+  [[ -z "${!v:-}" ]] || repro="$v=$(printf '%q' "${!v}") $repro"
+done
+cpu_model="$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
+report="$results/report.md"
+{
+  report_head "Memory benchmark: nginx and an in-memory cache next to YARN memory users (scripts/bench-memory.sh)" "$repro"
+  echo "* machine: ${cpu_model:-unknown CPU}, $(nproc) CPUs, kernel $(uname -r), swap $(awk '/^SwapTotal/ {print $2 / 1024 " MiB"}' /proc/meminfo); the node is a $mem_mode memory cgroup limited to $node_mb MiB"
+  echo "* online, a Burstable pod at oom_score_adj $online_adj (a $request_mb MiB request on a $node_mb MiB node): nginx serving $files files of $file_kb KiB (written by the pod: its page cache) and khagent_memhog keeping $online_anon_mb MiB of anonymous memory in use; khagent_openloop in a second pod, $rate req/s open loop over $connections connections, a random file per request"
+  echo "* offline, oom_score_adj 0 unless said$( ((offline_idle)) && echo ", its CPU at cpu.idle=1 in every row (khagent's rows: as khagent sets it)"): khagent_memhog growing to $hog_mb MiB at $hog_rate MiB/s, or a loop of dd reading a $stream_mb MiB file; measured after ${settle} s of it (OOM kills counted from its start)"
+  echo "* each run: ${warmup} s warm-up + ${duration} s measured; medians of $rounds interleaved round(s); OOM kills and restarts summed over rounds; stall = PSI of the online pod's cgroup2 memory.pressure over the window; memory = mean usage over the window (sampled every 0.25 s); offline share = offline MiB / ($node_mb - online MiB)"
+  echo
+  cat "$table"
+  echo
+  if [[ -n "$notes" ]]; then echo "Notes:"; echo; echo "$notes"; echo; fi
+} >"$report"
+echo
+cat "$report"
+echo "(per-run JSON, memory samples and results.tsv in $results)"
+if ((write_docs)); then
+  doc_section_write "$root/docs/benchmarks.md" bench-memory "$report"
+  log "wrote the section to docs/benchmarks.md"
+fi
+((failures == 0)) || die "$failures run(s) failed, see the notes above"
