@@ -318,6 +318,18 @@ stop_offline() {
     empty_cgroup "$v2$c"
   done
 }
+# The page cache offline leaves behind stays charged to it: emptied after
+# each run, so that every row starts from the same node.
+drop_offline_memory() {
+  local c
+  if [[ "$mem_mode" == v1 ]]; then
+    for c in "$anon_cg" "$stream_cg" "$yarn_root"; do
+      echo 0 >"$mem_h$c/memory.force_empty" 2>/dev/null || warn "could not empty $mem_h$c (memory.force_empty)"
+    done
+  elif [[ -f "$mem_h$yarn_root/memory.reclaim" ]]; then
+    echo "$((node_mb * 2))M" >"$mem_h$yarn_root/memory.reclaim" 2>/dev/null || true  # EAGAIN: not all of it, fine
+  fi
+}
 apply_lever() {  # apply_lever MIX LEVER
   if ((offline_idle)) && [[ "$1" != alone && "$2" != khagent ]]; then
     [[ -f "$cpu_h$yarn_root/cpu.idle" ]] || die "no cpu.idle in $cpu_h$yarn_root (kernel 5.15+; or set OFFLINE_IDLE=0)"
@@ -415,6 +427,7 @@ run_one() {  # run_one ROW ROUND
     note="${note:+$note; }online process gone:$(kill -0 "$nginx_pid" 2>/dev/null || echo " nginx")$(kill -0 "$cache_pid" 2>/dev/null || echo " memhog")"
   fi
   [[ "$mix" == alone ]] || stop_offline
+  drop_offline_memory
   if [[ "$lever" == khagent ]]; then
     stop_agent
     note="${note:+$note; }$agent_note"
