@@ -274,7 +274,6 @@ if [[ " ${row_list[*]} " == *" stream"* ]]; then
 fi
 
 # --- measuring ---------------------------------------------------------------------------
-usage_mb() { awk '{printf "%.1f", $1 / 1048576}' "$mem_h$1/$f_usage"; }
 psi_us() {  # psi_us REL some|full: total stall time of the cgroup's memory.pressure, us
   awk -v k="$2" '$1 == k {for (i = 2; i <= NF; i++) if ($i ~ /^total=/) {sub(/total=/, "", $i); print $i}}' "$v2$1/memory.pressure"
 }
@@ -288,10 +287,11 @@ oom_kills() {  # oom_kills REL: OOM kills charged to the cgroup (v1: its own; v2
 [[ -r "$v2$(pod_of "$server_cg")/memory.pressure" ]] || die "no memory.pressure in cgroup2 (a kernel without PSI, or booted with psi=0)"
 
 sampler_pid=""
-start_sampler() {  # every 0.25 s: offline and online memory use, MiB
+start_sampler() {  # every 0.25 s: offline and online memory use, MiB (builtins: no process per sample but sleep)
+  local off="$mem_h$yarn_root/$f_usage" on="$mem_h$(pod_of "$server_cg")/$f_usage" a b
   (
     while :; do
-      printf '%s %s\n' "$(usage_mb "$yarn_root")" "$(usage_mb "$(pod_of "$server_cg")")"
+      read -r a <"$off" && read -r b <"$on" && printf '%s %s\n' $((a / 1048576)) $((b / 1048576))
       sleep 0.25
     done
   ) >"$1" 2>/dev/null &
