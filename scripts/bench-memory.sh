@@ -28,7 +28,7 @@
 #   X:adj            the offline processes at oom_score_adj 1000 (the OOM
 #                    order fixed, nothing limited)
 #   X:khagent        `khagent run` with its defaults (offline.yarn_hierarchy
-#                    set to the node's)
+#                    set to the node's, memory.node_cgroup to the node)
 #
 #   scripts/bench-memory.sh                  full run
 #   QUICK=1 scripts/bench-memory.sh          one short round of every row
@@ -342,7 +342,9 @@ apply_lever() {  # apply_lever MIX LEVER
   esac
 }
 start_agent() {
-  printf 'offline:\n  yarn_hierarchy: %s\n%s\n' "${yarn_root#/}" "$KHAGENT_CONFIG" >"$tmp/khagent.yaml"
+  # The node is a cgroup here: khagent's memory budget is taken from its limit.
+  printf 'offline:\n  yarn_hierarchy: %s\nmemory:\n  node_cgroup: %s\n%s\n' "${yarn_root#/}" "$node" \
+    "$KHAGENT_CONFIG" >"$tmp/khagent.yaml"
   rm -f "$tmp/state.json"*
   "$khagent" run --no-metrics --state-file "$tmp/state.json" --config "$tmp/khagent.yaml" >"$1" 2>&1 &
   agent_pid=$!

@@ -195,17 +195,20 @@ inline bool hybrid(const khagent::Mounts& m) {
 // Make parents first; destroyed in reverse order by the owner.
 struct LaidOutCgroup {
   std::vector<std::unique_ptr<TestCgroup>> parts;
-  LaidOutCgroup(const khagent::Mounts& m, const std::string& rel) {
+  // `memory`: in the memory controller's hierarchy too (v1 memory on a
+  // hybrid host; +memory for the children on v2).
+  LaidOutCgroup(const khagent::Mounts& m, const std::string& rel, bool memory = false) {
     parts.push_back(std::make_unique<TestCgroup>(m.cgroup2, rel));
     if (!hybrid(m)) {
       // Pure v2: the controllers the parent has, for the children to come
       // (as the kubelet and systemd enable them down their trees).
       std::string avail = read_file(parts.front()->dir() + "/cgroup.controllers");
-      for (const char* c : {"cpu", "cpuset"})
-        if (avail.find(c) != std::string::npos)
+      for (const char* c : {"cpu", "cpuset", "memory"})
+        if (avail.find(c) != std::string::npos && (memory || std::string(c) != "memory"))
           write_file(parts.front()->dir() + "/cgroup.subtree_control", std::string("+") + c);
       return;
     }
+    if (memory && !m.memory_v1.empty()) parts.push_back(std::make_unique<TestCgroup>(m.memory_v1, rel));
     parts.push_back(std::make_unique<TestCgroup>(m.cpu_v1, rel));
     if (!m.cpuset_v1.empty()) {
       auto cs = std::make_unique<TestCgroup>(m.cpuset_v1, rel);
@@ -222,7 +225,7 @@ struct LaidOutCgroup {
     for (const auto& p : parts) out.push_back(p->dir() + (p->root == parts.front()->root ? "/cgroup.procs" : "/tasks"));
     return out;
   }
-  // The file `name` of the v1 cpu (or cpuset) part, "" on a v2 host.
+  // The file `name` of the v1 cpu (or cpuset, or memory) part, "" on a v2 host.
   std::string v1_file(const std::string& name) const {
     for (const auto& p : parts)
       if (p->root != parts.front()->root && std::filesystem::exists(p->dir() + "/" + name))

@@ -219,8 +219,9 @@ TEST(V1Backend, WritesQuotaAndPeriodInAnOrderV1Accepts) {
   t.write("cpu/hadoop-yarn/cpu.shares", "1024\n");
   t.write("cpu/hadoop-yarn/cpu.idle", "0\n");
   t.write("cpuset/hadoop-yarn/cpuset.cpus", "0-1\n");
-  RealCgroupFs cgfs(
-      CgroupRoots{(t.path / "unified").string(), (t.path / "cpu").string(), (t.path / "cpuset").string()});
+  t.write("memory/hadoop-yarn/memory.limit_in_bytes", "9223372036854771712\n");
+  RealCgroupFs cgfs(CgroupRoots{(t.path / "unified").string(), (t.path / "cpu").string(), (t.path / "cpuset").string(),
+                                (t.path / "memory").string()});
   EXPECT_EQ(*cgfs.read("/hadoop-yarn", CgroupFile::V1CpuCfs), "-1 100000");
   ASSERT_TRUE(cgfs.write("/hadoop-yarn", CgroupFile::V1CpuCfs, "2000 10000").ok());
   EXPECT_EQ(slurp(t.path / "cpu/hadoop-yarn/cpu.cfs_quota_us"), "2000\n");
@@ -230,4 +231,8 @@ TEST(V1Backend, WritesQuotaAndPeriodInAnOrderV1Accepts) {
   ASSERT_TRUE(cgfs.write("/hadoop-yarn", CgroupFile::V1CpusetCpus, "1").ok());
   EXPECT_EQ(slurp(t.path / "cpuset/hadoop-yarn/cpuset.cpus"), "1\n");
   EXPECT_EQ(*cgfs.read("/hadoop-yarn", CgroupFile::V1CpuShares), "1024");
+  // Every hierarchy, the memory one included, through its own root.
+  EXPECT_EQ(*cgfs.read("/hadoop-yarn", CgroupFile::V1MemoryLimit), "9223372036854771712");
+  ASSERT_TRUE(cgfs.write("/hadoop-yarn", CgroupFile::V1MemoryLimit, "1073741824").ok());
+  EXPECT_EQ(slurp(t.path / "memory/hadoop-yarn/memory.limit_in_bytes"), "1073741824\n");
 }

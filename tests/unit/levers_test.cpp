@@ -192,10 +192,13 @@ TEST(LeverTable, WeightWhereIdleIsOffAndTheSummarySaysWhatIsInForce) {
   EXPECT_FALSE(touches(w, kQos, Knob::Weight));
   EXPECT_FALSE(touches(w, kPod, Knob::Weight));
   for (auto [l, on] : levers_in_force(in, cfg)) EXPECT_EQ(on, l == Lever::Weight) << lever_name(l);
-  EXPECT_EQ(levers_summary(cfg, true), "cpu.weight 5 on offline targets; ladder [cpuset, quota] on a lasting breach");
+  EXPECT_EQ(levers_summary(cfg, true),
+            "cpu.weight 5 on offline targets; offline memory limited to the memory budget; ladder [cpuset, quota] on "
+            "a lasting breach");
   Config d = default_config();
   d.ladder.always = {Lever::Quota};
   d.cpuset.enabled = true;
+  d.memory.enabled = false;
   EXPECT_EQ(levers_summary(d, false),
             "minimum weight (no cpu.idle in this kernel) on offline targets, cpuset and quota always; ladder "
             "[cpuset, quota] on a lasting breach");

@@ -41,8 +41,10 @@ int apply_rank(CgroupFile f) {
     case CgroupFile::V1CpuCfs: return 2;
     case CgroupFile::CpusetCpus:
     case CgroupFile::V1CpusetCpus: return 3;
+    case CgroupFile::MemoryHigh:
+    case CgroupFile::V1MemoryLimit: return 4;
   }
-  return 4;
+  return 5;
 }
 int restore_rank(CgroupFile f) {
   switch (f) {
@@ -54,8 +56,10 @@ int restore_rank(CgroupFile f) {
     case CgroupFile::V1CpuShares: return 2;
     case CgroupFile::CpusetCpus:
     case CgroupFile::V1CpusetCpus: return 3;
+    case CgroupFile::MemoryHigh:
+    case CgroupFile::V1MemoryLimit: return 4;
   }
-  return 4;
+  return 5;
 }
 
 bool is_cpuset(CgroupFile f) { return f == CgroupFile::CpusetCpus || f == CgroupFile::V1CpusetCpus; }

@@ -89,6 +89,24 @@ bool kernel_has_cpu_idle(const CgroupRoots& roots, CgroupBackend b) {
   return true;
 }
 
+Result<void> memory_controller_for(CgroupBackend b, const CgroupRoots& roots) {
+  if (b == CgroupBackend::V1Hybrid) {
+    if (roots.memory_v1.empty())
+      return make_error(ENOTSUP, "no v1 memory hierarchy is mounted on this hybrid host: no memory limits");
+    return {};
+  }
+  std::string controllers;
+  if (int fd = ::open((roots.unified + "/cgroup.controllers").c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    char buf[512];
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) controllers.assign(buf, static_cast<size_t>(n));
+    ::close(fd);
+  }
+  if (!has_word(controllers, "memory"))
+    return make_error(ENOTSUP, "the memory controller is not enabled at " + roots.unified + ": no memory limits");
+  return {};
+}
+
 CgroupFile file_for(CgroupBackend b, Knob k) {
   const bool v1 = b == CgroupBackend::V1Hybrid;
   switch (k) {
@@ -96,6 +114,7 @@ CgroupFile file_for(CgroupBackend b, Knob k) {
     case Knob::Weight: return v1 ? CgroupFile::V1CpuShares : CgroupFile::CpuWeight;
     case Knob::Idle: return v1 ? CgroupFile::V1CpuIdle : CgroupFile::CpuIdle;
     case Knob::Cpus: return v1 ? CgroupFile::V1CpusetCpus : CgroupFile::CpusetCpus;
+    case Knob::Memory: return v1 ? CgroupFile::V1MemoryLimit : CgroupFile::MemoryHigh;
   }
   return CgroupFile::CpuMax;
 }
@@ -125,6 +144,12 @@ Result<DesiredValue> render(CgroupBackend b, const Setting& s, const CpuSet& nod
         return make_error(EINVAL, what + ": CPU " + std::to_string(cpu) + " is not online on this node");
     out.value = format_cpu_list(c->cpus);
     out.cpus = c->cpus;
+  } else if (const auto* m = std::get_if<MemoryLimit>(&s.value)) {
+    const uint64_t page = static_cast<uint64_t>(::getpagesize());
+    if (m->bytes && *m->bytes < page)
+      return make_error(EINVAL, what + ": " + std::to_string(*m->bytes) + " bytes, want at least one page");
+    const std::string none = b == CgroupBackend::V2 ? "max" : "-1";
+    out.value = m->bytes ? std::to_string(*m->bytes / page * page) : none;
   }
   return out;
 }
@@ -182,6 +207,14 @@ Result<void> validate_cgroup_value(CgroupFile f, const std::string& value, const
           return make_error(EINVAL, what + ": CPU " + std::to_string(c) + " is not online on this node");
       return {};
     }
+    case CgroupFile::MemoryHigh:
+    case CgroupFile::V1MemoryLimit: {
+      uint64_t b = 0;
+      const char* none = f == CgroupFile::MemoryHigh ? "max" : "-1";
+      if (v != none && (!parse_u64(v, b) || b == 0))
+        return make_error(EINVAL, what + ": want '" + none + "' or a number of bytes");
+      return {};
+    }
   }
   return make_error(EINVAL, what + ": unknown file");
 }
@@ -198,6 +231,8 @@ std::string normalize_cgroup_value(CgroupFile f, const std::string& value) {
     auto c = parse_cpu_list(v);
     return c ? format_cpu_list(*c) : v;
   }
+  // v1 prints "no limit" as the largest page-aligned counter value.
+  if (uint64_t b = 0; f == CgroupFile::V1MemoryLimit && parse_u64(v, b) && b >= (uint64_t{1} << 62)) return "-1";
   return v;
 }
 

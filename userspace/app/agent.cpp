@@ -20,9 +20,12 @@
 #include "khagent/policy/controller.h"
 #include "khagent/policy/ladder.h"
 #include "khagent/policy/lever_table.h"
+#include "khagent/policy/memory.h"
 #include "khagent/policy/partition.h"
 #include "khagent/signals/offline_candidates.h"
+#include "khagent/signals/offline_memory.h"
 #include "khagent/signals/workload.h"
+#include "khagent/util/bytes.h"
 #include "khagent/util/clock.h"
 #include "khagent/util/log_limit.h"
 #include "khagent/util/strings.h"
@@ -46,6 +49,7 @@ class Agent {
   void loop();                           // until a signal
   int shutdown();                        // restores the originals
   void tick();
+  void memory_step(uint64_t now_ns);  // the memory budget into levers_
   void fast_step();
   std::vector<OfflineTarget> targets(const NodeSignals& node);
   // What the levers need this step (without the cpuset partition), in levers_.
@@ -73,6 +77,8 @@ class Agent {
   CgroupBackend backend_ = CgroupBackend::V2;
   bool idle_supported_ = true;
   LadderState ladder_;
+  std::unique_ptr<MemoryReader> memory_;  // none: the memory lever is off or has nothing to write
+  MemoryState memory_state_;
   uint64_t fast_breaches_ = 0;  // since the last tick
   std::vector<kh_wait_event> pending_;
   uint64_t last_scan_ns_ = 0;             // mono_ns of the last scan for waits still going on
@@ -101,6 +107,16 @@ std::optional<int> Agent::setup_node() {
   topo_ = std::move(node.topo);
   backend_ = node.backend;
   idle_supported_ = node.idle_supported;
+  if (cfg_.memory.enabled) {
+    const CgroupRoots roots = roots_of(mounts_);
+    if (auto ok = memory_controller_for(backend_, roots); !ok) {
+      spdlog::warn("memory lever off: {}", ok.error().message);
+      cfg_.memory.enabled = false;
+    } else {
+      const bool v1 = backend_ == CgroupBackend::V1Hybrid;
+      memory_ = std::make_unique<MemoryReader>(v1 ? roots.memory_v1 : roots.unified, v1);
+    }
+  }
   spdlog::info("levers: {}", levers_summary(cfg_, idle_supported_));
   return std::nullopt;
 }
@@ -262,6 +278,27 @@ void Agent::apply(const Decision& d, bool fast, uint64_t first_event_ns) {
   log_actions(recs, why, warned_, mono_ns());
 }
 
+void Agent::memory_step(uint64_t now_ns) {
+  levers_.memory_budget.reset();
+  if (!memory_) return;
+  std::vector<std::string> parents;  // BestEffort pods are counted in their QoS cgroup
+  for (const auto& t : levers_.targets)
+    if (t.kind != TargetKind::BestEffortPod) parents.push_back(t.path);
+  MemorySignals ms = offline_memory(*memory_, cfg_.memory.node_cgroup, parents, now_ns);
+  for (auto& t : levers_.targets) {
+    auto it = ms.used.find(t.path);
+    t.memory_known = it != ms.used.end();
+    t.memory_used = t.memory_known ? it->second : 0;
+  }
+  for (const auto& p : ms.problems)
+    if (warned_.allow(p.substr(0, p.find(':')), now_ns)) spdlog::warn("{}", p);
+  if (ms.input.capacity == 0) return;  // the node's memory is unknown: leave the limits as they are
+  MemoryDecision d = khagent::memory_step(ms.input, cfg_.memory, memory_state_);
+  if (d.changed) spdlog::info("memory budget {} for offline: {}", mib_text(d.budget), d.reason);
+  levers_.memory_budget = d.budget;
+  if (metrics_) metrics_->record_memory(ms.input, d);
+}
+
 void Agent::fast_step() {
   std::vector<kh_wait_event> events;
   events.swap(pending_);
@@ -319,6 +356,7 @@ void Agent::tick() {
 
   levers_.targets = targets(node);
   for (auto& t : levers_.targets) t.usage_cores = cores_at_or_below(*sample, t.path);
+  memory_step(mono_ns());
 
   ControllerInput in = controller_input(node, static_cast<double>(topo_.cpus.size()), mono_ns());
   last_input_ = in;

@@ -300,7 +300,7 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
   CgroupRoots roots;
   CgroupBackend backend = CgroupBackend::V2;
   if (auto m = find_mounts()) {
-    roots = {m->cgroup2, m->cpu_v1, m->cpuset_v1};
+    roots = roots_of(*m);
     if (auto b = detect_backend(roots)) backend = *b;
   }
   read_state_entries(r, cfg, roots);

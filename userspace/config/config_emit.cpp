@@ -6,6 +6,7 @@
 
 #include "config_text.h"
 #include "khagent/config/config.h"
+#include "khagent/util/bytes.h"
 
 namespace khagent {
 
@@ -84,6 +85,16 @@ std::string config_to_yaml(const Config& c) {
   key("yarn_hierarchy") << c.offline.yarn_hierarchy;
   key("idle") << c.offline.idle;
   key("weight") << c.offline.weight;
+  out << YAML::EndMap;
+
+  key("memory") << YAML::BeginMap;
+  key("enabled") << c.memory.enabled;
+  key("node_cgroup") << c.memory.node_cgroup;
+  key("reserve") << format_bytes(c.memory.reserve_bytes);
+  key("reserve_share") << format_double(c.memory.reserve_share);
+  key("min_offline") << format_bytes(c.memory.min_offline_bytes);
+  key("grow_per_second") << format_bytes(c.memory.grow_per_second_bytes);
+  key("deadband") << format_bytes(c.memory.deadband_bytes);
   out << YAML::EndMap;
 
   key("ladder") << YAML::BeginMap;

@@ -134,6 +134,20 @@ Result<void> validate_config(const Config& c) {
     return bad("offline.weight", "must be 0 when offline.idle is true: an idle cgroup has no weight");
   }
 
+  if (!c.memory.node_cgroup.empty()) {
+    if (auto err = check_cgroup_path(c.memory.node_cgroup); !err.empty())
+      return bad("memory.node_cgroup", "\"" + c.memory.node_cgroup + "\" " + err);
+  }
+  if (!(c.memory.reserve_share >= 0 && c.memory.reserve_share <= 0.9)) {
+    return bad("memory.reserve_share", "must be between 0 and 0.9, got " + format_double(c.memory.reserve_share));
+  }
+  if (c.memory.min_offline_bytes < (uint64_t{1} << 20)) {
+    return bad("memory.min_offline", "must be at least 1Mi: below that no process starts");
+  }
+  if (c.memory.grow_per_second_bytes == 0) {
+    return bad("memory.grow_per_second", "must be above 0: a budget that never grows keeps offline cut for good");
+  }
+
   if (!(c.ladder.min_improvement >= 0 && c.ladder.min_improvement < 1)) {
     return bad("ladder.min_improvement",
                "must be at least 0 and below 1, got " + format_double(c.ladder.min_improvement));

@@ -29,6 +29,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "khagent/config/config.h"
+#include "khagent/util/bytes.h"
 #include "khagent/util/cpuset.h"
 
 #include "config_text.h"
@@ -251,6 +252,12 @@ class Loader {
               dst = std::move(*c);
             }};
   }
+  Field bytes(const char* key, uint64_t& dst) const {
+    return {key, [this, &dst](const YAML::Node& n, const Where& at) {
+              if (!n.IsScalar()) fail(at, "expected a size (e.g. 512Mi), got " + describe(n));
+              if (auto err = parse_bytes(n.Scalar(), dst); !err.empty()) fail(at, err);
+            }};
+  }
   Field ns(const char* key, uint64_t& dst) const {
     return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = duration_ns(n, at); }};
   }
@@ -456,6 +463,14 @@ class Loader {
                     num("min_improvement", l.min_improvement),
                     ns("retry_after", l.retry_after_ns),
                     ns("relax_after", l.relax_after_ns)});
+         }},
+        {"memory",
+         [this, &c](const YAML::Node& n, const Where& at) {
+           auto& m = c.memory;
+           section(n, at,
+                   {flag("enabled", m.enabled), text("node_cgroup", m.node_cgroup), bytes("reserve", m.reserve_bytes),
+                    num("reserve_share", m.reserve_share), bytes("min_offline", m.min_offline_bytes),
+                    bytes("grow_per_second", m.grow_per_second_bytes), bytes("deadband", m.deadband_bytes)});
          }},
         {"yarn", [this, &c](const YAML::Node& n, const Where& at) { yarn(n, at, c.yarn); }},
     };

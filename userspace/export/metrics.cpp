@@ -30,6 +30,7 @@
 #include "khagent/model/bpf_counters.h"
 #include "khagent/model/yarn_status.h"
 #include "khagent/policy/controller.h"
+#include "khagent/policy/memory.h"
 #include "khagent/signals/workload.h"
 #include "khagent/util/clock.h"
 
@@ -185,6 +186,8 @@ struct Metrics::Impl {
   Gauge* budget = nullptr;
   Gauge* ceiling = nullptr;
   Gauge* floor_cores = nullptr;
+  // The memory lever: budget, ceiling, node capacity, node and offline working sets.
+  std::array<Gauge*, 5> memory{};
   std::map<BudgetAction, Counter*> decisions;
   Histogram* reaction = nullptr;
   std::array<CumulativeCounter, KH_NR_COUNTERS> bpf_events{};
@@ -638,10 +641,31 @@ void Metrics::record_decision(const Decision& d) {
   if (auto it = m.decisions.find(d.action); it != m.decisions.end()) it->second->Increment();
 }
 
+void Metrics::record_memory(const MemoryInput& in, const MemoryDecision& d) {
+  auto& m = *impl_;
+  std::lock_guard lk(m.mu);
+  if (!m.memory[0]) {
+    const std::array<std::pair<const char*, const char*>, 5> kFamilies = {{
+        {"khagent_offline_memory_budget_bytes", "Memory the offline parents may hold in all (their limits' sum)"},
+        {"khagent_offline_memory_ceiling_bytes",
+         "Largest offline memory budget: capacity minus the reserve minus what the rest of the node uses"},
+        {"khagent_node_memory_capacity_bytes", "The node's memory (or memory.node_cgroup's limit)"},
+        {"khagent_node_memory_working_set_bytes", "The node's memory in use, inactive page cache excluded"},
+        {"khagent_offline_memory_working_set_bytes",
+         "The offline parents' memory in use, inactive page cache excluded"},
+    }};
+    for (size_t i = 0; i < kFamilies.size(); i++)
+      m.memory[i] =
+          &prometheus::BuildGauge().Name(kFamilies[i].first).Help(kFamilies[i].second).Register(m.registry).Add({});
+  }
+  const std::array<uint64_t, 5> v = {d.budget, d.ceiling, in.capacity, in.node_used, in.offline_used};
+  for (size_t i = 0; i < v.size(); i++) m.memory[i]->Set(static_cast<double>(v[i]));
+}
+
 void Metrics::record_actions(const std::vector<ActionRecord>& recs) {
   auto& m = *impl_;
   std::lock_guard lk(m.mu);
-  // Bounded: 4 files x 8 outcomes. Add() returns the existing series.
+  // Bounded: 10 files x 8 outcomes. Add() returns the existing series.
   for (const auto& r : recs)
     m.actions->Add({{"file", cgroup_file_name(r.file)}, {"outcome", outcome_name(r.outcome)}}).Increment();
 }

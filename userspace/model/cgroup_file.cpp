@@ -12,6 +12,8 @@ const char* cgroup_file_name(CgroupFile f) {
     case CgroupFile::V1CpuShares: return "v1:cpu.shares";
     case CgroupFile::V1CpuIdle: return "v1:cpu.idle";
     case CgroupFile::V1CpusetCpus: return "v1:cpuset.cpus";
+    case CgroupFile::MemoryHigh: return "memory.high";
+    case CgroupFile::V1MemoryLimit: return "v1:memory.limit_in_bytes";
   }
   return "";
 }
@@ -28,6 +30,7 @@ Hierarchy hierarchy_of(CgroupFile f) {
     case CgroupFile::V1CpuShares:
     case CgroupFile::V1CpuIdle: return Hierarchy::CpuV1;
     case CgroupFile::V1CpusetCpus: return Hierarchy::CpusetV1;
+    case CgroupFile::V1MemoryLimit: return Hierarchy::MemoryV1;
     default: return Hierarchy::Unified;
   }
 }
@@ -38,6 +41,7 @@ std::vector<std::string> kernel_files(CgroupFile f) {
     case CgroupFile::V1CpuShares: return {"cpu.shares"};
     case CgroupFile::V1CpuIdle: return {"cpu.idle"};
     case CgroupFile::V1CpusetCpus: return {"cpuset.cpus"};
+    case CgroupFile::V1MemoryLimit: return {"memory.limit_in_bytes"};
     default: return {cgroup_file_name(f)};
   }
 }

@@ -8,6 +8,7 @@ const char* knob_name(Knob k) {
     case Knob::Weight: return "cpu.weight";
     case Knob::Idle: return "cpu.idle";
     case Knob::Cpus: return "cpuset.cpus";
+    case Knob::Memory: return "memory.high";
   }
   return "";
 }

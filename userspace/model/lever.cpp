@@ -8,6 +8,7 @@ const char* lever_name(Lever l) {
     case Lever::Weight: return "weight";
     case Lever::Cpuset: return "cpuset";
     case Lever::Quota: return "quota";
+    case Lever::Memory: return "memory";
   }
   return "";
 }

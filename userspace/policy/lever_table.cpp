@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "khagent/policy/controller.h"
+#include "khagent/policy/memory.h"
 
 namespace khagent {
 
@@ -16,7 +17,19 @@ namespace {
 // Whether it is a parent that gets the quota and the cpuset (not a pod).
 bool parent(TargetKind k) { return k != TargetKind::BestEffortPod; }
 
-constexpr std::array<LeverSpec, 4> kTable = {{
+// The offline parents' working sets, and how many there are.
+std::pair<uint64_t, size_t> parents_memory(const LeverInput& in) {
+  uint64_t total = 0;
+  size_t n = 0;
+  for (const auto& t : in.targets)
+    if (parent(t.kind) && t.memory_known) {
+      total += t.memory_used;
+      n++;
+    }
+  return {total, n};
+}
+
+constexpr std::array<LeverSpec, 5> kTable = {{
     {
         Lever::Idle,
         Knob::Idle,
@@ -87,6 +100,24 @@ constexpr std::array<LeverSpec, 4> kTable = {{
           return budget_to_quota(in.budget_cores * share, in.node_cpus, cfg.budget.cpu_max_period_us);
         },
     },
+    {
+        Lever::Memory,
+        Knob::Memory,
+        false,
+        false,
+        "memory.high: cgroup v2 with the memory controller; memory.limit_in_bytes: the v1 memory hierarchy "
+        "(there a limit under what the group holds is refused with EBUSY when the kernel finds nothing to reclaim)",
+        "the offline parents (YARN roots, the BestEffort QoS cgroup, offline.targets), not pods (the kubelet "
+        "owns pod limits)",
+        "the original limit from the state file",
+        parent,
+        [](const LeverInput& in, const Config& cfg) { return cfg.memory.enabled && in.memory_budget.has_value(); },
+        [](const LeverInput& in, const Config& cfg, const OfflineTarget& t, double) -> std::optional<KnobValue> {
+          if (!t.memory_known) return std::nullopt;  // not in the memory hierarchy
+          auto [total, n] = parents_memory(in);
+          return MemoryLimit{memory_share(*in.memory_budget, t.memory_used, total, n, cfg.memory)};
+        },
+    },
 }};
 
 }  // namespace
@@ -143,8 +174,9 @@ std::string levers_summary(const Config& cfg, bool idle_supported) {
   std::vector<std::string> always;
   for (Lever l : kAllLevers)
     if (lever_is_rung(l) && rung_in_force(l, cfg, none)) always.emplace_back(lever_name(l));
-  return fmt::format("{} on offline targets{}; ladder [{}] on a lasting breach", base,
+  return fmt::format("{} on offline targets{}{}; ladder [{}] on a lasting breach", base,
                      always.empty() ? "" : fmt::format(", {} always", fmt::join(always, " and ")),
+                     cfg.memory.enabled ? "; offline memory limited to the memory budget" : "",
                      fmt::join(cfg.ladder.rungs | std::views::transform([](Lever l) { return lever_name(l); }), ", "));
 }
 

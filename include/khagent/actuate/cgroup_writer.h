@@ -29,16 +29,23 @@ enum class CgroupBackend {
 const char* backend_name(CgroupBackend b);
 
 struct CgroupRoots {
-  std::string unified;    // cgroup2 mount (measurement; writes on V2)
-  std::string cpu_v1;     // v1 cpu hierarchy ("" if none)
-  std::string cpuset_v1;  // v1 cpuset hierarchy ("" if none)
+  std::string unified;         // cgroup2 mount (measurement; writes on V2)
+  std::string cpu_v1;          // v1 cpu hierarchy ("" if none)
+  std::string cpuset_v1;       // v1 cpuset hierarchy ("" if none)
+  std::string memory_v1 = {};  // v1 memory hierarchy ("" if none)
   const std::string& of(Hierarchy h) const {
-    return h == Hierarchy::Unified ? unified : h == Hierarchy::CpuV1 ? cpu_v1 : cpuset_v1;
+    switch (h) {
+      case Hierarchy::CpuV1: return cpu_v1;
+      case Hierarchy::CpusetV1: return cpuset_v1;
+      case Hierarchy::MemoryV1: return memory_v1;
+      case Hierarchy::Unified: break;
+    }
+    return unified;
   }
 };
 
 // The hierarchies of a node's mounts.
-inline CgroupRoots roots_of(const Mounts& m) { return {m.cgroup2, m.cpu_v1, m.cpuset_v1}; }
+inline CgroupRoots roots_of(const Mounts& m) { return {m.cgroup2, m.cpu_v1, m.cpuset_v1, m.memory_v1}; }
 
 // Chooses the backend: V2 when the cgroup2 root offers the cpu controller
 // (`controllers` is its cgroup.controllers), else V1Hybrid when a v1 cpu
@@ -52,16 +59,25 @@ Result<CgroupBackend> detect_backend(const CgroupRoots& roots);
 // cpu controller is looked at (none yet: assumed, a failed write says otherwise).
 bool kernel_has_cpu_idle(const CgroupRoots& roots, CgroupBackend b);
 
+// Where the memory controller is: in the cgroup2 mount (its root's
+// cgroup.controllers has "memory"), else the v1 memory hierarchy, else
+// nowhere (an error that says so). On a hybrid host whose cgroup2 mount has
+// the memory controller but not the cpu one, memory is still written in v1
+// when mounted there: the backend decides, and this only says whether the
+// backend's memory file exists.
+Result<void> memory_controller_for(CgroupBackend b, const CgroupRoots& roots);
+
 // The backend's file for a knob (cpu.max on v2, the v1 cfs pair on a
-// hybrid host, ...).
+// hybrid host, memory.high on v2 and memory.limit_in_bytes on v1, ...).
 CgroupFile file_for(CgroupBackend b, Knob k);
 // The one place a typed value becomes the text of a cgroup file, for the
 // backend: cpu.max "QUOTA PERIOD" or "max PERIOD" (v1: "-1 PERIOD"),
 // cpu.weight (v1: cpu.shares by the kubelet's conversion), cpu.idle 0|1, a
-// cpu list. The text is what the kernel prints back (normalize_cgroup_value
-// leaves it as it is). Values the kernel would refuse are EINVAL errors: a
-// quota under 1000 us, a period outside [1000, 1000000] us, a weight
-// outside 1..10000, CPUs not in `node_cpus` (when it is not empty).
+// cpu list, memory.high "max"|BYTES (v1 memory.limit_in_bytes "-1"|BYTES),
+// BYTES rounded down to whole pages as the kernel keeps them. The text is what the kernel prints back
+// (normalize_cgroup_value leaves it as it is). Values the kernel would refuse are EINVAL errors: a quota under 1000 us,
+// a period outside [1000, 1000000] us, a weight outside 1..10000, CPUs not in `node_cpus` (when it is not empty), a
+// memory limit under one page.
 Result<DesiredValue> render(CgroupBackend b, const Setting& s, const CpuSet& node_cpus);
 uint64_t weight_to_shares(uint64_t weight);
 uint64_t shares_to_weight(uint64_t shares);
@@ -70,7 +86,9 @@ uint64_t shares_to_weight(uint64_t shares);
 // restored): cpu.max "max|QUOTA [PERIOD]" with QUOTA >= 1000 and PERIOD in
 // [1000, 1000000]; v1 cfs "-1|QUOTA PERIOD" likewise; cpu.weight 1..10000;
 // cpu.shares 2..262144; cpu.idle 0|1; cpuset.cpus a cpu list ("" = inherit)
-// within `node_cpus` (or any well-formed list when node_cpus is empty).
+// within `node_cpus` (or any well-formed list when node_cpus is empty);
+// memory.high "max" or bytes; v1 memory.limit_in_bytes "-1" or bytes (the
+// kernel prints no limit as a large number, which is valid to write back).
 Result<void> validate_cgroup_value(CgroupFile f, const std::string& value, const CpuSet& node_cpus);
 
 // The cgroup files khagent reads and writes.
@@ -95,7 +113,7 @@ class CgroupFs {
 class RealCgroupFs : public CgroupFs {
  public:
   explicit RealCgroupFs(CgroupRoots roots, bool use_openat2 = true);
-  explicit RealCgroupFs(std::string unified_root) : RealCgroupFs(CgroupRoots{std::move(unified_root), "", ""}) {}
+  explicit RealCgroupFs(std::string unified_root) : RealCgroupFs(CgroupRoots{std::move(unified_root), "", "", ""}) {}
   ~RealCgroupFs() override;
   RealCgroupFs(const RealCgroupFs&) = delete;
   RealCgroupFs& operator=(const RealCgroupFs&) = delete;
@@ -114,7 +132,7 @@ class RealCgroupFs : public CgroupFs {
 
   CgroupRoots roots_;
   bool use_openat2_;
-  std::array<int, 3> root_fd_ = {-1, -1, -1};
+  std::array<int, 4> root_fd_ = {-1, -1, -1, -1};  // by Hierarchy
 };
 
 // Values as the kernel prints them, for comparing what is there with what we

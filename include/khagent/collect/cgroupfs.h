@@ -16,6 +16,7 @@ struct Mounts {
   std::string cgroup2;    // cgroup2 mount point ("" if none)
   std::string cpu_v1;     // v1 hierarchy holding the cpu controller ("" if none)
   std::string cpuset_v1;  // v1 hierarchy holding the cpuset controller ("" if none)
+  std::string memory_v1;  // v1 hierarchy holding the memory controller ("" if none)
 };
 
 // One line of /proc/self/mountinfo.

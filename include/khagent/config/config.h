@@ -92,6 +92,23 @@ struct LadderConfig {
   uint64_t relax_after_ns = 60'000'000'000;    // calm this long: step one rung down
 };
 
+// The memory lever: a limit on the offline parents (memory.high on v2,
+// memory.limit_in_bytes on a hybrid host's v1 memory hierarchy) that
+// follows the memory the rest of the node leaves: capacity - reserve -
+// what everything else uses. Cut at once, grown back by grow_per_second.
+struct MemoryConfig {
+  bool enabled = true;
+  // The pressure domain: "" = the whole node (/proc/meminfo); else a cgroup
+  // (path in the cgroup2 mount) whose limit is the node's memory and whose
+  // use is everyone's, e.g. a parent that holds both online and offline.
+  std::string node_cgroup;
+  uint64_t reserve_bytes = uint64_t{256} << 20;      // kept free for online growth: the larger of
+  double reserve_share = 0.05;                       // this and this share of the capacity
+  uint64_t min_offline_bytes = uint64_t{256} << 20;  // per offline parent: never limited below
+  uint64_t grow_per_second_bytes = uint64_t{64} << 20;
+  uint64_t deadband_bytes = uint64_t{32} << 20;  // smaller budget changes are not applied
+};
+
 struct FastPathConfig {
   bool enabled = true;
   uint64_t wait_threshold_ns = 5'000'000;  // one wait of a protected cgroup over this: event
@@ -184,6 +201,7 @@ struct Config {
   OfflineConfig offline;
   FastPathConfig fast_path;
   LadderConfig ladder;
+  MemoryConfig memory;
   YarnConfig yarn;
 };
 

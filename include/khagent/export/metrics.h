@@ -26,6 +26,8 @@ struct Decision;
 struct ActionRecord;
 struct ProgStats;
 struct YarnStatus;
+struct MemoryInput;
+struct MemoryDecision;
 
 struct MetricsOptions {
   std::string address = "0.0.0.0";
@@ -71,6 +73,9 @@ class Metrics {
   void update(const NodeSignals& node, const Sample& sample);
   // Budget, ceiling and floor gauges; decisions counted by action.
   void record_decision(const Decision& d);
+  // The memory lever's budget and what it was taken from (the
+  // khagent_*memory* gauges appear on the first call).
+  void record_memory(const MemoryInput& in, const MemoryDecision& d);
   // Actuator results counted by cgroup file and outcome.
   void record_actions(const std::vector<ActionRecord>& recs);
   // Time from a breach (fast-path event) to the budget being applied.

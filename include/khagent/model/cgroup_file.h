@@ -17,18 +17,31 @@ namespace khagent {
 // mount; the V1 ones are their counterparts in the v1 cpu and cpuset
 // hierarchies of a hybrid host, at the same relative path. V1CpuCfs is the
 // pair cpu.cfs_quota_us + cpu.cfs_period_us, read and written as one value
-// "QUOTA PERIOD" (QUOTA -1: no limit).
-enum class CgroupFile { CpuMax, CpuWeight, CpuIdle, CpusetCpus, V1CpuCfs, V1CpuShares, V1CpuIdle, V1CpusetCpus };
-inline constexpr std::array<CgroupFile, 8> kAllCgroupFiles = {
-    CgroupFile::CpuMax,   CgroupFile::CpuWeight,   CgroupFile::CpuIdle,   CgroupFile::CpusetCpus,
-    CgroupFile::V1CpuCfs, CgroupFile::V1CpuShares, CgroupFile::V1CpuIdle, CgroupFile::V1CpusetCpus};
+// "QUOTA PERIOD" (QUOTA -1: no limit). MemoryHigh is v2's memory.high,
+// V1MemoryLimit its counterpart in the v1 memory hierarchy.
+enum class CgroupFile {
+  CpuMax,
+  CpuWeight,
+  CpuIdle,
+  CpusetCpus,
+  V1CpuCfs,
+  V1CpuShares,
+  V1CpuIdle,
+  V1CpusetCpus,
+  MemoryHigh,
+  V1MemoryLimit,
+};
+inline constexpr std::array<CgroupFile, 10> kAllCgroupFiles = {
+    CgroupFile::CpuMax,     CgroupFile::CpuWeight,    CgroupFile::CpuIdle,   CgroupFile::CpusetCpus,
+    CgroupFile::V1CpuCfs,   CgroupFile::V1CpuShares,  CgroupFile::V1CpuIdle, CgroupFile::V1CpusetCpus,
+    CgroupFile::MemoryHigh, CgroupFile::V1MemoryLimit};
 
 // The name in logs and in the state file: "cpu.max", ..., and for v1 files
 // the hierarchy first: "v1:cpu.shares", "v1:cpu.cfs_quota_us+cpu.cfs_period_us".
 const char* cgroup_file_name(CgroupFile f);
 std::optional<CgroupFile> cgroup_file_from_name(const std::string& name);
 
-enum class Hierarchy { Unified, CpuV1, CpusetV1 };
+enum class Hierarchy { Unified, CpuV1, CpusetV1, MemoryV1 };
 Hierarchy hierarchy_of(CgroupFile f);
 // The kernel files behind one CgroupFile, in its hierarchy.
 std::vector<std::string> kernel_files(CgroupFile f);

@@ -34,11 +34,21 @@ struct CpuList {
   bool operator==(const CpuList&) const = default;
 };
 
+// memory.high (v2), memory.limit_in_bytes (v1): the most memory the group
+// may use before the kernel reclaims from it (v2: and throttles it; v1: and,
+// with nothing left to reclaim, OOM-kills inside it). Rendered rounded down
+// to whole pages, as the kernel keeps it.
+struct MemoryLimit {
+  std::optional<uint64_t> bytes;  // none: no limit ("max", -1 on v1)
+  bool operator==(const MemoryLimit&) const = default;
+};
+
 // The knobs, in the order of KnobValue's alternatives.
-enum class Knob { Quota, Weight, Idle, Cpus };
-using KnobValue = std::variant<CpuQuota, CpuWeight, CpuIdle, CpuList>;
+enum class Knob { Quota, Weight, Idle, Cpus, Memory };
+using KnobValue = std::variant<CpuQuota, CpuWeight, CpuIdle, CpuList, MemoryLimit>;
 inline Knob knob_of(const KnobValue& v) { return static_cast<Knob>(v.index()); }
-// The v2 file name of a knob, for logs: "cpu.max", "cpu.weight", "cpu.idle", "cpuset.cpus".
+// The v2 file name of a knob, for logs: "cpu.max", "cpu.weight", "cpu.idle",
+// "cpuset.cpus", "memory.high".
 const char* knob_name(Knob k);
 
 // One value wanted on one cgroup.

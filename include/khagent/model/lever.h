@@ -15,8 +15,10 @@ enum class Lever {
   Weight,  // offline.weight, when idle is off
   Cpuset,  // offline on CPUs of its own: a ladder rung
   Quota,   // a CPU quota over idle offline work: a ladder rung
+  Memory,  // a memory limit on the offline parents, following the memory budget
 };
-inline constexpr std::array<Lever, 4> kAllLevers = {Lever::Idle, Lever::Weight, Lever::Cpuset, Lever::Quota};
+inline constexpr std::array<Lever, 5> kAllLevers = {Lever::Idle, Lever::Weight, Lever::Cpuset, Lever::Quota,
+                                                    Lever::Memory};
 
 // Its name in the configuration, the logs and the metrics' `lever` label.
 const char* lever_name(Lever l);

@@ -28,6 +28,9 @@ struct LeverInput {
   double budget_cores = 0;
   double node_cpus = 0;
   bool budget_only = false;  // the fast path: only the levers that carry the budget
+  // The offline memory budget (policy/memory.h); none: the memory lever is
+  // off, or the node has no memory controller to write.
+  std::optional<uint64_t> memory_budget;
 };
 
 struct LeverSpec {
@@ -67,7 +70,9 @@ std::vector<std::pair<Lever, bool>> levers_in_force(const LeverInput& in, const 
 //   - cpuset: the partition on the parents (not on pods), on the cpuset rung;
 //   - quota: the budget, split by recent use, on the parents, only over
 //     idle offline work (or where the kernel has no cpu.idle), on the quota
-//     rung or on the cpuset rung with cpuset.throttle; never on pods.
+//     rung or on the cpuset rung with cpuset.throttle; never on pods;
+//   - memory: the memory budget split between the parents (memory_share),
+//     whenever there is a budget; never on pods.
 std::vector<Setting> offline_writes(const LeverInput& in, const Config& cfg);
 
 // One line for the start-up log: the base lever, the rungs always in force

@@ -22,7 +22,9 @@ const char* target_kind_name(TargetKind k);
 struct OfflineTarget {
   std::string path;  // relative to the cgroup2 mount
   TargetKind kind = TargetKind::Configured;
-  double usage_cores = 0;  // last tick
+  double usage_cores = 0;     // last tick
+  uint64_t memory_used = 0;   // working set in bytes, last tick
+  bool memory_known = false;  // it is in the memory hierarchy and was read
 };
 
 // Which of the candidates found in the cgroup tree

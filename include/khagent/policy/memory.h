@@ -1,0 +1,45 @@
+// The offline memory budget: how much memory the offline parents may hold,
+// from what the rest of the node uses. Pure functions of plain data, no
+// files; the lever table splits the budget between the parents
+// (policy/lever_table.h, the memory lever).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "khagent/config/config.h"
+#include "khagent/signals/offline_memory.h"
+
+namespace khagent {
+
+struct MemoryState {
+  bool initialized = false;
+  uint64_t budget = 0;
+  uint64_t last_ns = 0;
+};
+
+struct MemoryDecision {
+  uint64_t budget = 0;   // what the offline parents may hold in all
+  uint64_t ceiling = 0;  // capacity - reserve - what the rest uses
+  uint64_t reserve = 0;
+  bool changed = false;
+  std::string reason;  // when changed
+};
+
+// The reserve kept free: the larger of memory.reserve and
+// memory.reserve_share of the capacity.
+uint64_t memory_reserve(uint64_t capacity, const MemoryConfig& cfg);
+// The rule: ceiling = capacity - reserve - (node_used - offline_used). The
+// first step takes the ceiling; after that a lower ceiling is taken at once
+// (cut fast) and a higher one is approached by at most grow_per_second
+// (grow slowly); moves smaller than the deadband are not made, except to
+// reach a ceiling of 0.
+MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, MemoryState& st);
+
+// One offline parent's limit: its working set plus an equal part of the
+// room the budget leaves, or, when the parents already hold more than the
+// budget, its working set scaled down to fit; never under min_offline.
+// Rounded down to MiB so that small changes of use do not rewrite the file.
+uint64_t memory_share(uint64_t budget, uint64_t used, uint64_t total_used, size_t parents, const MemoryConfig& cfg);
+
+}  // namespace khagent

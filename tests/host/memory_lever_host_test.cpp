@@ -1,0 +1,186 @@
+// The memory lever on the running kernel: the agent limits the offline
+// parent to what the node's memory leaves (v1 memory.limit_in_bytes on a
+// hybrid host, v2 memory.high in the VM), the online process survives an
+// offline hog that would otherwise get it OOM-killed, the limit follows the
+// online side's growth within a second, and the original comes back when the
+// agent stops. The "node" is a parent cgroup with a limit, so no pressure
+// leaves it.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "host_util.h"
+
+using namespace khagent;
+using namespace hosttest;
+
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// Touches `mib` MiB of new anonymous memory, page by page.
+void grow(size_t mib) {
+  for (size_t i = 0; i < mib; i++) {
+    auto* p = static_cast<char*>(::malloc(kMiB));
+    if (!p) _exit(3);
+    for (size_t o = 0; o < kMiB; o += 4096) p[o] = 1;
+  }
+}
+
+// A child in `cg` at `adj` that holds `mib` MiB, then grows by `step` MiB at
+// each byte read from `ctl` (write end closed: it exits), telling `done` the
+// MiB it holds after each step.
+pid_t holder(const LaidOutCgroup& cg, int adj, size_t mib, size_t step, int ctl, int done) {
+  pid_t p = fork();
+  if (p != 0) return p;
+  for (const auto& f : cg.procs()) write_file(f, std::to_string(getpid()));
+  write_file("/proc/self/oom_score_adj", std::to_string(adj));
+  grow(mib);
+  size_t held = mib;
+  if (::write(done, &held, sizeof held) < 0) _exit(4);
+  char c;
+  while (::read(ctl, &c, 1) == 1) {
+    grow(step);
+    held += step;
+    if (::write(done, &held, sizeof held) < 0) _exit(4);
+  }
+  _exit(0);
+}
+
+// The limit khagent writes on `cg`, in bytes; 0 when there is none.
+uint64_t limit_of(const Mounts& m, bool v1, const std::string& rel) {
+  std::string t = read_file(v1 ? m.memory_v1 + rel + "/memory.limit_in_bytes" : m.cgroup2 + rel + "/memory.high");
+  if (t.empty() || t.rfind("max", 0) == 0) return 0;
+  uint64_t v = std::stoull(t);
+  return v >= (uint64_t{1} << 62) ? 0 : v;
+}
+
+// Waits up to `s` seconds for `pred`.
+template <typename F>
+bool wait_for(double s, F pred) {
+  for (int i = 0; i < static_cast<int>(s * 20); i++) {
+    if (pred()) return true;
+    sleep_s(0.05);
+  }
+  return pred();
+}
+
+}  // namespace
+
+TEST(AgentMemory, OfflineLimitedToWhatOnlineLeavesAndTheOnlineProcessSurvivesAHog) {
+  REQUIRE_ROOT();
+  Mounts m = mounts();
+  ASSERT_FALSE(m.cgroup2.empty());
+  const bool v1 = hybrid(m);
+  if (v1 && m.memory_v1.empty()) FAIL() << "hybrid host without a v1 memory hierarchy: cannot test the memory lever";
+  if (!v1 && read_file(m.cgroup2 + "/cgroup.subtree_control").find("memory") == std::string::npos)
+    FAIL() << "the memory controller is not enabled in cgroup2: cannot test the memory lever";
+
+  const std::string k = unique("khm");
+  const std::string node = "/" + k + "-node", yarn = node + "/yarn";
+  LaidOutCgroup c_node(m, node, true), c_yarn(m, yarn, true), c_online(m, node + "/online", true),
+      c_cont(m, yarn + "/container_e01_1700000000000_0001_01_000002", true);
+  // The node: 768 MiB, nothing else in it.
+  const std::string node_limit = v1 ? m.memory_v1 + node + "/memory.limit_in_bytes" : m.cgroup2 + node + "/memory.max";
+  ASSERT_TRUE(write_file(node_limit, std::to_string(768 * kMiB))) << node_limit;
+  const uint64_t before = limit_of(m, v1, yarn);
+
+  // Online: 192 MiB at the oom_score_adj of a Burstable pod (958), which
+  // the kernel kills before an offline process at 0 of any size.
+  int on_ctl[2], on_done[2], hog_ctl[2], hog_done[2];
+  ASSERT_EQ(::pipe2(on_ctl, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(on_done, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(hog_ctl, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(hog_done, O_CLOEXEC), 0);
+  ::signal(SIGPIPE, SIG_IGN);  // a killed holder must fail the test, not end it
+  pid_t online = holder(c_online, 958, 192, 128, on_ctl[0], on_done[1]);
+  ::close(on_ctl[0]);
+  ::close(on_done[1]);
+  size_t held = 0;
+  ASSERT_EQ(::read(on_done[0], &held, sizeof held), static_cast<ssize_t>(sizeof held));
+
+  const std::string cfg = "/tmp/" + k + ".yaml", state = "/tmp/" + k + "-state.json", log = "/tmp/" + k + ".log";
+  std::ofstream(cfg) << "tick: 100ms\noffline:\n  yarn_hierarchy: " << yarn.substr(1)
+                     << "\nmemory:\n  node_cgroup: " << node
+                     << "\n  reserve: 64Mi\n  reserve_share: 0\n  min_offline: 32Mi\n";
+  pid_t agent = fork();
+  if (agent == 0) {
+    std::string cmd = std::string("exec ") + KHAGENT_BINARY + " --no-pin run --no-metrics --config " + cfg +
+                      " --state-file " + state + " > " + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+    _exit(127);
+  }
+  // 768 - 64 reserve - 192 online (and the test's page cache) = at most 512 MiB.
+  const bool limited = wait_for(10, [&] { return limit_of(m, v1, yarn) != before; });
+  const uint64_t first = limit_of(m, v1, yarn);
+
+  // The hog: 600 MiB in the container, 8 MiB at a time. Unlimited, it
+  // fills the node and the kernel kills the online process (958 > 0).
+  pid_t hog = holder(c_cont, 0, 0, 8, hog_ctl[0], hog_done[1]);
+  ::close(hog_ctl[0]);
+  ::close(hog_done[1]);
+  size_t hog_held = 0, got = 0;
+  ASSERT_EQ(::read(hog_done[0], &got, sizeof got), static_cast<ssize_t>(sizeof got));
+  const uint64_t hog_start = mono_ns_now();
+  for (int i = 0; i < 75; i++) {
+    if (::write(hog_ctl[1], "x", 1) != 1) break;
+    // v1: the hog is killed in its limit (EOF); v2: memory.high throttles it
+    // (no answer within 3 s).
+    pollfd pf{hog_done[0], POLLIN, 0};
+    if (::poll(&pf, 1, 3000) <= 0 || ::read(hog_done[0], &got, sizeof got) != static_cast<ssize_t>(sizeof got)) break;
+    hog_held = got;
+  }
+  const double hog_s = static_cast<double>(mono_ns_now() - hog_start) / 1e9;
+  int hog_st = 0;
+  const bool hog_died = wait_for(1, [&] { return ::waitpid(hog, &hog_st, WNOHANG) == hog; });
+  if (!hog_died) {
+    ::kill(hog, SIGKILL);
+    waitpid(hog, &hog_st, 0);
+  }
+  const bool online_alive = ::waitpid(online, nullptr, WNOHANG) == 0;
+
+  // Online grows by 128 MiB: the limit follows within a second. (A dead
+  // online process answers with EOF.)
+  const uint64_t mid = limit_of(m, v1, yarn);
+  uint64_t grown_ns = mono_ns_now();
+  const bool grew = online_alive && ::write(on_ctl[1], "x", 1) == 1 &&
+                    ::read(on_done[0], &held, sizeof held) == static_cast<ssize_t>(sizeof held);
+  const bool cut = grew && wait_for(3, [&] { return limit_of(m, v1, yarn) + 100 * kMiB <= mid; });
+  const double cut_ms = static_cast<double>(mono_ns_now() - grown_ns) / 1e6;
+  const uint64_t after_growth = limit_of(m, v1, yarn);
+
+  ::kill(agent, SIGTERM);
+  int st = 0;
+  waitpid(agent, &st, 0);
+  const std::string text = read_file(log);
+  ::close(on_ctl[1]);
+  ::kill(online, SIGKILL);
+  waitpid(online, nullptr, 0);
+  for (const auto& f : {cfg, state, state + ".prev", log}) ::unlink(f.c_str());
+  for (int fd : {on_done[0], hog_ctl[1], hog_done[0]}) ::close(fd);
+
+  std::printf(
+      "offline limit (%s): %llu MiB at start; the hog reached %zu MiB in %.1f s (%s); limit %llu MiB -> %llu "
+      "MiB %.0f ms after online grew by 128 MiB\n",
+      v1 ? "v1 memory.limit_in_bytes" : "memory.high", static_cast<unsigned long long>(first / kMiB), hog_held, hog_s,
+      hog_died ? "killed by the kernel" : "stopped by the test", static_cast<unsigned long long>(mid / kMiB),
+      static_cast<unsigned long long>(after_growth / kMiB), cut_ms);
+  ASSERT_TRUE(limited) << "khagent did not limit the offline parent\n" << text;
+  EXPECT_LE(first, 512 * kMiB) << text;
+  EXPECT_GE(first, 384 * kMiB) << "more than the test's own page cache was counted as online\n" << text;
+  EXPECT_TRUE(online_alive) << "the online process was killed\n" << text;
+  EXPECT_LT(hog_held, 600u) << "the hog got all it asked for\n" << text;
+  EXPECT_LE(hog_held * kMiB, first + 64 * kMiB) << "the hog grew past its limit\n" << text;
+  EXPECT_TRUE(grew) << "the online process could not grow by 128 MiB\n" << text;
+  EXPECT_TRUE(cut) << "the limit did not follow online's growth within 3 s\n" << text;
+  EXPECT_EQ(text.find("rejected"), std::string::npos) << text;
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text;
+  EXPECT_EQ(limit_of(m, v1, yarn), before) << "the original limit was not restored\n" << text;
+}

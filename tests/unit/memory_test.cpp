@@ -1,0 +1,301 @@
+// The memory lever from the files it reads to the files it writes: sizes in
+// the configuration, the kernel's memory files, the budget rule, its split
+// between offline parents and the values rendered for v2 and v1.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include "khagent/actuate/cgroup_writer.h"
+#include "khagent/collect/memory.h"
+#include "khagent/config/config.h"
+#include "khagent/policy/lever_table.h"
+#include "khagent/policy/memory.h"
+#include "khagent/signals/offline_memory.h"
+#include "khagent/util/bytes.h"
+#include "test_util.h"
+
+using namespace khagent;
+
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kGiB = kMiB << 10;
+constexpr uint64_t kS = 1'000'000'000;
+
+std::string bytes_error(const std::string& s) {
+  uint64_t b = 0;
+  return parse_bytes(s, b);
+}
+uint64_t bytes_of(const std::string& s) {
+  uint64_t b = 0;
+  EXPECT_EQ(parse_bytes(s, b), "") << s;
+  return b;
+}
+
+MemoryConfig cfg() { return default_config().memory; }
+
+}  // namespace
+
+TEST(Bytes, UnitsAsKubernetesWritesThem) {
+  EXPECT_EQ(bytes_of("4096"), 4096u);
+  EXPECT_EQ(bytes_of("512Mi"), 512 * kMiB);
+  EXPECT_EQ(bytes_of("3Gi"), 3 * kGiB);
+  EXPECT_EQ(bytes_of("1G"), 1'000'000'000u);
+  EXPECT_EQ(bytes_of("2Ki"), 2048u);
+  EXPECT_NE(bytes_error(""), "");
+  EXPECT_NE(bytes_error("-1Gi"), "");
+  EXPECT_NE(bytes_error("1.5Gi"), "");
+  EXPECT_NE(bytes_error("12GB"), "");
+  EXPECT_NE(bytes_error("Mi"), "");
+  EXPECT_NE(bytes_error("99999999999999999999"), "");
+  EXPECT_NE(bytes_error("20000000Ti"), "") << "overflow";
+  for (uint64_t v : {uint64_t{0}, uint64_t{4095}, 256 * kMiB, 3 * kGiB, kGiB + kMiB, uint64_t{1000}})
+    EXPECT_EQ(bytes_of(format_bytes(v)), v) << format_bytes(v);
+  EXPECT_EQ(format_bytes(256 * kMiB), "256Mi");
+  EXPECT_EQ(mib_text(1536 * kMiB), "1536 MiB");
+}
+
+TEST(MemoryFiles, StatMeminfoAndPsi) {
+  const char* stat = "anon 100\nfile 2000\ninactive_file 1500\nactive_file 500\ntotal_inactive_file 77\n";
+  EXPECT_EQ(stat_value(stat, "inactive_file"), 1500u);
+  EXPECT_EQ(stat_value(stat, "total_inactive_file"), 77u);
+  EXPECT_EQ(stat_value(stat, "inactive"), std::nullopt) << "a prefix of a key is not the key";
+  EXPECT_EQ(stat_value(stat, "shmem"), std::nullopt);
+
+  auto m = parse_meminfo("MemTotal:       24555520 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(*m->limit, uint64_t{24555520} << 10);
+  EXPECT_EQ(m->usage, uint64_t{4555520} << 10);
+  EXPECT_EQ(m->working_set(), m->usage);
+  EXPECT_FALSE(parse_meminfo("MemTotal: 5 kB\n").ok());
+
+  auto p = parse_psi(
+      "some avg10=0.00 avg60=0.00 avg300=0.00 total=123456\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=789\n");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->some_us, 123456u);
+  EXPECT_EQ(p->full_us, 789u);
+  EXPECT_FALSE(parse_psi("full avg10=0.00 total=1\n").ok());
+  EXPECT_FALSE(parse_psi("some avg10=0.00\n").ok());
+}
+
+TEST(MemoryFiles, ReaderOnV2AndV1Trees) {
+  TempDir t;
+  t.write("proc/meminfo", "MemTotal: 4194304 kB\nMemAvailable: 1048576 kB\n");
+  t.write("v2/node/memory.current", "2147483648\n");
+  t.write("v2/node/memory.stat", "anon 1\ninactive_file 536870912\n");
+  t.write("v2/node/memory.max", "3221225472\n");
+  t.write("v2/node/yarn/memory.current", "1073741824\n");
+  t.write("v2/node/yarn/memory.stat", "inactive_file 268435456\n");
+  t.write("v2/node/yarn/memory.max", "max\n");
+  t.write("v1/yarn/memory.usage_in_bytes", "1073741824\n");
+  t.write("v1/yarn/memory.stat", "inactive_file 1\ntotal_inactive_file 268435456\n");
+  t.write("v1/yarn/memory.limit_in_bytes", "9223372036854771712\n");
+
+  MemoryReader v2((t.path / "v2").string(), false, (t.path / "proc").string());
+  auto y = v2.cgroup("/node/yarn");
+  ASSERT_TRUE(y.ok()) << y.error().str();
+  EXPECT_EQ(y->working_set(), 768 * kMiB);
+  EXPECT_FALSE(y->limit.has_value());
+  auto whole = v2.node("");
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(*whole->limit, 4 * kGiB);
+  EXPECT_EQ(whole->working_set(), 3 * kGiB);
+  auto node = v2.node("/node");
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(*node->limit, 3 * kGiB) << "the node cgroup's limit is the capacity";
+  EXPECT_EQ(node->working_set(), 1536 * kMiB);
+  EXPECT_EQ(v2.cgroup("/gone").error().err, ENOENT);
+
+  MemoryReader v1((t.path / "v1").string(), true, (t.path / "proc").string());
+  auto y1 = v1.cgroup("/yarn");
+  ASSERT_TRUE(y1.ok()) << y1.error().str();
+  EXPECT_EQ(y1->working_set(), 768 * kMiB) << "v1 counts the hierarchy's inactive file pages";
+  EXPECT_FALSE(y1->limit.has_value()) << "v1 prints no limit as a huge number";
+}
+
+TEST(MemoryBudget, FirstTakesTheCeilingThenCutsAtOnceAndGrowsSlowly) {
+  MemoryConfig c = cfg();  // reserve 256Mi or 5%, grow 64Mi/s, deadband 32Mi
+  MemoryState st;
+  // 3 GiB node, online and system 1.5 GiB, offline 0.5 GiB: the reserve is 256 MiB.
+  MemoryInput in{3 * kGiB, 2 * kGiB, 512 * kMiB, 1 * kS};
+  auto d = memory_step(in, c, st);
+  EXPECT_TRUE(d.changed);
+  EXPECT_EQ(d.reserve, 256 * kMiB);
+  EXPECT_EQ(d.ceiling, 3 * kGiB - 256 * kMiB - 1536 * kMiB);
+  EXPECT_EQ(d.budget, d.ceiling);
+  EXPECT_NE(d.reason.find("first budget"), std::string::npos) << d.reason;
+
+  // Online grows by 512 MiB: the budget is cut the same tick.
+  in = {3 * kGiB, 2560 * kMiB, 512 * kMiB, 1 * kS + kS / 5};
+  d = memory_step(in, c, st);
+  EXPECT_TRUE(d.changed);
+  EXPECT_EQ(d.budget, 3 * kGiB - 256 * kMiB - 2 * kGiB);
+  EXPECT_NE(d.reason.find("cut"), std::string::npos) << d.reason;
+
+  // Online shrinks back: the budget grows by at most 64 MiB per second.
+  const uint64_t low = d.budget;
+  in = {3 * kGiB, 2 * kGiB, 512 * kMiB, 1 * kS + kS / 5 + kS / 5};
+  d = memory_step(in, c, st);
+  EXPECT_FALSE(d.changed) << "12.8 MiB of growth is within the deadband";
+  EXPECT_EQ(d.budget, low);
+  in.now_ns += kS;  // 1.2 s since the cut
+  d = memory_step(in, c, st);
+  EXPECT_TRUE(d.changed);
+  EXPECT_GT(d.budget, low);
+  EXPECT_LE(d.budget, low + 77 * kMiB);
+  EXPECT_GE(d.budget, low + 76 * kMiB);
+  EXPECT_NE(d.reason.find("growing"), std::string::npos) << d.reason;
+  in.now_ns += 60 * kS;
+  d = memory_step(in, c, st);
+  EXPECT_EQ(d.budget, d.ceiling) << "never above the ceiling";
+
+  // Small moves of the ceiling are not applied.
+  in.node_used += 8 * kMiB;
+  in.now_ns += kS;
+  d = memory_step(in, c, st);
+  EXPECT_FALSE(d.changed);
+  EXPECT_GT(d.budget, d.ceiling) << "8 MiB under the deadband: kept";
+}
+
+TEST(MemoryBudget, NothingLeftMeansZeroAndTheShareOfABigNode) {
+  MemoryConfig c = cfg();
+  MemoryState st;
+  auto d = memory_step({3 * kGiB, 3 * kGiB, 0, kS}, c, st);
+  EXPECT_EQ(d.budget, 0u) << "online and system hold everything";
+  EXPECT_EQ(memory_reserve(24 * kGiB, c), static_cast<uint64_t>(24.0 * kGiB * 0.05));
+  EXPECT_EQ(memory_reserve(1 * kGiB, c), 256 * kMiB);
+  // Budget 0 still leaves each parent min_offline, as the lever splits it.
+  EXPECT_EQ(memory_share(0, 100 * kMiB, 100 * kMiB, 1, c), c.min_offline_bytes);
+}
+
+TEST(MemoryBudget, SplitBetweenParents) {
+  MemoryConfig c = cfg();
+  // One parent: the whole budget.
+  EXPECT_EQ(memory_share(2 * kGiB, 100 * kMiB, 100 * kMiB, 1, c), 2 * kGiB);
+  // Two parents with room: each keeps its use and gets half the room.
+  EXPECT_EQ(memory_share(2 * kGiB, 1 * kGiB, 1536 * kMiB, 2, c), 1 * kGiB + 256 * kMiB);
+  EXPECT_EQ(memory_share(2 * kGiB, 512 * kMiB, 1536 * kMiB, 2, c), 512 * kMiB + 256 * kMiB);
+  // Over the budget: scaled down in proportion to use, never under min_offline.
+  EXPECT_EQ(memory_share(1 * kGiB, 1 * kGiB, 2 * kGiB, 2, c), 512 * kMiB);
+  EXPECT_EQ(memory_share(1 * kGiB, 100 * kMiB, 4 * kGiB, 2, c), c.min_offline_bytes);
+  EXPECT_EQ(memory_share(2 * kGiB + 12345, 0, 0, 1, c), 2 * kGiB) << "rounded down to MiB";
+}
+
+TEST(MemoryLever, OnTheOfflineParentsOnlyWithABudget) {
+  Config c = default_config();
+  LeverInput in;
+  TargetCandidates tc;
+  tc.yarn_roots = {"/hadoop-yarn"};
+  tc.besteffort_qos = {"/kubepods.slice/kubepods-besteffort.slice"};
+  tc.besteffort_pods = {"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice"};
+  in.targets = select_targets(tc, c.offline);
+  for (auto& t : in.targets) {
+    t.memory_known = t.kind != TargetKind::BestEffortPod;
+    t.memory_used = t.kind == TargetKind::YarnRoot ? 1 * kGiB : 512 * kMiB;
+  }
+  auto memory_writes = [&] {
+    std::vector<std::pair<std::string, MemoryLimit>> out;
+    for (const auto& s : offline_writes(in, c))
+      if (const auto* m = std::get_if<MemoryLimit>(&s.value)) out.emplace_back(s.cgroup, *m);
+    return out;
+  };
+  EXPECT_TRUE(memory_writes().empty()) << "no budget: nothing written";
+  in.memory_budget = 2 * kGiB;
+  auto w = memory_writes();
+  ASSERT_EQ(w.size(), 2u) << "the YARN root and the BestEffort QoS cgroup, never a pod";
+  EXPECT_EQ(w[0].first, "/hadoop-yarn");
+  EXPECT_EQ(w[0].second.bytes, 1 * kGiB + 256 * kMiB);
+  EXPECT_EQ(w[1].second.bytes, 512 * kMiB + 256 * kMiB);
+  in.budget_only = true;
+  EXPECT_TRUE(memory_writes().empty()) << "the CPU fast path leaves memory alone";
+  in.budget_only = false;
+  in.targets[0].memory_known = false;  // the YARN root is not in the memory hierarchy
+  w = memory_writes();
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].second.bytes, 2 * kGiB) << "the one parent left gets the budget";
+  c.memory.enabled = false;
+  EXPECT_TRUE(memory_writes().empty());
+  EXPECT_EQ(lever_spec(Lever::Memory).knob, Knob::Memory);
+  EXPECT_FALSE(lever_is_rung(Lever::Memory));
+}
+
+TEST(MemoryLever, SignalsSumTheParentsAndSkipMissingOnes) {
+  TempDir t;
+  t.write("proc/meminfo", "MemTotal: 4194304 kB\nMemAvailable: 2097152 kB\n");
+  t.write("root/hadoop-yarn/memory.current", "1073741824\n");
+  t.write("root/hadoop-yarn/memory.stat", "inactive_file 0\n");
+  t.write("root/hadoop-yarn/memory.max", "max\n");
+  MemoryReader r((t.path / "root").string(), false, (t.path / "proc").string());
+  auto s = offline_memory(r, "", {"/hadoop-yarn", "/batch"}, 5);
+  EXPECT_EQ(s.used, (std::map<std::string, uint64_t>{{"/hadoop-yarn", 1 * kGiB}})) << "/batch is not there";
+  ASSERT_EQ(s.problems.size(), 1u);
+  EXPECT_NE(s.problems[0].find("/batch"), std::string::npos);
+  EXPECT_EQ(s.input.offline_used, 1 * kGiB);
+  EXPECT_EQ(s.input.capacity, 4 * kGiB);
+  EXPECT_EQ(s.input.node_used, 2 * kGiB);
+  EXPECT_EQ(s.input.now_ns, 5u);
+}
+
+TEST(MemoryLever, RenderedAsTheKernelKeepsIt) {
+  const uint64_t page = static_cast<uint64_t>(::getpagesize());
+  auto v2 = render(CgroupBackend::V2, {"/y", MemoryLimit{1 * kGiB + 100}}, {});
+  ASSERT_TRUE(v2.ok());
+  EXPECT_EQ(v2->file, CgroupFile::MemoryHigh);
+  EXPECT_EQ(v2->value, std::to_string((kGiB + 100) / page * page));
+  auto v1 = render(CgroupBackend::V1Hybrid, {"/y", MemoryLimit{1 * kGiB}}, {});
+  ASSERT_TRUE(v1.ok());
+  EXPECT_EQ(v1->file, CgroupFile::V1MemoryLimit);
+  EXPECT_EQ(v1->value, std::to_string(kGiB));
+  EXPECT_EQ(render(CgroupBackend::V2, {"/y", MemoryLimit{}}, {})->value, "max");
+  EXPECT_EQ(render(CgroupBackend::V1Hybrid, {"/y", MemoryLimit{}}, {})->value, "-1");
+  EXPECT_FALSE(render(CgroupBackend::V2, {"/y", MemoryLimit{100}}, {}).ok()) << "under a page";
+  EXPECT_EQ(hierarchy_of(CgroupFile::V1MemoryLimit), Hierarchy::MemoryV1);
+  EXPECT_EQ(kernel_files(CgroupFile::V1MemoryLimit), std::vector<std::string>{"memory.limit_in_bytes"});
+
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::MemoryHigh, "max", {}).ok());
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::MemoryHigh, "1073741824", {}).ok());
+  EXPECT_FALSE(validate_cgroup_value(CgroupFile::MemoryHigh, "-1", {}).ok());
+  EXPECT_FALSE(validate_cgroup_value(CgroupFile::MemoryHigh, "1G", {}).ok());
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::V1MemoryLimit, "-1", {}).ok());
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::V1MemoryLimit, "9223372036854771712", {}).ok());
+  EXPECT_FALSE(validate_cgroup_value(CgroupFile::V1MemoryLimit, "max", {}).ok());
+  EXPECT_FALSE(validate_cgroup_value(CgroupFile::V1MemoryLimit, "0", {}).ok());
+  EXPECT_EQ(normalize_cgroup_value(CgroupFile::V1MemoryLimit, "9223372036854771712\n"), "-1");
+  EXPECT_EQ(normalize_cgroup_value(CgroupFile::V1MemoryLimit, "1073741824"), "1073741824");
+}
+
+TEST(MemoryConfig, ParsedCheckedAndPrintedBack) {
+  auto c = load_config_text(R"(
+memory:
+  enabled: false
+  node_cgroup: /khagent-bench-node
+  reserve: 300Mi
+  reserve_share: 0.1
+  min_offline: 128Mi
+  grow_per_second: 1Gi
+  deadband: 4Mi
+)",
+                            "test", {});
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_FALSE(c->memory.enabled);
+  EXPECT_EQ(c->memory.node_cgroup, "/khagent-bench-node");
+  EXPECT_EQ(c->memory.reserve_bytes, 300 * kMiB);
+  EXPECT_DOUBLE_EQ(c->memory.reserve_share, 0.1);
+  EXPECT_EQ(c->memory.min_offline_bytes, 128 * kMiB);
+  EXPECT_EQ(c->memory.grow_per_second_bytes, kGiB);
+  EXPECT_EQ(c->memory.deadband_bytes, 4 * kMiB);
+  auto back = load_config_text(config_to_yaml(*c), "printed", {});
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->memory.reserve_bytes, 300 * kMiB);
+  EXPECT_EQ(back->memory.node_cgroup, "/khagent-bench-node");
+
+  for (const char* bad : {"memory: {reserve: 1.5Gi}", "memory: {reserve_share: 0.95}", "memory: {min_offline: 1Ki}",
+                          "memory: {grow_per_second: 0}", "memory: {node_cgroup: ../x}", "memory: {reserve: [1]}",
+                          "memory: {limit: 1Gi}"}) {
+    auto r = load_config_text(bad, "test", {});
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.error().message.find("memory"), std::string::npos) << r.error().message;
+    }
+  }
+}

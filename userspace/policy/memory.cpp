@@ -1,0 +1,73 @@
+#include "khagent/policy/memory.h"
+
+#include <algorithm>
+
+#include "khagent/util/bytes.h"
+
+namespace khagent {
+
+namespace {
+
+uint64_t sub_sat(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+}  // namespace
+
+uint64_t memory_reserve(uint64_t capacity, const MemoryConfig& cfg) {
+  const auto share = static_cast<uint64_t>(static_cast<double>(capacity) * cfg.reserve_share);
+  return std::max(cfg.reserve_bytes, share);
+}
+
+MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, MemoryState& st) {
+  MemoryDecision d;
+  d.reserve = memory_reserve(in.capacity, cfg);
+  const uint64_t others = sub_sat(in.node_used, in.offline_used);
+  d.ceiling = sub_sat(sub_sat(in.capacity, d.reserve), others) / kMiB * kMiB;
+  const std::string why = "capacity " + mib_text(in.capacity) + " - reserve " + mib_text(d.reserve) +
+                          " - online and system " + mib_text(others) + " = " + mib_text(d.ceiling);
+  if (!st.initialized) {
+    st = {true, d.ceiling, in.now_ns};
+    d.budget = d.ceiling;
+    d.changed = true;
+    d.reason = "first budget: " + why;
+    return d;
+  }
+  const uint64_t dt_ns = sub_sat(in.now_ns, st.last_ns);
+  uint64_t want = d.ceiling;
+  if (want > st.budget) {
+    const double grow = static_cast<double>(cfg.grow_per_second_bytes) * static_cast<double>(dt_ns) / 1e9;
+    want = std::min(want, st.budget + static_cast<uint64_t>(grow)) / kMiB * kMiB;
+  }
+  const uint64_t move = want > st.budget ? want - st.budget : st.budget - want;
+  const bool to_zero = want == 0 && st.budget != 0;
+  if (move < cfg.deadband_bytes && !to_zero) {
+    // Not moved: the time since the last move keeps counting for growth.
+    d.budget = st.budget;
+    return d;
+  }
+  d.reason = (want < st.budget    ? "cut to the ceiling: "
+              : want == d.ceiling ? "grown to the ceiling: "
+                                  : "growing toward the ceiling: ") +
+             why;
+  st.budget = want;
+  st.last_ns = in.now_ns;
+  d.budget = want;
+  d.changed = true;
+  return d;
+}
+
+uint64_t memory_share(uint64_t budget, uint64_t used, uint64_t total_used, size_t parents, const MemoryConfig& cfg) {
+  uint64_t limit = 0;
+  if (parents <= 1) {
+    limit = budget;
+  } else if (budget >= total_used) {
+    limit = used + (budget - total_used) / parents;
+  } else {
+    limit = static_cast<uint64_t>(static_cast<double>(used) * static_cast<double>(budget) /
+                                  static_cast<double>(std::max<uint64_t>(total_used, 1)));
+  }
+  limit = std::max(limit, cfg.min_offline_bytes);
+  return std::max(limit / kMiB * kMiB, kMiB);
+}
+
+}  // namespace khagent
