@@ -196,15 +196,17 @@ inline bool hybrid(const khagent::Mounts& m) {
 struct LaidOutCgroup {
   std::vector<std::unique_ptr<TestCgroup>> parts;
   // `memory`: in the memory controller's hierarchy too (v1 memory on a
-  // hybrid host; +memory for the children on v2).
-  LaidOutCgroup(const khagent::Mounts& m, const std::string& rel, bool memory = false) {
+  // hybrid host; +memory for the children on v2, except on a `leaf`: v2
+  // refuses processes in a cgroup that hands a domain controller such as
+  // memory to its children).
+  LaidOutCgroup(const khagent::Mounts& m, const std::string& rel, bool memory = false, bool leaf = false) {
     parts.push_back(std::make_unique<TestCgroup>(m.cgroup2, rel));
     if (!hybrid(m)) {
       // Pure v2: the controllers the parent has, for the children to come
       // (as the kubelet and systemd enable them down their trees).
       std::string avail = read_file(parts.front()->dir() + "/cgroup.controllers");
       for (const char* c : {"cpu", "cpuset", "memory"})
-        if (avail.find(c) != std::string::npos && (memory || std::string(c) != "memory"))
+        if (avail.find(c) != std::string::npos && ((memory && !leaf) || std::string(c) != "memory"))
           write_file(parts.front()->dir() + "/cgroup.subtree_control", std::string("+") + c);
       return;
     }
