@@ -103,6 +103,8 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.memory.min_offline_bytes, b.memory.min_offline_bytes);
   EXPECT_EQ(a.memory.grow_per_second_bytes, b.memory.grow_per_second_bytes);
   EXPECT_EQ(a.memory.deadband_bytes, b.memory.deadband_bytes);
+  EXPECT_EQ(a.memory.stall_limit, b.memory.stall_limit);
+  EXPECT_EQ(a.memory.stall_cut, b.memory.stall_cut);
   EXPECT_EQ(a.fast_path.enabled, b.fast_path.enabled);
   EXPECT_EQ(a.fast_path.wait_threshold_ns, b.fast_path.wait_threshold_ns);
   EXPECT_EQ(a.fast_path.min_interval_ns, b.fast_path.min_interval_ns);
@@ -128,6 +130,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(ya.min_vcores, yb.min_vcores);
   EXPECT_EQ(ya.memory_mb, yb.memory_mb);
   EXPECT_EQ(ya.memory_follows_cpu, yb.memory_follows_cpu);
+  EXPECT_EQ(ya.memory_follows_budget, yb.memory_follows_budget);
   EXPECT_EQ(ya.deadband_vcores, yb.deadband_vcores);
   EXPECT_EQ(ya.grow_stable_ns, yb.grow_stable_ns);
   EXPECT_EQ(ya.grow_interval_ns, yb.grow_interval_ns);
@@ -775,7 +778,7 @@ TEST(ConfigYaml, DefaultsRoundTripWithReadableDurations) {
 TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   YAML::Node doc = YAML::Load(config_to_yaml(default_config()));
   EXPECT_EQ(doc.size(), 16u);  // tick dry_run state_file, 4 kubelet_* keys, 9 sections
-  EXPECT_EQ(doc["memory"].size(), 7u);
+  EXPECT_EQ(doc["memory"].size(), 9u);
   EXPECT_EQ(doc["ladder"].size(), 7u);
   EXPECT_EQ(doc["classes"].size(), 3u);
   EXPECT_EQ(doc["online"].size(), 5u);
@@ -783,7 +786,7 @@ TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   EXPECT_EQ(doc["cpuset"].size(), 4u);
   EXPECT_EQ(doc["offline"].size(), 6u);
   EXPECT_EQ(doc["fast_path"].size(), 4u);
-  EXPECT_EQ(doc["yarn"].size(), 30u);
+  EXPECT_EQ(doc["yarn"].size(), 31u);
   EXPECT_FALSE(doc["nodes"]);
 
   YAML::Node yarn = doc["classes"]["rules"][2];  // default rule: {yarn: true} -> offline

@@ -117,7 +117,7 @@ TEST(MemoryBudget, FirstTakesTheCeilingThenCutsAtOnceAndGrowsSlowly) {
   MemoryConfig c = cfg();  // reserve 256Mi or 5%, grow 64Mi/s, deadband 32Mi
   MemoryState st;
   // 3 GiB node, online and system 1.5 GiB, offline 0.5 GiB: the reserve is 256 MiB.
-  MemoryInput in{3 * kGiB, 2 * kGiB, 512 * kMiB, 1 * kS};
+  MemoryInput in{3 * kGiB, 2 * kGiB, 512 * kMiB, 1 * kS, 0};
   auto d = memory_step(in, c, st);
   EXPECT_TRUE(d.changed);
   EXPECT_EQ(d.reserve, 256 * kMiB);
@@ -126,7 +126,7 @@ TEST(MemoryBudget, FirstTakesTheCeilingThenCutsAtOnceAndGrowsSlowly) {
   EXPECT_NE(d.reason.find("first budget"), std::string::npos) << d.reason;
 
   // Online grows by 512 MiB: the budget is cut the same tick.
-  in = {3 * kGiB, 2560 * kMiB, 512 * kMiB, 1 * kS + kS / 5};
+  in = {3 * kGiB, 2560 * kMiB, 512 * kMiB, 1 * kS + kS / 5, 0};
   d = memory_step(in, c, st);
   EXPECT_TRUE(d.changed);
   EXPECT_EQ(d.budget, 3 * kGiB - 256 * kMiB - 2 * kGiB);
@@ -134,7 +134,7 @@ TEST(MemoryBudget, FirstTakesTheCeilingThenCutsAtOnceAndGrowsSlowly) {
 
   // Online shrinks back: the budget grows by at most 64 MiB per second.
   const uint64_t low = d.budget;
-  in = {3 * kGiB, 2 * kGiB, 512 * kMiB, 1 * kS + kS / 5 + kS / 5};
+  in = {3 * kGiB, 2 * kGiB, 512 * kMiB, 1 * kS + kS / 5 + kS / 5, 0};
   d = memory_step(in, c, st);
   EXPECT_FALSE(d.changed) << "12.8 MiB of growth is within the deadband";
   EXPECT_EQ(d.budget, low);
@@ -160,7 +160,7 @@ TEST(MemoryBudget, FirstTakesTheCeilingThenCutsAtOnceAndGrowsSlowly) {
 TEST(MemoryBudget, NothingLeftMeansZeroAndTheShareOfABigNode) {
   MemoryConfig c = cfg();
   MemoryState st;
-  auto d = memory_step({3 * kGiB, 3 * kGiB, 0, kS}, c, st);
+  auto d = memory_step({3 * kGiB, 3 * kGiB, 0, kS, 0}, c, st);
   EXPECT_EQ(d.budget, 0u) << "online and system hold everything";
   EXPECT_EQ(memory_reserve(24 * kGiB, c), static_cast<uint64_t>(24.0 * kGiB * 0.05));
   EXPECT_EQ(memory_reserve(1 * kGiB, c), 256 * kMiB);
@@ -298,4 +298,57 @@ memory:
       EXPECT_NE(r.error().message.find("memory"), std::string::npos) << r.error().message;
     }
   }
+}
+
+TEST(MemoryStall, OnlineCgroupsPsiBetweenTwoReadings) {
+  TempDir t;
+  auto psi = [&](const std::string& cg, uint64_t some, uint64_t full) {
+    t.write("unified" + cg + "/memory.pressure",
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=" + std::to_string(some) +
+                "\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=" + std::to_string(full) + "\n");
+  };
+  psi("/pod-a", 1000, 500);
+  psi("/pod-b", 0, 0);
+  MemoryStallMeter meter((t.path / "unified").string());
+  auto s = meter.step({"/pod-a", "/pod-b", "/gone"}, kS);
+  EXPECT_EQ(s.some_us, 0u) << "the first reading only starts the count";
+  EXPECT_EQ(s.unreadable, 1u);
+  psi("/pod-a", 1000 + 50'000, 500 + 20'000);  // 50 ms of 200
+  psi("/pod-b", 10'000, 0);                    // 10 ms
+  s = meter.step({"/pod-a", "/pod-b"}, kS + kS / 5);
+  EXPECT_EQ(s.some_us, 60'000u);
+  EXPECT_EQ(s.full_us, 20'000u);
+  EXPECT_DOUBLE_EQ(s.max_share, 0.25);
+  EXPECT_EQ(s.worst, "/pod-a");
+  // A cgroup that left and came back starts again.
+  s = meter.step({"/pod-b"}, kS + 2 * kS / 5);
+  psi("/pod-a", 900'000, 0);
+  s = meter.step({"/pod-a", "/pod-b"}, kS + 3 * kS / 5);
+  EXPECT_EQ(s.some_us, 0u);
+}
+
+TEST(MemoryBudget, AnOnlineStallCutsOfflineBelowWhatItHolds) {
+  MemoryConfig c = cfg();  // stall limit 5%, cut 10%
+  MemoryState st;
+  MemoryInput in{3 * kGiB, 2 * kGiB, 1 * kGiB, kS, 0};
+  auto d = memory_step(in, c, st);
+  EXPECT_EQ(d.budget, 3 * kGiB - 256 * kMiB - 1 * kGiB);
+  EXPECT_FALSE(d.stalled);
+  in.now_ns += kS / 5;
+  in.online_stall_share = 0.04;
+  d = memory_step(in, c, st);
+  EXPECT_FALSE(d.changed) << "under the stall limit";
+  in.now_ns += kS / 5;
+  in.online_stall_share = 0.3;
+  d = memory_step(in, c, st);
+  EXPECT_TRUE(d.changed);
+  EXPECT_TRUE(d.stalled);
+  EXPECT_EQ(d.budget, 921 * kMiB) << "90% of the 1 GiB offline holds, in whole MiB";
+  EXPECT_NE(d.reason.find("stalled on memory 30%"), std::string::npos) << d.reason;
+  // The stall gone, the budget grows back slowly.
+  in.now_ns += kS;
+  in.online_stall_share = 0;
+  d = memory_step(in, c, st);
+  EXPECT_LE(d.budget, 921 * kMiB + 64 * kMiB);
+  EXPECT_GT(d.budget, 921 * kMiB);
 }

@@ -21,6 +21,7 @@
 #include "khagent/loader/runq_loader.h"
 #include "khagent/model/histogram.h"
 #include "khagent/policy/controller.h"
+#include "khagent/policy/memory.h"
 #include "khagent/signals/workload.h"
 #include "khagent/version.h"
 
@@ -538,4 +539,27 @@ TEST(MetricsHttp, StopReturnsPromptly) {
   auto again = get(m.port(), "/healthz");
   ASSERT_TRUE(again);
   EXPECT_EQ(again->status, 503);
+}
+
+TEST(MetricsMemory, BudgetGaugesAndOnlineStallCounters) {
+  Metrics m(local());
+  EXPECT_EQ(m.render().find("khagent_offline_memory_budget_bytes"), std::string::npos) << "only with the lever";
+  MemoryInput in{3ull << 30, 2ull << 30, 1ull << 30, 1, 0};
+  MemoryDecision d;
+  d.budget = 900ull << 20;
+  d.ceiling = 1000ull << 20;
+  m.record_memory(in, d);
+  MemoryStall s;
+  s.some_us = 250'000;
+  s.full_us = 50'000;
+  m.record_memory_stall(s);
+  m.record_memory_stall(s);
+  auto t = m.render();
+  EXPECT_EQ(value(t, "khagent_offline_memory_budget_bytes", {}), 900.0 * (1 << 20));
+  EXPECT_EQ(value(t, "khagent_offline_memory_ceiling_bytes", {}), 1000.0 * (1 << 20));
+  EXPECT_EQ(value(t, "khagent_node_memory_capacity_bytes", {}), 3.0 * (1 << 30));
+  EXPECT_EQ(value(t, "khagent_node_memory_working_set_bytes", {}), 2.0 * (1 << 30));
+  EXPECT_EQ(value(t, "khagent_offline_memory_working_set_bytes", {}), 1.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(*value(t, "khagent_online_memory_stall_seconds_total", {{"kind", "some"}}), 0.5);
+  EXPECT_DOUBLE_EQ(*value(t, "khagent_online_memory_stall_seconds_total", {{"kind", "full"}}), 0.1);
 }

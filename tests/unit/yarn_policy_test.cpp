@@ -147,6 +147,31 @@ TEST(YarnTarget, MemoryModes) {
   EXPECT_EQ(yarn_target(5, {0, 4096}, cfg), (YarnResource{0, 4096}));
 }
 
+TEST(YarnTarget, MemoryNeverAboveTheMemoryLeversBudget) {
+  YarnConfig cfg = yarn_cfg();
+  EXPECT_EQ(yarn_target(5, {16, 32768}, cfg, 20000), (YarnResource{5, 20000}));
+  EXPECT_EQ(yarn_target(5, {16, 32768}, cfg, 40000), (YarnResource{5, 32768})) << "never above the configured";
+  EXPECT_EQ(yarn_target(5, {16, 32768}, cfg, -5), (YarnResource{5, 0}));
+  EXPECT_EQ(yarn_target(5, {16, 32768}, cfg, std::nullopt), (YarnResource{5, 32768})) << "no memory lever";
+  cfg.memory_follows_cpu = true;
+  EXPECT_EQ(yarn_target(5, {16, 32768}, cfg, 4096), (YarnResource{5, 4096})) << "the lower of the two";
+  cfg.memory_follows_budget = false;
+  EXPECT_EQ(yarn_target(5, {16, 32768}, cfg, 4096), (YarnResource{5, 10240}));
+  // A budget cut shrinks the advertised memory at once, like a vcore cut.
+  YarnCapacityInput in;
+  in.now_ns = 1;
+  in.budget_cores = 16;
+  in.configured = {16, 32768};
+  in.known = true;
+  in.advertised = {16, 32768};
+  in.memory_budget_mb = 8192;
+  YarnCapacityState st;
+  auto d = yarn_capacity_step(in, yarn_cfg(), st);
+  EXPECT_TRUE(d.post);
+  EXPECT_EQ(d.resource, (YarnResource{16, 8192}));
+  EXPECT_NE(d.reason.find("8192 MB"), std::string::npos) << d.reason;
+}
+
 // ---- yarn_capacity_step -------------------------------------------------------
 
 TEST(YarnCapacity, ActionNames) {

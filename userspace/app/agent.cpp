@@ -49,7 +49,7 @@ class Agent {
   void loop();                           // until a signal
   int shutdown();                        // restores the originals
   void tick();
-  void memory_step(uint64_t now_ns);  // the memory budget into levers_
+  void memory_step(const NodeSignals& node, uint64_t now_ns);  // the memory budget into levers_
   void fast_step();
   std::vector<OfflineTarget> targets(const NodeSignals& node);
   // What the levers need this step (without the cpuset partition), in levers_.
@@ -79,7 +79,9 @@ class Agent {
   LadderState ladder_;
   std::unique_ptr<MemoryReader> memory_;  // none: the memory lever is off or has nothing to write
   MemoryState memory_state_;
-  uint64_t fast_breaches_ = 0;  // since the last tick
+  std::unique_ptr<MemoryStallMeter> stall_;  // online pods' memory.pressure
+  std::string memory_why_;                   // the last memory budget change, for its writes' log lines
+  uint64_t fast_breaches_ = 0;               // since the last tick
   std::vector<kh_wait_event> pending_;
   uint64_t last_scan_ns_ = 0;             // mono_ns of the last scan for waits still going on
   LogLimiter warned_;                     // a problem that lasts is logged once a minute
@@ -115,6 +117,7 @@ std::optional<int> Agent::setup_node() {
     } else {
       const bool v1 = backend_ == CgroupBackend::V1Hybrid;
       memory_ = std::make_unique<MemoryReader>(v1 ? roots.memory_v1 : roots.unified, v1);
+      stall_ = std::make_unique<MemoryStallMeter>(roots.unified);
     }
   }
   spdlog::info("levers: {}", levers_summary(cfg_, idle_supported_));
@@ -275,10 +278,17 @@ void Agent::apply(const Decision& d, bool fast, uint64_t first_event_ns) {
     reactions_.add(ms);
     why += fmt::format("; reaction {:.2f} ms from the first over-threshold wait", ms);
   }
+  // Memory writes follow the memory budget, not the CPU decision.
+  auto mem = std::stable_partition(recs.begin(), recs.end(), [](const ActionRecord& r) {
+    return r.file != CgroupFile::MemoryHigh && r.file != CgroupFile::V1MemoryLimit;
+  });
+  std::vector<ActionRecord> memory_recs(std::make_move_iterator(mem), std::make_move_iterator(recs.end()));
+  recs.erase(mem, recs.end());
   log_actions(recs, why, warned_, mono_ns());
+  log_actions(memory_recs, memory_why_, warned_, mono_ns());
 }
 
-void Agent::memory_step(uint64_t now_ns) {
+void Agent::memory_step(const NodeSignals& node, uint64_t now_ns) {
   levers_.memory_budget.reset();
   if (!memory_) return;
   std::vector<std::string> parents;  // BestEffort pods are counted in their QoS cgroup
@@ -292,9 +302,18 @@ void Agent::memory_step(uint64_t now_ns) {
   }
   for (const auto& p : ms.problems)
     if (warned_.allow(p.substr(0, p.find(':')), now_ns)) spdlog::warn("{}", p);
+  std::vector<std::string> online;
+  for (const auto& p : node.pods)
+    if (p.cls == CgroupClass::Online) online.push_back(p.path);
+  MemoryStall stall = stall_->step(online, now_ns);
+  ms.input.online_stall_share = stall.max_share;
+  if (metrics_) metrics_->record_memory_stall(stall);
   if (ms.input.capacity == 0) return;  // the node's memory is unknown: leave the limits as they are
   MemoryDecision d = khagent::memory_step(ms.input, cfg_.memory, memory_state_);
-  if (d.changed) spdlog::info("memory budget {} for offline: {}", mib_text(d.budget), d.reason);
+  if (d.changed) {
+    memory_why_ = fmt::format("memory budget {}: {}", mib_text(d.budget), d.reason);
+    spdlog::info("{} for offline: {}", memory_why_.substr(0, memory_why_.find(':')), d.reason);
+  }
   levers_.memory_budget = d.budget;
   if (metrics_) metrics_->record_memory(ms.input, d);
 }
@@ -356,7 +375,7 @@ void Agent::tick() {
 
   levers_.targets = targets(node);
   for (auto& t : levers_.targets) t.usage_cores = cores_at_or_below(*sample, t.path);
-  memory_step(mono_ns());
+  memory_step(node, mono_ns());
 
   ControllerInput in = controller_input(node, static_cast<double>(topo_.cpus.size()), mono_ns());
   last_input_ = in;
@@ -369,6 +388,7 @@ void Agent::tick() {
   apply(d, false, 0);
   if (yarn_) {
     yarn_offer_ = yarn_offer(d, node, cfg_, in.now_ns);
+    yarn_offer_.memory_budget_bytes = levers_.memory_budget;
     yarn_->offer(yarn_offer_);
     if (metrics_) metrics_->update_yarn(yarn_->status());
   }

@@ -259,6 +259,7 @@ void YarnDownscaler::capacity(const YarnOffer& o) {
   YarnCapacityInput in;
   in.now_ns = o.now_ns;
   in.budget_cores = o.budget_cores;
+  if (o.memory_budget_bytes) in.memory_budget_mb = static_cast<int64_t>(*o.memory_budget_bytes >> 20);
   in.configured = st.configured;
   in.known = st.advertised_known;
   in.advertised = st.advertised;

@@ -91,6 +91,14 @@ Result<PsiTotals> parse_psi(std::string_view text) {
   return p;
 }
 
+Result<PsiTotals> read_psi(const std::string& path) {
+  auto t = read_file(path);
+  if (!t) return t.error();
+  auto p = parse_psi(*t);
+  if (!p) return make_error(p.error().err, path + ": " + p.error().message);
+  return p;
+}
+
 MemoryReader::MemoryReader(std::string root, bool v1, std::string proc_root)
     : root_(std::move(root)), v1_(v1), proc_root_(std::move(proc_root)) {}
 

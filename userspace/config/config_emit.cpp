@@ -95,6 +95,8 @@ std::string config_to_yaml(const Config& c) {
   key("min_offline") << format_bytes(c.memory.min_offline_bytes);
   key("grow_per_second") << format_bytes(c.memory.grow_per_second_bytes);
   key("deadband") << format_bytes(c.memory.deadband_bytes);
+  key("stall_limit") << format_double(c.memory.stall_limit);
+  key("stall_cut") << format_double(c.memory.stall_cut);
   out << YAML::EndMap;
 
   key("ladder") << YAML::BeginMap;
@@ -142,6 +144,7 @@ std::string config_to_yaml(const Config& c) {
   key("min_vcores") << y.min_vcores;
   key("memory_mb") << y.memory_mb;
   key("memory_follows_cpu") << y.memory_follows_cpu;
+  key("memory_follows_budget") << y.memory_follows_budget;
   key("deadband_vcores") << y.deadband_vcores;
   key("grow_stable") << format_duration_ns(y.grow_stable_ns);
   key("grow_interval") << format_duration_ns(y.grow_interval_ns);

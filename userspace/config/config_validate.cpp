@@ -144,6 +144,12 @@ Result<void> validate_config(const Config& c) {
   if (c.memory.min_offline_bytes < (uint64_t{1} << 20)) {
     return bad("memory.min_offline", "must be at least 1Mi: below that no process starts");
   }
+  if (!(c.memory.stall_limit > 0 && c.memory.stall_limit <= 1)) {
+    return bad("memory.stall_limit", "must be above 0 and at most 1, got " + format_double(c.memory.stall_limit));
+  }
+  if (!(c.memory.stall_cut > 0 && c.memory.stall_cut < 1)) {
+    return bad("memory.stall_cut", "must be above 0 and below 1, got " + format_double(c.memory.stall_cut));
+  }
   if (c.memory.grow_per_second_bytes == 0) {
     return bad("memory.grow_per_second", "must be above 0: a budget that never grows keeps offline cut for good");
   }

@@ -366,6 +366,7 @@ class Loader {
              whole("min_vcores", y.min_vcores),
              whole("memory_mb", y.memory_mb),
              flag("memory_follows_cpu", y.memory_follows_cpu),
+             flag("memory_follows_budget", y.memory_follows_budget),
              whole("deadband_vcores", y.deadband_vcores),
              ns("grow_stable", y.grow_stable_ns),
              ns("grow_interval", y.grow_interval_ns),
@@ -470,7 +471,8 @@ class Loader {
            section(n, at,
                    {flag("enabled", m.enabled), text("node_cgroup", m.node_cgroup), bytes("reserve", m.reserve_bytes),
                     num("reserve_share", m.reserve_share), bytes("min_offline", m.min_offline_bytes),
-                    bytes("grow_per_second", m.grow_per_second_bytes), bytes("deadband", m.deadband_bytes)});
+                    bytes("grow_per_second", m.grow_per_second_bytes), bytes("deadband", m.deadband_bytes),
+                    num("stall_limit", m.stall_limit), num("stall_cut", m.stall_cut)});
          }},
         {"yarn", [this, &c](const YAML::Node& n, const Where& at) { yarn(n, at, c.yarn); }},
     };

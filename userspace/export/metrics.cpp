@@ -188,6 +188,7 @@ struct Metrics::Impl {
   Gauge* floor_cores = nullptr;
   // The memory lever: budget, ceiling, node capacity, node and offline working sets.
   std::array<Gauge*, 5> memory{};
+  std::array<Counter*, 2> online_memory_stall{};  // some, full
   std::map<BudgetAction, Counter*> decisions;
   Histogram* reaction = nullptr;
   std::array<CumulativeCounter, KH_NR_COUNTERS> bpf_events{};
@@ -660,6 +661,22 @@ void Metrics::record_memory(const MemoryInput& in, const MemoryDecision& d) {
   }
   const std::array<uint64_t, 5> v = {d.budget, d.ceiling, in.capacity, in.node_used, in.offline_used};
   for (size_t i = 0; i < v.size(); i++) m.memory[i]->Set(static_cast<double>(v[i]));
+}
+
+void Metrics::record_memory_stall(const MemoryStall& s) {
+  auto& m = *impl_;
+  std::lock_guard lk(m.mu);
+  if (!m.online_memory_stall[0]) {
+    auto& f = prometheus::BuildCounter()
+                  .Name("khagent_online_memory_stall_seconds_total")
+                  .Help(
+                      "Time online pods stalled on memory (PSI of their memory.pressure, summed over the pods): "
+                      "kind some (a task stalled) or full (all stalled)")
+                  .Register(m.registry);
+    m.online_memory_stall = {&f.Add({{"kind", "some"}}), &f.Add({{"kind", "full"}})};
+  }
+  m.online_memory_stall[0]->Increment(static_cast<double>(s.some_us) / 1e6);
+  m.online_memory_stall[1]->Increment(static_cast<double>(s.full_us) / 1e6);
 }
 
 void Metrics::record_actions(const std::vector<ActionRecord>& recs) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "khagent/util/bytes.h"
 
 namespace khagent {
@@ -23,8 +25,22 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
   d.reserve = memory_reserve(in.capacity, cfg);
   const uint64_t others = sub_sat(in.node_used, in.offline_used);
   d.ceiling = sub_sat(sub_sat(in.capacity, d.reserve), others) / kMiB * kMiB;
-  const std::string why = "capacity " + mib_text(in.capacity) + " - reserve " + mib_text(d.reserve) +
-                          " - online and system " + mib_text(others) + " = " + mib_text(d.ceiling);
+  std::string why = "capacity " + mib_text(in.capacity) + " - reserve " + mib_text(d.reserve) +
+                    " - online and system " + mib_text(others) + " = " + mib_text(d.ceiling);
+  if (in.online_stall_share > cfg.stall_limit && in.offline_used > 0) {
+    // The arithmetic left online short (its page cache counted as free, a
+    // burst within a tick): offline gives back part of what it holds.
+    const auto cut = static_cast<uint64_t>(static_cast<double>(in.offline_used) * (1 - cfg.stall_cut)) / kMiB * kMiB;
+    if (cut < d.ceiling) {
+      d.ceiling = cut;
+      d.stalled = true;
+      why = fmt::format(
+          "an online cgroup stalled on memory {:.0f}% of the tick (limit {:.0f}%): offline held {}, cut by "
+          "{:.0f}% to {}",
+          in.online_stall_share * 100, cfg.stall_limit * 100, mib_text(in.offline_used), cfg.stall_cut * 100,
+          mib_text(cut));
+    }
+  }
   if (!st.initialized) {
     st = {true, d.ceiling, in.now_ns};
     d.budget = d.ceiling;

@@ -151,7 +151,8 @@ void yarn_interference_window(const std::map<std::string, uint64_t>& caused_tota
   }
 }
 
-YarnResource yarn_target(double budget_cores, const YarnResource& configured, const YarnConfig& cfg) {
+YarnResource yarn_target(double budget_cores, const YarnResource& configured, const YarnConfig& cfg,
+                         std::optional<int64_t> memory_budget_mb) {
   if (!(budget_cores >= 0)) budget_cores = 0;  // negative or NaN
   int64_t v = sat_sub(round_vcores(budget_cores * cfg.vcores_per_core, cfg.rounding), cfg.reserve_vcores);
   int64_t hi = std::max<int64_t>(configured.vcores, 0);
@@ -159,18 +160,22 @@ YarnResource yarn_target(double budget_cores, const YarnResource& configured, co
   YarnResource t;
   t.vcores = std::clamp(v, lo, hi);
   t.memory_mb = memory_for(t.vcores, configured, cfg);
+  if (cfg.memory_follows_budget && memory_budget_mb)
+    t.memory_mb = std::min(t.memory_mb, std::max<int64_t>(*memory_budget_mb, 0));
   return t;
 }
 
 YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnConfig& cfg, YarnCapacityState& st) {
   YarnCapacityDecision d;
-  const YarnResource t = yarn_target(in.budget_cores, in.configured, cfg);
+  const YarnResource t = yarn_target(in.budget_cores, in.configured, cfg, in.memory_budget_mb);
   const YarnResource& a = in.advertised;
   d.target = t;
   // With integer vcores a deadband of 0 acts like 1: any change counts.
   const int64_t band = std::max<int64_t>(cfg.deadband_vcores, 1);
-  const std::string head = fmt::format("budget {:.2f} cores -> {}", std::isnan(in.budget_cores) ? 0.0 : in.budget_cores,
-                                       yarn_resource_str(t));
+  const std::string head =
+      fmt::format("budget {:.2f} cores{} -> {}", std::isnan(in.budget_cores) ? 0.0 : in.budget_cores,
+                  in.memory_budget_mb && cfg.memory_follows_budget ? fmt::format(", {} MB", *in.memory_budget_mb) : "",
+                  yarn_resource_str(t));
 
   auto post = [&](YarnResource r, YarnCapacityAction action, const std::string& why) {
     d.post = true;

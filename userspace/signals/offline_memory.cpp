@@ -26,4 +26,32 @@ MemorySignals offline_memory(const MemoryReader& r, const std::string& node_cgro
   return s;
 }
 
+MemoryStall MemoryStallMeter::step(const std::vector<std::string>& paths, uint64_t now_ns) {
+  MemoryStall out;
+  const uint64_t interval_us = last_ns_ && now_ns > last_ns_ ? (now_ns - last_ns_) / 1000 : 0;
+  std::map<std::string, PsiTotals> now;
+  for (const auto& p : paths) {
+    auto t = read_psi(root_ + (p == "/" ? "" : p) + "/memory.pressure");
+    if (!t) {
+      out.unreadable++;
+      continue;
+    }
+    now[p] = *t;
+    auto it = last_.find(p);
+    if (it == last_.end()) continue;
+    const uint64_t some = t->some_us >= it->second.some_us ? t->some_us - it->second.some_us : 0;
+    const uint64_t full = t->full_us >= it->second.full_us ? t->full_us - it->second.full_us : 0;
+    out.some_us += some;
+    out.full_us += full;
+    const double share = interval_us ? static_cast<double>(some) / static_cast<double>(interval_us) : 0;
+    if (share > out.max_share) {
+      out.max_share = std::min(share, 1.0);
+      out.worst = p;
+    }
+  }
+  last_ = std::move(now);
+  last_ns_ = now_ns;
+  return out;
+}
+
 }  // namespace khagent

@@ -30,6 +30,8 @@ struct PsiTotals {
   uint64_t full_us = 0;
 };
 Result<PsiTotals> parse_psi(std::string_view text);
+// parse_psi() of a file (a cgroup's memory.pressure in the cgroup2 mount).
+Result<PsiTotals> read_psi(const std::string& path);
 
 class MemoryReader {
  public:

@@ -107,6 +107,11 @@ struct MemoryConfig {
   uint64_t min_offline_bytes = uint64_t{256} << 20;  // per offline parent: never limited below
   uint64_t grow_per_second_bytes = uint64_t{64} << 20;
   uint64_t deadband_bytes = uint64_t{32} << 20;  // smaller budget changes are not applied
+  // An online cgroup stalled on memory more than this share of a tick (PSI
+  // "some"): offline is cut to (1 - stall_cut) of what it holds, whatever
+  // the arithmetic says, so the kernel reclaims from offline.
+  double stall_limit = 0.05;
+  double stall_cut = 0.1;
 };
 
 struct FastPathConfig {
@@ -157,6 +162,9 @@ struct YarnConfig {
   // the vcores instead.
   int64_t memory_mb = 0;
   bool memory_follows_cpu = false;
+  // Never advertise more memory than the memory lever's offline budget
+  // (MemoryConfig; nothing when the lever is off).
+  bool memory_follows_budget = true;
   int64_t deadband_vcores = 1;                 // smaller changes are not posted
   uint64_t grow_stable_ns = 30'000'000'000;    // budget above the advertised value this long
   uint64_t grow_interval_ns = 60'000'000'000;  // at most one grow per interval

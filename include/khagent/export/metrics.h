@@ -28,6 +28,7 @@ struct ProgStats;
 struct YarnStatus;
 struct MemoryInput;
 struct MemoryDecision;
+struct MemoryStall;
 
 struct MetricsOptions {
   std::string address = "0.0.0.0";
@@ -76,6 +77,8 @@ class Metrics {
   // The memory lever's budget and what it was taken from (the
   // khagent_*memory* gauges appear on the first call).
   void record_memory(const MemoryInput& in, const MemoryDecision& d);
+  // Online pods' memory stall (PSI) in the last tick, summed over the pods.
+  void record_memory_stall(const MemoryStall& s);
   // Actuator results counted by cgroup file and outcome.
   void record_actions(const std::vector<ActionRecord>& recs);
   // Time from a breach (fast-path event) to the budget being applied.

@@ -22,6 +22,7 @@ struct MemoryDecision {
   uint64_t budget = 0;   // what the offline parents may hold in all
   uint64_t ceiling = 0;  // capacity - reserve - what the rest uses
   uint64_t reserve = 0;
+  bool stalled = false;  // the ceiling is the stall cut, not the arithmetic
   bool changed = false;
   std::string reason;  // when changed
 };
@@ -33,7 +34,9 @@ uint64_t memory_reserve(uint64_t capacity, const MemoryConfig& cfg);
 // first step takes the ceiling; after that a lower ceiling is taken at once
 // (cut fast) and a higher one is approached by at most grow_per_second
 // (grow slowly); moves smaller than the deadband are not made, except to
-// reach a ceiling of 0.
+// reach a ceiling of 0. When an online cgroup stalled on memory more than
+// stall_limit of the interval, the ceiling is at most offline_used cut by
+// stall_cut.
 MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, MemoryState& st);
 
 // One offline parent's limit: its working set plus an equal part of the

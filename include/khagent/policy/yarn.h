@@ -21,9 +21,10 @@ namespace khagent {
 // The YARN downscaler's input, offered each tick (and by the fast path with
 // a new budget).
 struct YarnOffer {
-  uint64_t now_ns = 0;      // monotonic
-  double budget_cores = 0;  // the offline CPU budget just decided
-  bool emergency = false;   // an online pod's p99 is over emergency_p99_factor * target
+  uint64_t now_ns = 0;                          // monotonic
+  double budget_cores = 0;                      // the offline CPU budget just decided
+  std::optional<uint64_t> memory_budget_bytes;  // the offline memory budget, if the memory lever has one
+  bool emergency = false;                       // an online pod's p99 is over emergency_p99_factor * target
   struct Container {
     std::string path;              // cgroup path relative to the cgroup2 mount
     uint64_t caused_total_ns = 0;  // online wait it caused since khagent started
@@ -92,11 +93,12 @@ void yarn_interference_window(const std::map<std::string, uint64_t>& caused_tota
 // ---- capacity ---------------------------------------------------------------
 
 struct YarnCapacityInput {
-  uint64_t now_ns = 0;      // monotonic
-  double budget_cores = 0;  // the controller's offline CPU budget
-  YarnResource configured;  // the NodeManager's own configured resources (the maximum)
-  bool known = false;       // `advertised` is known (read from the RM or posted by us)
-  YarnResource advertised;  // what the RM currently believes the node has
+  uint64_t now_ns = 0;                      // monotonic
+  double budget_cores = 0;                  // the controller's offline CPU budget
+  std::optional<int64_t> memory_budget_mb;  // the offline memory budget
+  YarnResource configured;                  // the NodeManager's own configured resources (the maximum)
+  bool known = false;                       // `advertised` is known (read from the RM or posted by us)
+  YarnResource advertised;                  // what the RM currently believes the node has
 };
 
 struct YarnCapacityState {
@@ -119,8 +121,11 @@ struct YarnCapacityDecision {
 
 // The budget in vcores/MB: round(budget * vcores_per_core) with the configured
 // rounding, minus reserve_vcores, clamped to [min_vcores, configured.vcores];
-// memory per YarnConfig (configured, fixed, or scaled with the vcores).
-YarnResource yarn_target(double budget_cores, const YarnResource& configured, const YarnConfig& cfg);
+// memory per YarnConfig (configured, fixed, or scaled with the vcores),
+// and with memory_follows_budget never above `memory_budget_mb` (the memory
+// lever's offline budget, when there is one).
+YarnResource yarn_target(double budget_cores, const YarnResource& configured, const YarnConfig& cfg,
+                         std::optional<int64_t> memory_budget_mb = std::nullopt);
 
 // One step: shrink at once (when the target is below the advertised vcores by
 // at least the deadband, or the memory must drop); grow only after the target

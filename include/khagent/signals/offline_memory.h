@@ -18,6 +18,9 @@ struct MemoryInput {
   uint64_t node_used = 0;     // everyone's working set, offline included
   uint64_t offline_used = 0;  // the offline parents' working sets
   uint64_t now_ns = 0;
+  // The largest share of the last interval any online cgroup spent stalled
+  // on memory (PSI "some" of its memory.pressure), 0..1.
+  double online_stall_share = 0;
 };
 
 struct MemorySignals {
@@ -32,5 +35,27 @@ struct MemorySignals {
 // a problem line; a node that cannot be read leaves input.capacity 0.
 MemorySignals offline_memory(const MemoryReader& r, const std::string& node_cgroup,
                              const std::vector<std::string>& parents, uint64_t now_ns);
+
+// The memory stall of online cgroups between two calls, from their PSI
+// totals (memory.pressure in the cgroup2 mount; kernels with PSI per cgroup).
+struct MemoryStall {
+  uint64_t some_us = 0;   // summed over the cgroups: time some task of theirs stalled
+  uint64_t full_us = 0;   // time all their tasks stalled
+  double max_share = 0;   // the largest "some" of one cgroup, as a share of the interval
+  std::string worst;      // that cgroup
+  size_t unreadable = 0;  // cgroups without a readable memory.pressure
+};
+class MemoryStallMeter {
+ public:
+  explicit MemoryStallMeter(std::string unified_root) : root_(std::move(unified_root)) {}
+  // A cgroup's first reading only starts its count; cgroups not in `paths`
+  // are forgotten.
+  MemoryStall step(const std::vector<std::string>& paths, uint64_t now_ns);
+
+ private:
+  std::string root_;
+  std::map<std::string, PsiTotals> last_;
+  uint64_t last_ns_ = 0;
+};
 
 }  // namespace khagent
