@@ -71,7 +71,7 @@ Result<MemoryUse> parse_meminfo(std::string_view text) {
   if (!total || !avail) return make_error(EINVAL, "meminfo without MemTotal and MemAvailable");
   MemoryUse u;
   u.usage = *total > *avail ? *total - *avail : 0;
-  u.limit = *total;
+  u.limit = total;
   return u;
 }
 
@@ -127,7 +127,9 @@ Result<MemoryUse> MemoryReader::node(const std::string& node_cgroup) const {
   if (!u) return u.error();
   MemoryUse out;
   out.usage = u->working_set();
-  out.limit = u->limit ? std::min(*u->limit, *whole->limit) : *whole->limit;
+  const uint64_t total = whole->limit.value_or(0);  // parse_meminfo always sets it
+  const std::optional<uint64_t> own = u->limit;
+  out.limit = own ? std::min(*own, total) : total;
   return out;
 }
 

@@ -30,8 +30,9 @@ std::string parse_bytes(std::string_view s, uint64_t& bytes) {
   while (digits < s.size() && s[digits] >= '0' && s[digits] <= '9') digits++;
   if (digits == 0) return "\"" + std::string(s) + "\" is not a size" + kHint;
   uint64_t n = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + digits, n);
-  if (ec != std::errc() || end != s.data() + digits) return "\"" + std::string(s) + "\" is too large";
+  const std::string_view number = s.substr(0, digits);
+  auto [end, ec] = std::from_chars(number.begin(), number.end(), n);
+  if (ec != std::errc() || end != number.end()) return "\"" + std::string(s) + "\" is too large";
   const std::string_view unit = s.substr(digits);
   uint64_t mult = 1;
   if (!unit.empty()) {
