@@ -63,6 +63,11 @@ uint64_t limit_of(const Mounts& m, bool v1, const std::string& rel) {
   return v >= (uint64_t{1} << 62) ? 0 : v;
 }
 
+int adj_of(pid_t pid) {
+  std::string t = read_file("/proc/" + std::to_string(pid) + "/oom_score_adj");
+  return t.empty() ? -9999 : std::stoi(t);
+}
+
 // Waits up to `s` seconds for `pred`.
 template <typename F>
 bool wait_for(double s, F pred) {
@@ -121,6 +126,17 @@ TEST(AgentMemory, OfflineLimitedToWhatOnlineLeavesAndTheOnlineProcessSurvivesAHo
   // 768 - 64 reserve - 192 online (and the test's page cache) = at most 512 MiB.
   const bool limited = wait_for(10, [&] { return limit_of(m, v1, yarn) != before; });
   const uint64_t first = limit_of(m, v1, yarn);
+  // An offline process that only sleeps: raised to oom_score_adj 1000, and
+  // put back when the agent stops.
+  pid_t sleeper = fork();
+  if (sleeper == 0) {
+    for (const auto& f : c_cont.procs())
+      if (!write_file(f, std::to_string(getpid()))) _exit(5);
+    write_file("/proc/self/oom_score_adj", "0");
+    ::pause();
+    _exit(0);
+  }
+  const bool sleeper_raised = wait_for(5, [&] { return adj_of(sleeper) == 1000; });
 
   // The hog: 600 MiB in the container, 8 MiB at a time. Unlimited, it
   // fills the node and the kernel kills the online process (958 > 0).
@@ -158,9 +174,13 @@ TEST(AgentMemory, OfflineLimitedToWhatOnlineLeavesAndTheOnlineProcessSurvivesAHo
   const double cut_ms = static_cast<double>(mono_ns_now() - grown_ns) / 1e6;
   const uint64_t after_growth = limit_of(m, v1, yarn);
 
+  const int online_adj = adj_of(online);
   ::kill(agent, SIGTERM);
   int st = 0;
   waitpid(agent, &st, 0);
+  const int sleeper_after = adj_of(sleeper);
+  ::kill(sleeper, SIGKILL);
+  waitpid(sleeper, nullptr, 0);
   const std::string text = read_file(log);
   ::close(on_ctl[1]);
   ::kill(online, SIGKILL);
@@ -178,6 +198,9 @@ TEST(AgentMemory, OfflineLimitedToWhatOnlineLeavesAndTheOnlineProcessSurvivesAHo
   EXPECT_LE(first, 512 * kMiB) << text;
   EXPECT_GE(first, 384 * kMiB) << "more than the test's own page cache was counted as online\n" << text;
   EXPECT_TRUE(hog_joined) << "the hog could not join its cgroup\n" << text;
+  EXPECT_TRUE(sleeper_raised) << "an offline process was not put first in the OOM order\n" << text;
+  EXPECT_EQ(sleeper_after, 0) << "its oom_score_adj was not put back\n" << text;
+  EXPECT_EQ(online_adj, 958) << "online's oom_score_adj is the kubelet's, never khagent's\n" << text;
   EXPECT_TRUE(online_alive) << "the online process was killed\n" << text;
   EXPECT_LT(hog_held, 600u) << "the hog got all it asked for\n" << text;
   EXPECT_LE(hog_held * kMiB, first + 64 * kMiB) << "the hog grew past its limit\n" << text;

@@ -5,7 +5,10 @@
 
 #include <unistd.h>
 
+#include <fstream>
+
 #include "khagent/actuate/cgroup_writer.h"
+#include "khagent/actuate/oom_order.h"
 #include "khagent/collect/memory.h"
 #include "khagent/config/config.h"
 #include "khagent/policy/lever_table.h"
@@ -351,4 +354,48 @@ TEST(MemoryBudget, AnOnlineStallCutsOfflineBelowWhatItHolds) {
   d = memory_step(in, c, st);
   EXPECT_LE(d.budget, 921 * kMiB + 64 * kMiB);
   EXPECT_GT(d.budget, 921 * kMiB);
+}
+
+TEST(OomOrder, RaisesOfflineProcessesOnceAndPutsThemBack) {
+  TempDir t;
+  auto proc = [&](int pid, int adj, uint64_t start) {
+    t.write("proc/" + std::to_string(pid) + "/oom_score_adj", std::to_string(adj) + "\n");
+    std::string stat = std::to_string(pid) + " (java) S";
+    for (int f = 4; f <= 21; f++) stat += " 0";
+    t.write("proc/" + std::to_string(pid) + "/stat", stat + " " + std::to_string(start) + " 0 0\n");
+  };
+  auto adj_of = [&](int pid) {
+    std::ifstream f(t.path / "proc" / std::to_string(pid) / "oom_score_adj");
+    int v = -9999;
+    f >> v;
+    return v;
+  };
+  t.write("cg/hadoop-yarn/cgroup.procs", "");
+  t.write("cg/hadoop-yarn/container_1/cgroup.procs", "101\n102\n");
+  t.write("cg/hadoop-yarn/container_2/cgroup.procs", "103\n");
+  t.write("cg/online/cgroup.procs", "201\n");
+  proc(101, 0, 5000);
+  proc(102, 1000, 5001);  // already first: left alone
+  proc(103, -500, 5002);
+  proc(201, 958, 6000);
+  OomOrder o((t.path / "cg").string(), (t.path / "proc").string());
+  auto changed = o.raise({"/hadoop-yarn"}, 1000);
+  ASSERT_EQ(changed.size(), 2u);
+  EXPECT_EQ(changed[0].pid, 101);
+  EXPECT_EQ(changed[0].cgroup, "/hadoop-yarn/container_1");
+  EXPECT_EQ(changed[1].from, -500);
+  EXPECT_EQ(adj_of(101), 1000);
+  EXPECT_EQ(adj_of(103), 1000);
+  EXPECT_EQ(adj_of(201), 958) << "online is never touched";
+  EXPECT_TRUE(o.raise({"/hadoop-yarn"}, 1000).empty()) << "each process once";
+  // 103 exits and its pid is reused by another process: not restored.
+  t.write("cg/hadoop-yarn/container_2/cgroup.procs", "");
+  proc(103, 1000, 9999);
+  EXPECT_TRUE(o.raise({"/hadoop-yarn"}, 1000).empty());
+  EXPECT_EQ(o.raised(), 1u) << "103 was forgotten when it left";
+  auto back = o.restore();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].pid, 101);
+  EXPECT_EQ(adj_of(101), 0);
+  EXPECT_EQ(adj_of(103), 1000);
 }

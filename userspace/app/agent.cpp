@@ -10,6 +10,7 @@
 
 #include "khagent/abi/runq.h"
 #include "khagent/actuate/actuator.h"
+#include "khagent/actuate/oom_order.h"
 #include "khagent/collect/cgroupfs.h"
 #include "khagent/collect/collector.h"
 #include "khagent/collect/kubelet_pods.h"
@@ -81,6 +82,7 @@ class Agent {
   MemoryState memory_state_;
   std::unique_ptr<MemoryStallMeter> stall_;  // online pods' memory.pressure
   std::string memory_why_;                   // the last memory budget change, for its writes' log lines
+  std::unique_ptr<OomOrder> oom_;            // offline processes first in the OOM killer's order
   uint64_t fast_breaches_ = 0;               // since the last tick
   std::vector<kh_wait_event> pending_;
   uint64_t last_scan_ns_ = 0;             // mono_ns of the last scan for waits still going on
@@ -118,6 +120,7 @@ std::optional<int> Agent::setup_node() {
       const bool v1 = backend_ == CgroupBackend::V1Hybrid;
       memory_ = std::make_unique<MemoryReader>(v1 ? roots.memory_v1 : roots.unified, v1);
       stall_ = std::make_unique<MemoryStallMeter>(roots.unified);
+      if (cfg_.memory.oom_order && !cfg_.dry_run) oom_ = std::make_unique<OomOrder>(roots.unified);
     }
   }
   spdlog::info("levers: {}", levers_summary(cfg_, idle_supported_));
@@ -183,6 +186,12 @@ int Agent::shutdown() {
   const char* sig = g_stop > 0 ? sigabbrev_np(static_cast<int>(g_stop)) : nullptr;
   spdlog::info("stopping on SIG{}: restoring original values", sig ? sig : "?");
   const size_t failed = log_restore(actuator_->restore(), false);
+  if (oom_) {
+    auto back = oom_->restore();
+    if (!back.empty())
+      spdlog::info("restore oom_score_adj of {} offline processes (e.g. pid {}: {} -> {})", back.size(),
+                   back.front().pid, back.front().from, back.front().to);
+  }
   // After the cgroups (local and fast): give YARN the node's configured
   // resources back; this may wait on the ResourceManager.
   if (yarn_) yarn_->stop(true);
@@ -286,6 +295,20 @@ void Agent::apply(const Decision& d, bool fast, uint64_t first_event_ns) {
   recs.erase(mem, recs.end());
   log_actions(recs, why, warned_, mono_ns());
   log_actions(memory_recs, memory_why_, warned_, mono_ns());
+  if (oom_ && !fast) {
+    // The kubelet already puts BestEffort pods at 1000; YARN containers and
+    // configured targets are raised here, each new process once.
+    std::vector<std::string> parents;
+    for (const auto& t : li.targets)
+      if (t.kind == TargetKind::YarnRoot || t.kind == TargetKind::Configured) parents.push_back(t.path);
+    auto raised = oom_->raise(parents, 1000);
+    if (!raised.empty())
+      spdlog::info(
+          "oom_score_adj 1000 on {} offline process{} (e.g. pid {} in {}: {} -> 1000): the OOM killer takes "
+          "offline before online",
+          raised.size(), raised.size() == 1 ? "" : "es", raised.front().pid, raised.front().cgroup,
+          raised.front().from);
+  }
 }
 
 void Agent::memory_step(const NodeSignals& node, uint64_t now_ns) {

@@ -97,6 +97,7 @@ std::string config_to_yaml(const Config& c) {
   key("deadband") << format_bytes(c.memory.deadband_bytes);
   key("stall_limit") << format_double(c.memory.stall_limit);
   key("stall_cut") << format_double(c.memory.stall_cut);
+  key("oom_order") << c.memory.oom_order;
   out << YAML::EndMap;
 
   key("ladder") << YAML::BeginMap;

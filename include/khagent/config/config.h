@@ -112,6 +112,10 @@ struct MemoryConfig {
   // the arithmetic says, so the kernel reclaims from offline.
   double stall_limit = 0.05;
   double stall_cut = 0.1;
+  // Processes under the YARN roots and offline.targets at oom_score_adj
+  // 1000 (as the kubelet sets BestEffort pods), so a node-wide OOM takes
+  // them before online pods; put back when khagent stops.
+  bool oom_order = true;
 };
 
 struct FastPathConfig {
