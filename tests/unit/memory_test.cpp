@@ -65,12 +65,18 @@ TEST(MemoryFiles, StatMeminfoAndPsi) {
   EXPECT_EQ(stat_value(stat, "inactive"), std::nullopt) << "a prefix of a key is not the key";
   EXPECT_EQ(stat_value(stat, "shmem"), std::nullopt);
 
-  auto m = parse_meminfo("MemTotal:       24555520 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n");
+  auto m = parse_meminfo(
+      "MemTotal:       24555520 kB\nMemFree:  10000000 kB\nMemAvailable:   20000000 kB\nInactive(anon): 5 kB\n"
+      "Inactive(file):  4000000 kB\n");
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(*m->limit, uint64_t{24555520} << 10);
-  EXPECT_EQ(m->usage, uint64_t{4555520} << 10);
-  EXPECT_EQ(m->working_set(), m->usage);
+  EXPECT_EQ(m->usage, uint64_t{14555520} << 10);
+  EXPECT_EQ(m->working_set(), uint64_t{10555520} << 10) << "total - free - inactive file, as the kubelet counts it";
+  m = parse_meminfo("MemTotal:       24555520 kB\nMemAvailable:   20000000 kB\n");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->working_set(), uint64_t{4555520} << 10) << "without Inactive(file): total - available";
   EXPECT_FALSE(parse_meminfo("MemTotal: 5 kB\n").ok());
+  EXPECT_FALSE(parse_meminfo("MemFree: 5 kB\nInactive(file): 1 kB\n").ok());
 
   auto p = parse_psi(
       "some avg10=0.00 avg60=0.00 avg300=0.00 total=123456\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=789\n");
@@ -158,6 +164,25 @@ TEST(MemoryBudget, FirstTakesTheCeilingThenCutsAtOnceAndGrowsSlowly) {
   d = memory_step(in, c, st);
   EXPECT_FALSE(d.changed);
   EXPECT_GT(d.budget, d.ceiling) << "8 MiB under the deadband: kept";
+}
+
+TEST(MemoryBudget, AfterASteadySpellAHigherCeilingIsStillApproachedSlowly) {
+  MemoryConfig c = cfg();
+  MemoryState st;
+  MemoryInput in{3 * kGiB, 2 * kGiB, 512 * kMiB, kS, 0};
+  const uint64_t start = memory_step(in, c, st).budget;
+  for (int i = 0; i < 3000; i++) {  // ten minutes of 200 ms ticks, nothing moving
+    in.now_ns += kS / 5;
+    EXPECT_FALSE(memory_step(in, c, st).changed);
+  }
+  in.node_used -= 1 * kGiB;  // online frees 1 GiB
+  in.now_ns += kS / 5;
+  auto d = memory_step(in, c, st);
+  EXPECT_FALSE(d.changed) << "12.8 MiB of growth so far: within the deadband";
+  in.now_ns += 2 * kS / 5;
+  d = memory_step(in, c, st);
+  EXPECT_TRUE(d.changed);
+  EXPECT_LE(d.budget, start + 39 * kMiB) << "0.6 s at 64 MiB/s, not the whole 1 GiB at once";
 }
 
 TEST(MemoryBudget, NothingLeftMeansZeroAndTheShareOfABigNode) {
@@ -333,9 +358,17 @@ TEST(MemoryStall, OnlineCgroupsPsiBetweenTwoReadings) {
 TEST(MemoryBudget, AnOnlineStallCutsOfflineBelowWhatItHolds) {
   MemoryConfig c = cfg();  // stall limit 5%, cut 10%
   MemoryState st;
-  MemoryInput in{3 * kGiB, 2 * kGiB, 1 * kGiB, kS, 0};
+  // A roomy node (1 GiB free, the reserve 256 MiB): a pod stalling against
+  // its own limit is not offline's doing.
+  MemoryInput in{3 * kGiB, 2 * kGiB, 1 * kGiB, kS, 0.3};
   auto d = memory_step(in, c, st);
   EXPECT_EQ(d.budget, 3 * kGiB - 256 * kMiB - 1 * kGiB);
+  EXPECT_FALSE(d.stalled);
+  // A node short of memory (256 MiB free, under twice the reserve).
+  st = {};
+  in = {3 * kGiB, 2816 * kMiB, 1 * kGiB, kS, 0};
+  d = memory_step(in, c, st);
+  EXPECT_EQ(d.budget, 3 * kGiB - 256 * kMiB - 1792 * kMiB);
   EXPECT_FALSE(d.stalled);
   in.now_ns += kS / 5;
   in.online_stall_share = 0.04;
@@ -348,11 +381,18 @@ TEST(MemoryBudget, AnOnlineStallCutsOfflineBelowWhatItHolds) {
   EXPECT_TRUE(d.stalled);
   EXPECT_EQ(d.budget, 921 * kMiB) << "90% of the 1 GiB offline holds, in whole MiB";
   EXPECT_NE(d.reason.find("stalled on memory 30%"), std::string::npos) << d.reason;
+  // At most one cut a second.
+  in.now_ns += kS / 5;
+  in.offline_used = 921 * kMiB;  // the kernel took the 103 MiB from offline
+  in.node_used -= 103 * kMiB;
+  d = memory_step(in, c, st);
+  EXPECT_EQ(d.budget, 921 * kMiB);
+  EXPECT_FALSE(d.stalled);
   // The stall gone, the budget grows back slowly.
   in.now_ns += kS;
   in.online_stall_share = 0;
   d = memory_step(in, c, st);
-  EXPECT_LE(d.budget, 921 * kMiB + 64 * kMiB);
+  EXPECT_LE(d.budget, 921 * kMiB + 77 * kMiB) << "1.2 s at 64 MiB/s since the cut";
   EXPECT_GT(d.budget, 921 * kMiB);
 }
 
@@ -388,14 +428,23 @@ TEST(OomOrder, RaisesOfflineProcessesOnceAndPutsThemBack) {
   EXPECT_EQ(adj_of(103), 1000);
   EXPECT_EQ(adj_of(201), 958) << "online is never touched";
   EXPECT_TRUE(o.raise({"/hadoop-yarn"}, 1000).empty()) << "each process once";
-  // 103 exits and its pid is reused by another process: not restored.
-  t.write("cg/hadoop-yarn/container_2/cgroup.procs", "");
+  // 103's pid is reused by another process in the same cgroup: not restored.
   proc(103, 1000, 9999);
+  // 101 is missing from one walk (its container moved): still remembered.
+  t.write("cg/hadoop-yarn/container_1/cgroup.procs", "102\n");
   EXPECT_TRUE(o.raise({"/hadoop-yarn"}, 1000).empty());
-  EXPECT_EQ(o.raised(), 1u) << "103 was forgotten when it left";
+  EXPECT_EQ(o.raised(), 2u);
+  // A process gone from /proc is forgotten.
+  proc(104, 0, 7000);
+  t.write("cg/hadoop-yarn/container_2/cgroup.procs", "103\n104\n");
+  ASSERT_EQ(o.raise({"/hadoop-yarn"}, 1000).size(), 1u);
+  std::filesystem::remove_all(t.path / "proc/104");
+  t.write("cg/hadoop-yarn/container_2/cgroup.procs", "103\n");
+  o.raise({"/hadoop-yarn"}, 1000);
+  EXPECT_EQ(o.raised(), 2u) << "104 forgotten, 101 and 103 kept";
   auto back = o.restore();
   ASSERT_EQ(back.size(), 1u);
   EXPECT_EQ(back[0].pid, 101);
   EXPECT_EQ(adj_of(101), 0);
-  EXPECT_EQ(adj_of(103), 1000);
+  EXPECT_EQ(adj_of(103), 1000) << "the pid is another process now";
 }

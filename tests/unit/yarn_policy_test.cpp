@@ -170,6 +170,16 @@ TEST(YarnTarget, MemoryNeverAboveTheMemoryLeversBudget) {
   EXPECT_TRUE(d.post);
   EXPECT_EQ(d.resource, (YarnResource{16, 8192}));
   EXPECT_NE(d.reason.find("8192 MB"), std::string::npos) << d.reason;
+  // A grow posts no more memory than the budget either.
+  in.advertised = {8, 8192};
+  in.memory_budget_mb = 16384;
+  st = {};
+  d = yarn_capacity_step(in, yarn_cfg(), st);
+  EXPECT_FALSE(d.post);
+  in.now_ns += yarn_cfg().grow_stable_ns + 1;
+  d = yarn_capacity_step(in, yarn_cfg(), st);
+  ASSERT_TRUE(d.post) << d.reason;
+  EXPECT_EQ(d.resource, (YarnResource{16, 16384}));
 }
 
 // ---- yarn_capacity_step -------------------------------------------------------

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
@@ -80,10 +81,11 @@ class Agent {
   LadderState ladder_;
   std::unique_ptr<MemoryReader> memory_;  // none: the memory lever is off or has nothing to write
   MemoryState memory_state_;
-  std::unique_ptr<MemoryStallMeter> stall_;  // online pods' memory.pressure
-  std::string memory_why_;                   // the last memory budget change, for its writes' log lines
-  std::unique_ptr<OomOrder> oom_;            // offline processes first in the OOM killer's order
-  uint64_t fast_breaches_ = 0;               // since the last tick
+  std::unique_ptr<MemoryStallMeter> stall_;      // online pods' memory.pressure
+  std::string memory_why_;                       // the last memory budget change, for its writes' log lines
+  std::map<std::string, uint64_t> memory_last_;  // each offline parent's last working set read
+  std::unique_ptr<OomOrder> oom_;                // offline processes first in the OOM killer's order
+  uint64_t fast_breaches_ = 0;                   // since the last tick
   std::vector<kh_wait_event> pending_;
   uint64_t last_scan_ns_ = 0;             // mono_ns of the last scan for waits still going on
   LogLimiter warned_;                     // a problem that lasts is logged once a minute
@@ -318,10 +320,17 @@ void Agent::memory_step(const NodeSignals& node, uint64_t now_ns) {
   for (const auto& t : levers_.targets)
     if (t.kind != TargetKind::BestEffortPod) parents.push_back(t.path);
   MemorySignals ms = offline_memory(*memory_, cfg_.memory.node_cgroup, parents, now_ns);
+  // A parent that could not be read this tick keeps its last reading (and
+  // its limit): a failed read must not lift a limit.
+  std::map<std::string, uint64_t> last;
+  last.swap(memory_last_);
   for (auto& t : levers_.targets) {
-    auto it = ms.used.find(t.path);
-    t.memory_known = it != ms.used.end();
-    t.memory_used = t.memory_known ? it->second : 0;
+    std::optional<uint64_t> v;
+    if (auto a = ms.used.find(t.path); a != ms.used.end()) v = a->second;
+    else if (auto b = last.find(t.path); b != last.end()) v = b->second;
+    t.memory_known = v.has_value();
+    t.memory_used = v.value_or(0);
+    if (v) memory_last_[t.path] = *v;
   }
   for (const auto& p : ms.problems)
     if (warned_.allow(p.substr(0, p.find(':')), now_ns)) spdlog::warn("{}", p);
@@ -331,7 +340,14 @@ void Agent::memory_step(const NodeSignals& node, uint64_t now_ns) {
   MemoryStall stall = stall_->step(online, now_ns);
   ms.input.online_stall_share = stall.max_share;
   if (metrics_) metrics_->record_memory_stall(stall);
-  if (ms.input.capacity == 0) return;  // the node's memory is unknown: leave the limits as they are
+  if (!online.empty() && stall.unreadable == online.size() && warned_.allow("psi", now_ns))
+    spdlog::warn(
+        "no online pod's memory.pressure is readable (a kernel without PSI, or psi=0): the cut on an online "
+        "memory stall is off");
+  if (ms.input.capacity == 0) {  // the node's memory is unknown: the last budget stays
+    if (memory_state_.initialized) levers_.memory_budget = memory_state_.budget;
+    return;
+  }
   MemoryDecision d = khagent::memory_step(ms.input, cfg_.memory, memory_state_);
   if (d.changed) {
     memory_why_ = fmt::format("memory budget {}: {}", mib_text(d.budget), d.reason);

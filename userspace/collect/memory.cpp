@@ -67,11 +67,21 @@ Result<MemoryUse> parse_meminfo(std::string_view text) {
     return v << 10;
   };
   auto total = kb("MemTotal:");
-  auto avail = kb("MemAvailable:");
-  if (!total || !avail) return make_error(EINVAL, "meminfo without MemTotal and MemAvailable");
+  if (!total) return make_error(EINVAL, "meminfo without MemTotal");
   MemoryUse u;
-  u.usage = *total > *avail ? *total - *avail : 0;
   u.limit = total;
+  // The kubelet's node working set: all but free memory and inactive page
+  // cache, counted as a cgroup's (usage - inactive_file) is.
+  auto free = kb("MemFree:");
+  auto inactive_file = kb("Inactive(file):");
+  if (free && inactive_file) {
+    u.usage = *total > *free ? *total - *free : 0;
+    u.inactive_file = *inactive_file;
+    return u;
+  }
+  auto avail = kb("MemAvailable:");
+  if (!avail) return make_error(EINVAL, "meminfo without MemFree and Inactive(file), or MemAvailable");
+  u.usage = *total > *avail ? *total - *avail : 0;
   return u;
 }
 

@@ -647,7 +647,9 @@ void Metrics::record_memory(const MemoryInput& in, const MemoryDecision& d) {
   std::lock_guard lk(m.mu);
   if (!m.memory[0]) {
     const std::array<std::pair<const char*, const char*>, 5> kFamilies = {{
-        {"khagent_offline_memory_budget_bytes", "Memory the offline parents may hold in all (their limits' sum)"},
+        {"khagent_offline_memory_budget_bytes",
+         "Memory the offline parents may hold in all (their limits add up to it, "
+         "or to more where memory.min_offline applies)"},
         {"khagent_offline_memory_ceiling_bytes",
          "Largest offline memory budget: capacity minus the reserve minus what the rest of the node uses"},
         {"khagent_node_memory_capacity_bytes", "The node's memory (or memory.node_cgroup's limit)"},

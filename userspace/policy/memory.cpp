@@ -27,13 +27,18 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
   d.ceiling = sub_sat(sub_sat(in.capacity, d.reserve), others) / kMiB * kMiB;
   std::string why = "capacity " + mib_text(in.capacity) + " - reserve " + mib_text(d.reserve) +
                     " - online and system " + mib_text(others) + " = " + mib_text(d.ceiling);
-  if (in.online_stall_share > cfg.stall_limit && in.offline_used > 0) {
+  // Only when the node is short of memory (a pod stalling against its own
+  // limit on a roomy node is not offline's doing), and at most once a second.
+  const bool tight = sub_sat(in.capacity, in.node_used) < 2 * d.reserve;
+  const bool cut_due = st.last_cut_ns == 0 || sub_sat(in.now_ns, st.last_cut_ns) >= 1'000'000'000;
+  if (in.online_stall_share > cfg.stall_limit && in.offline_used > 0 && tight && cut_due) {
     // The arithmetic left online short (its page cache counted as free, a
     // burst within a tick): offline gives back part of what it holds.
     const auto cut = static_cast<uint64_t>(static_cast<double>(in.offline_used) * (1 - cfg.stall_cut)) / kMiB * kMiB;
     if (cut < d.ceiling) {
       d.ceiling = cut;
       d.stalled = true;
+      st.last_cut_ns = in.now_ns;
       why = fmt::format(
           "an online cgroup stalled on memory {:.0f}% of the tick (limit {:.0f}%): offline held {}, cut by "
           "{:.0f}% to {}",
@@ -42,7 +47,9 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
     }
   }
   if (!st.initialized) {
-    st = {true, d.ceiling, in.now_ns};
+    st.initialized = true;
+    st.budget = d.ceiling;
+    st.last_ns = in.now_ns;
     d.budget = d.ceiling;
     d.changed = true;
     d.reason = "first budget: " + why;
@@ -57,7 +64,9 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
   const uint64_t move = want > st.budget ? want - st.budget : st.budget - want;
   const bool to_zero = want == 0 && st.budget != 0;
   if (move < cfg.deadband_bytes && !to_zero) {
-    // Not moved: the time since the last move keeps counting for growth.
+    // Not moved. Growth time counts only while the ceiling stays above the
+    // budget: after a steady spell, a higher ceiling is approached from now.
+    if (d.ceiling <= st.budget) st.last_ns = in.now_ns;
     d.budget = st.budget;
     return d;
   }

@@ -54,6 +54,14 @@ int64_t memory_for(int64_t vcores, const YarnResource& configured, const YarnCon
   return configured.memory_mb;
 }
 
+// memory_for(), never above the memory lever's budget (memory_follows_budget).
+int64_t memory_capped(int64_t vcores, const YarnResource& configured, const YarnConfig& cfg,
+                      std::optional<int64_t> memory_budget_mb) {
+  int64_t m = memory_for(vcores, configured, cfg);
+  if (cfg.memory_follows_budget && memory_budget_mb) m = std::min(m, std::max<int64_t>(*memory_budget_mb, 0));
+  return m;
+}
+
 int64_t round_vcores(double raw, VcoreRounding rounding) {
   if (!(raw >= 0)) raw = 0;  // negative or NaN
   raw = std::min(raw, kMaxRawVcores);
@@ -159,9 +167,7 @@ YarnResource yarn_target(double budget_cores, const YarnResource& configured, co
   int64_t lo = std::clamp<int64_t>(cfg.min_vcores, 0, hi);
   YarnResource t;
   t.vcores = std::clamp(v, lo, hi);
-  t.memory_mb = memory_for(t.vcores, configured, cfg);
-  if (cfg.memory_follows_budget && memory_budget_mb)
-    t.memory_mb = std::min(t.memory_mb, std::max<int64_t>(*memory_budget_mb, 0));
+  t.memory_mb = memory_capped(t.vcores, configured, cfg, memory_budget_mb);
   return t;
 }
 
@@ -252,7 +258,7 @@ YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnC
                         static_cast<double>(cfg.grow_interval_ns) / 1e9, st.grow_min_vcores));
     return d;
   }
-  YarnResource r{st.grow_min_vcores, memory_for(st.grow_min_vcores, in.configured, cfg)};
+  YarnResource r{st.grow_min_vcores, memory_capped(st.grow_min_vcores, in.configured, cfg, in.memory_budget_mb)};
   // What the window allows must still be a grow worth posting against the
   // advertised value now (it may have changed meanwhile).
   bool worth = r.vcores >= a.vcores && r.memory_mb >= a.memory_mb &&

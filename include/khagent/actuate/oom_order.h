@@ -4,7 +4,8 @@
 // BestEffort pods 1000 and Burstable pods 2..999; a YARN container's JVM
 // inherits the NodeManager's (0). Processes are raised, never lowered, and
 // put back when khagent stops (those still running with the same start
-// time: a reused pid is left alone).
+// time: a reused pid is left alone). A process forked after its parent was
+// raised inherits 1000 and keeps it: its original is not known.
 #pragma once
 
 #include <cstdint>

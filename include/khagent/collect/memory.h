@@ -13,7 +13,7 @@
 namespace khagent {
 
 struct MemoryUse {
-  uint64_t usage = 0;             // memory.current (v1: memory.usage_in_bytes); the node: total - available
+  uint64_t usage = 0;             // memory.current (v1: memory.usage_in_bytes); the node: total - free (or - available)
   uint64_t inactive_file = 0;     // page cache the kernel reclaims first (v1: total_inactive_file)
   std::optional<uint64_t> limit;  // memory.max (v1: memory.limit_in_bytes); the node: MemTotal; none: no limit
   // What the kubelet calls the working set: usage less inactive page cache.
@@ -22,7 +22,9 @@ struct MemoryUse {
 
 // A key's value in memory.stat-like text ("key value" lines); none if absent.
 std::optional<uint64_t> stat_value(std::string_view text, std::string_view key);
-// /proc/meminfo: usage = MemTotal - MemAvailable, limit = MemTotal (kB in the file).
+// /proc/meminfo: limit = MemTotal; usage = MemTotal - MemFree and
+// inactive_file = Inactive(file) (the kubelet's node working set), or where
+// those are missing usage = MemTotal - MemAvailable (kB in the file).
 Result<MemoryUse> parse_meminfo(std::string_view text);
 // "total=" of the "some" and "full" lines of a PSI file, in microseconds.
 struct PsiTotals {

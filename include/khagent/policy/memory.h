@@ -15,7 +15,8 @@ namespace khagent {
 struct MemoryState {
   bool initialized = false;
   uint64_t budget = 0;
-  uint64_t last_ns = 0;
+  uint64_t last_ns = 0;      // the last move, or the last step with no growth pending
+  uint64_t last_cut_ns = 0;  // the last cut for an online stall
 };
 
 struct MemoryDecision {
@@ -35,8 +36,9 @@ uint64_t memory_reserve(uint64_t capacity, const MemoryConfig& cfg);
 // (cut fast) and a higher one is approached by at most grow_per_second
 // (grow slowly); moves smaller than the deadband are not made, except to
 // reach a ceiling of 0. When an online cgroup stalled on memory more than
-// stall_limit of the interval, the ceiling is at most offline_used cut by
-// stall_cut.
+// stall_limit of the interval while the node is short (less than twice the
+// reserve free), the ceiling is at most offline_used cut by stall_cut, at
+// most once a second.
 MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, MemoryState& st);
 
 // One offline parent's limit: its working set plus an equal part of the
