@@ -18,7 +18,8 @@
 # stand-in where the OOM order matters); "stream" rows read a STREAM_MB file
 # in a loop through the page cache, as a YARN task reading its input does.
 #
-# Rows (interleaved, round after round; the median over rounds is reported):
+# Rows (interleaved, round after round, each round starting one row later;
+# the median over rounds is reported):
 #   alone            the online pod, no offline work
 #   anon, stream     offline work, no restraint
 #   X:limit          a hard limit of LIMIT_MB on <node>/hadoop-yarn
@@ -391,8 +392,10 @@ run_one() {  # run_one ROW ROUND
   online_starts=0
   start_online
   # The pod's files back in its page cache (and charged to it) after a row
-  # that pushed them out.
-  spawn "$server_cg" "$online_adj" "$tmp/warm.log" sh -c 'cat "$1"/* >/dev/null' sh "$www/f"
+  # that pushed them out, read twice so that they are on the active list as
+  # a server's files are: a row after an online restart must not start with
+  # the online cache easier to reclaim than in the other rows.
+  spawn "$server_cg" "$online_adj" "$tmp/warm.log" sh -c 'cat "$1"/* >/dev/null; cat "$1"/* >/dev/null' sh "$www/f"
   wait "$spawned" || true
   forget_pid "$spawned"
   mark=${#rs_files[@]}
@@ -453,9 +456,12 @@ run_one() {  # run_one ROW ROUND
 # --- run -----------------------------------------------------------------------------
 log "node $node: $node_mb MiB ($mem_mode memory controller in $mem_h); online: nginx on 127.0.0.1:$port with $files x $file_kb KiB files + $online_anon_mb MiB anonymous, oom_score_adj $online_adj; $rate req/s open loop"
 log "rows: ${row_list[*]}; $rounds round(s) of ${warmup}+${duration} s after ${settle} s of offline; results in $results"
+# Each round starts one row later than the one before (the rows rotate), so
+# no row always follows the same one.
 for ((round = 1; round <= rounds; round++)); do
   log "round $round/$rounds"
-  for r in "${row_list[@]}"; do run_one "$r" "$round"; done
+  n=${#row_list[@]}
+  for ((k = 0; k < n; k++)); do run_one "${row_list[(k + round - 1) % n]}" "$round"; done
 done
 
 # --- report ----------------------------------------------------------------------------
