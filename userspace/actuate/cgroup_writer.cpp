@@ -29,12 +29,6 @@ std::string trim(const std::string& s) {
   return s.substr(a, b - a + 1);
 }
 
-bool parse_u64(const std::string& s, uint64_t& v) {
-  if (s.empty()) return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  return ec == std::errc() && p == s.data() + s.size();
-}
-
 // Splits "a b" into exactly two words; false otherwise.
 bool two_words(const std::string& v, std::string& a, std::string& b) {
   std::istringstream in(v);

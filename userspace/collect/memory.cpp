@@ -10,11 +10,6 @@ namespace khagent {
 
 namespace {
 
-bool parse_u64(std::string_view s, uint64_t& v) {
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  return !s.empty() && ec == std::errc() && p == s.data() + s.size();
-}
-
 std::string_view trimmed(std::string_view s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);

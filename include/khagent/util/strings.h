@@ -1,11 +1,20 @@
 // Small string helpers shared by the stages.
 #pragma once
 
+#include <charconv>
 #include <cstddef>
+#include <cstdint>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 namespace khagent {
+
+// The whole of `s` as a decimal number (no sign, no spaces); false otherwise.
+inline bool parse_u64(std::string_view s, uint64_t& v) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return !s.empty() && ec == std::errc() && p == s.data() + s.size();
+}
 
 // Whether `word` is one of the whitespace-separated words of `text`
 // (cgroup.controllers, cgroup.subtree_control).
