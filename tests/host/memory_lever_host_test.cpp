@@ -115,7 +115,7 @@ TEST(AgentMemory, OfflineLimitedToWhatOnlineLeavesAndTheOnlineProcessSurvivesAHo
   const std::string cfg = "/tmp/" + k + ".yaml", state = "/tmp/" + k + "-state.json", log = "/tmp/" + k + ".log";
   std::ofstream(cfg) << "tick: 100ms\noffline:\n  yarn_hierarchy: " << yarn.substr(1)
                      << "\nmemory:\n  node_cgroup: " << node
-                     << "\n  reserve: 64Mi\n  reserve_share: 0\n  min_offline: 32Mi\n";
+                     << "\n  reserve: 64Mi\n  reserve_share: 0\n  eviction_threshold: 0\n  min_offline: 32Mi\n";
   pid_t agent = fork();
   if (agent == 0) {
     std::string cmd = std::string("exec ") + KHAGENT_BINARY + " --no-pin run --no-metrics --config " + cfg +

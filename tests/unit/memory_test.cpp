@@ -35,7 +35,13 @@ uint64_t bytes_of(const std::string& s) {
   return b;
 }
 
-MemoryConfig cfg() { return default_config().memory; }
+// The defaults without the kubelet's eviction threshold, which
+// EvictionThresholdIsKeptFreeToo covers, so the arithmetic below stays short.
+MemoryConfig cfg() {
+  MemoryConfig c = default_config().memory;
+  c.eviction_threshold_bytes = 0;
+  return c;
+}
 
 }  // namespace
 
@@ -194,6 +200,27 @@ TEST(MemoryBudget, NothingLeftMeansZeroAndTheShareOfABigNode) {
   EXPECT_EQ(memory_reserve(1 * kGiB, c), 256 * kMiB);
   // Budget 0 still leaves each parent min_offline, as the lever splits it.
   EXPECT_EQ(memory_share(0, 100 * kMiB, 100 * kMiB, 1, c), c.min_offline_bytes);
+}
+
+TEST(MemoryBudget, EvictionThresholdIsKeptFreeToo) {
+  MemoryConfig c = default_config().memory;
+  EXPECT_EQ(c.eviction_threshold_bytes, 100 * kMiB) << "the kubelet's default evictionHard memory.available";
+  MemoryState st;
+  // 3 GiB node, online and system 1.5 GiB, offline 0.5 GiB.
+  auto d = memory_step({3 * kGiB, 2 * kGiB, 512 * kMiB, kS, 0}, c, st);
+  EXPECT_EQ(d.eviction, 100 * kMiB);
+  EXPECT_EQ(d.ceiling, 3 * kGiB - 100 * kMiB - 256 * kMiB - 1536 * kMiB);
+  EXPECT_NE(d.reason.find("kubelet eviction threshold 100 MiB"), std::string::npos) << d.reason;
+  // The node counts as short once less than twice the reserve is free above
+  // the threshold: 600 MiB free is short with it (500 < 512), not without.
+  st = {};
+  d = memory_step({3 * kGiB, 3 * kGiB - 600 * kMiB, 1 * kGiB, kS, 0.5}, c, st);
+  EXPECT_TRUE(d.stalled) << d.reason;
+  MemoryConfig none = c;
+  none.eviction_threshold_bytes = 0;
+  st = {};
+  d = memory_step({3 * kGiB, 3 * kGiB - 600 * kMiB, 1 * kGiB, kS, 0.5}, none, st);
+  EXPECT_FALSE(d.stalled) << d.reason;
 }
 
 TEST(MemoryBudget, SplitBetweenParents) {

@@ -548,6 +548,8 @@ TEST(MetricsMemory, BudgetGaugesAndOnlineStallCounters) {
   MemoryDecision d;
   d.budget = 900ull << 20;
   d.ceiling = 1000ull << 20;
+  d.reserve = 256ull << 20;
+  d.eviction = 100ull << 20;
   m.record_memory(in, d);
   MemoryStall s;
   s.some_us = 250'000;
@@ -560,6 +562,8 @@ TEST(MetricsMemory, BudgetGaugesAndOnlineStallCounters) {
   EXPECT_EQ(value(t, "khagent_node_memory_capacity_bytes", {}), 3.0 * (1 << 30));
   EXPECT_EQ(value(t, "khagent_node_memory_working_set_bytes", {}), 2.0 * (1 << 30));
   EXPECT_EQ(value(t, "khagent_offline_memory_working_set_bytes", {}), 1.0 * (1 << 30));
+  EXPECT_EQ(value(t, "khagent_node_memory_reserve_bytes", {}), 256.0 * (1 << 20));
+  EXPECT_EQ(value(t, "khagent_node_memory_eviction_threshold_bytes", {}), 100.0 * (1 << 20));
   EXPECT_DOUBLE_EQ(*value(t, "khagent_online_memory_stall_seconds_total", {{"kind", "some"}}), 0.5);
   EXPECT_DOUBLE_EQ(*value(t, "khagent_online_memory_stall_seconds_total", {{"kind", "full"}}), 0.1);
 }

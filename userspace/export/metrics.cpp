@@ -187,7 +187,7 @@ struct Metrics::Impl {
   Gauge* ceiling = nullptr;
   Gauge* floor_cores = nullptr;
   // The memory lever: budget, ceiling, node capacity, node and offline working sets.
-  std::array<Gauge*, 5> memory{};
+  std::array<Gauge*, 7> memory{};
   std::array<Counter*, 2> online_memory_stall{};  // some, full
   std::map<BudgetAction, Counter*> decisions;
   Histogram* reaction = nullptr;
@@ -646,22 +646,27 @@ void Metrics::record_memory(const MemoryInput& in, const MemoryDecision& d) {
   auto& m = *impl_;
   std::lock_guard lk(m.mu);
   if (!m.memory[0]) {
-    const std::array<std::pair<const char*, const char*>, 5> kFamilies = {{
+    const std::array<std::pair<const char*, const char*>, 7> kFamilies = {{
         {"khagent_offline_memory_budget_bytes",
          "Memory the offline parents may hold in all (their limits add up to it, "
          "or to more where memory.min_offline applies)"},
         {"khagent_offline_memory_ceiling_bytes",
-         "Largest offline memory budget: capacity minus the reserve minus what the rest of the node uses"},
+         "Largest offline memory budget: capacity minus the kubelet's eviction threshold, the reserve and what "
+         "the rest of the node uses"},
         {"khagent_node_memory_capacity_bytes", "The node's memory (or memory.node_cgroup's limit)"},
         {"khagent_node_memory_working_set_bytes", "The node's memory in use, inactive page cache excluded"},
         {"khagent_offline_memory_working_set_bytes",
          "The offline parents' memory in use, inactive page cache excluded"},
+        {"khagent_node_memory_reserve_bytes", "Memory kept free for online growth (memory.reserve or its share)"},
+        {"khagent_node_memory_eviction_threshold_bytes",
+         "The kubelet's eviction threshold kept free too (memory.eviction_threshold)"},
     }};
     for (size_t i = 0; i < kFamilies.size(); i++)
       m.memory[i] =
           &prometheus::BuildGauge().Name(kFamilies[i].first).Help(kFamilies[i].second).Register(m.registry).Add({});
   }
-  const std::array<uint64_t, 5> v = {d.budget, d.ceiling, in.capacity, in.node_used, in.offline_used};
+  const std::array<uint64_t, 7> v = {d.budget,        d.ceiling, in.capacity, in.node_used,
+                                     in.offline_used, d.reserve, d.eviction};
   for (size_t i = 0; i < v.size(); i++) m.memory[i]->Set(static_cast<double>(v[i]));
 }
 

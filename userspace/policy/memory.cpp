@@ -24,12 +24,15 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
   MemoryDecision d;
   d.reserve = memory_reserve(in.capacity, cfg);
   const uint64_t others = sub_sat(in.node_used, in.offline_used);
-  d.ceiling = sub_sat(sub_sat(in.capacity, d.reserve), others) / kMiB * kMiB;
-  std::string why = "capacity " + mib_text(in.capacity) + " - reserve " + mib_text(d.reserve) +
-                    " - online and system " + mib_text(others) + " = " + mib_text(d.ceiling);
+  d.eviction = cfg.eviction_threshold_bytes;
+  d.ceiling = sub_sat(sub_sat(sub_sat(in.capacity, d.eviction), d.reserve), others) / kMiB * kMiB;
+  std::string why = "capacity " + mib_text(in.capacity) +
+                    (d.eviction ? " - kubelet eviction threshold " + mib_text(d.eviction) : std::string()) +
+                    " - reserve " + mib_text(d.reserve) + " - online and system " + mib_text(others) + " = " +
+                    mib_text(d.ceiling);
   // Only when the node is short of memory (a pod stalling against its own
   // limit on a roomy node is not offline's doing), and at most once a second.
-  const bool tight = sub_sat(in.capacity, in.node_used) < 2 * d.reserve;
+  const bool tight = sub_sat(sub_sat(in.capacity, d.eviction), in.node_used) < 2 * d.reserve;
   const bool cut_due = st.last_cut_ns == 0 || sub_sat(in.now_ns, st.last_cut_ns) >= 1'000'000'000;
   if (in.online_stall_share > cfg.stall_limit && in.offline_used > 0 && tight && cut_due) {
     // The arithmetic left online short (its page cache counted as free, a

@@ -102,8 +102,12 @@ struct MemoryConfig {
   // (path in the cgroup2 mount) whose limit is the node's memory and whose
   // use is everyone's, e.g. a parent that holds both online and offline.
   std::string node_cgroup;
-  uint64_t reserve_bytes = uint64_t{256} << 20;      // kept free for online growth: the larger of
-  double reserve_share = 0.05;                       // this and this share of the capacity
+  uint64_t reserve_bytes = uint64_t{256} << 20;  // kept free for online growth: the larger of
+  double reserve_share = 0.05;                   // this and this share of the capacity
+  // The kubelet's hard eviction threshold on memory.available (its default
+  // evictionHard is 100Mi): kept free on top of the reserve, so khagent cuts
+  // offline before the kubelet evicts a pod for the node's memory.
+  uint64_t eviction_threshold_bytes = uint64_t{100} << 20;
   uint64_t min_offline_bytes = uint64_t{256} << 20;  // per offline parent: never limited below
   uint64_t grow_per_second_bytes = uint64_t{64} << 20;
   uint64_t deadband_bytes = uint64_t{32} << 20;  // smaller budget changes are not applied

@@ -23,7 +23,8 @@ struct MemoryDecision {
   uint64_t budget = 0;   // what the offline parents may hold in all
   uint64_t ceiling = 0;  // capacity - reserve - what the rest uses
   uint64_t reserve = 0;
-  bool stalled = false;  // the ceiling is the stall cut, not the arithmetic
+  uint64_t eviction = 0;  // the kubelet's eviction threshold, kept free too
+  bool stalled = false;   // the ceiling is the stall cut, not the arithmetic
   bool changed = false;
   std::string reason;  // when changed
 };
@@ -31,13 +32,14 @@ struct MemoryDecision {
 // The reserve kept free: the larger of memory.reserve and
 // memory.reserve_share of the capacity.
 uint64_t memory_reserve(uint64_t capacity, const MemoryConfig& cfg);
-// The rule: ceiling = capacity - reserve - (node_used - offline_used). The
+// The rule: ceiling = capacity - eviction threshold - reserve - (node_used -
+// offline_used). The
 // first step takes the ceiling; after that a lower ceiling is taken at once
 // (cut fast) and a higher one is approached by at most grow_per_second
 // (grow slowly); moves smaller than the deadband are not made, except to
 // reach a ceiling of 0. When an online cgroup stalled on memory more than
 // stall_limit of the interval while the node is short (less than twice the
-// reserve free), the ceiling is at most offline_used cut by stall_cut, at
+// reserve free above the eviction threshold), the ceiling is at most offline_used cut by stall_cut, at
 // most once a second.
 MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, MemoryState& st);
 
