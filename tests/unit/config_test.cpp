@@ -106,6 +106,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.memory.deadband_bytes, b.memory.deadband_bytes);
   EXPECT_EQ(a.memory.stall_limit, b.memory.stall_limit);
   EXPECT_EQ(a.memory.stall_cut, b.memory.stall_cut);
+  EXPECT_EQ(a.memory.stall_window_ns, b.memory.stall_window_ns);
   EXPECT_EQ(a.memory.oom_order, b.memory.oom_order);
   EXPECT_EQ(a.fast_path.enabled, b.fast_path.enabled);
   EXPECT_EQ(a.fast_path.wait_threshold_ns, b.fast_path.wait_threshold_ns);
@@ -780,7 +781,7 @@ TEST(ConfigYaml, DefaultsRoundTripWithReadableDurations) {
 TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   YAML::Node doc = YAML::Load(config_to_yaml(default_config()));
   EXPECT_EQ(doc.size(), 16u);  // tick dry_run state_file, 4 kubelet_* keys, 9 sections
-  EXPECT_EQ(doc["memory"].size(), 11u);
+  EXPECT_EQ(doc["memory"].size(), 12u);
   EXPECT_EQ(doc["ladder"].size(), 7u);
   EXPECT_EQ(doc["classes"].size(), 3u);
   EXPECT_EQ(doc["online"].size(), 5u);

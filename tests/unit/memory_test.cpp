@@ -132,7 +132,7 @@ TEST(MemoryBudget, FirstTakesTheCeilingThenCutsAtOnceAndGrowsSlowly) {
   MemoryConfig c = cfg();  // reserve 256Mi or 5%, grow 64Mi/s, deadband 32Mi
   MemoryState st;
   // 3 GiB node, online and system 1.5 GiB, offline 0.5 GiB: the reserve is 256 MiB.
-  MemoryInput in{3 * kGiB, 2 * kGiB, 512 * kMiB, 1 * kS, 0};
+  MemoryInput in{3 * kGiB, 2 * kGiB, 512 * kMiB, 1 * kS, 0, {}};
   auto d = memory_step(in, c, st);
   EXPECT_TRUE(d.changed);
   EXPECT_EQ(d.reserve, 256 * kMiB);
@@ -141,7 +141,7 @@ TEST(MemoryBudget, FirstTakesTheCeilingThenCutsAtOnceAndGrowsSlowly) {
   EXPECT_NE(d.reason.find("first budget"), std::string::npos) << d.reason;
 
   // Online grows by 512 MiB: the budget is cut the same tick.
-  in = {3 * kGiB, 2560 * kMiB, 512 * kMiB, 1 * kS + kS / 5, 0};
+  in = {3 * kGiB, 2560 * kMiB, 512 * kMiB, 1 * kS + kS / 5, 0, {}};
   d = memory_step(in, c, st);
   EXPECT_TRUE(d.changed);
   EXPECT_EQ(d.budget, 3 * kGiB - 256 * kMiB - 2 * kGiB);
@@ -149,7 +149,7 @@ TEST(MemoryBudget, FirstTakesTheCeilingThenCutsAtOnceAndGrowsSlowly) {
 
   // Online shrinks back: the budget grows by at most 64 MiB per second.
   const uint64_t low = d.budget;
-  in = {3 * kGiB, 2 * kGiB, 512 * kMiB, 1 * kS + kS / 5 + kS / 5, 0};
+  in = {3 * kGiB, 2 * kGiB, 512 * kMiB, 1 * kS + kS / 5 + kS / 5, 0, {}};
   d = memory_step(in, c, st);
   EXPECT_FALSE(d.changed) << "12.8 MiB of growth is within the deadband";
   EXPECT_EQ(d.budget, low);
@@ -175,7 +175,7 @@ TEST(MemoryBudget, FirstTakesTheCeilingThenCutsAtOnceAndGrowsSlowly) {
 TEST(MemoryBudget, AfterASteadySpellAHigherCeilingIsStillApproachedSlowly) {
   MemoryConfig c = cfg();
   MemoryState st;
-  MemoryInput in{3 * kGiB, 2 * kGiB, 512 * kMiB, kS, 0};
+  MemoryInput in{3 * kGiB, 2 * kGiB, 512 * kMiB, kS, 0, {}};
   const uint64_t start = memory_step(in, c, st).budget;
   for (int i = 0; i < 3000; i++) {  // ten minutes of 200 ms ticks, nothing moving
     in.now_ns += kS / 5;
@@ -194,7 +194,7 @@ TEST(MemoryBudget, AfterASteadySpellAHigherCeilingIsStillApproachedSlowly) {
 TEST(MemoryBudget, NothingLeftMeansZeroAndTheShareOfABigNode) {
   MemoryConfig c = cfg();
   MemoryState st;
-  auto d = memory_step({3 * kGiB, 3 * kGiB, 0, kS, 0}, c, st);
+  auto d = memory_step({3 * kGiB, 3 * kGiB, 0, kS, 0, {}}, c, st);
   EXPECT_EQ(d.budget, 0u) << "online and system hold everything";
   EXPECT_EQ(memory_reserve(24 * kGiB, c), static_cast<uint64_t>(24.0 * kGiB * 0.05));
   EXPECT_EQ(memory_reserve(1 * kGiB, c), 256 * kMiB);
@@ -207,19 +207,19 @@ TEST(MemoryBudget, EvictionThresholdIsKeptFreeToo) {
   EXPECT_EQ(c.eviction_threshold_bytes, 100 * kMiB) << "the kubelet's default evictionHard memory.available";
   MemoryState st;
   // 3 GiB node, online and system 1.5 GiB, offline 0.5 GiB.
-  auto d = memory_step({3 * kGiB, 2 * kGiB, 512 * kMiB, kS, 0}, c, st);
+  auto d = memory_step({3 * kGiB, 2 * kGiB, 512 * kMiB, kS, 0, {}}, c, st);
   EXPECT_EQ(d.eviction, 100 * kMiB);
   EXPECT_EQ(d.ceiling, 3 * kGiB - 100 * kMiB - 256 * kMiB - 1536 * kMiB);
   EXPECT_NE(d.reason.find("kubelet eviction threshold 100 MiB"), std::string::npos) << d.reason;
   // The node counts as short once less than twice the reserve is free above
   // the threshold: 600 MiB free is short with it (500 < 512), not without.
   st = {};
-  d = memory_step({3 * kGiB, 3 * kGiB - 600 * kMiB, 1 * kGiB, kS, 0.5}, c, st);
+  d = memory_step({3 * kGiB, 3 * kGiB - 600 * kMiB, 1 * kGiB, kS, 0.5, {}}, c, st);
   EXPECT_TRUE(d.stalled) << d.reason;
   MemoryConfig none = c;
   none.eviction_threshold_bytes = 0;
   st = {};
-  d = memory_step({3 * kGiB, 3 * kGiB - 600 * kMiB, 1 * kGiB, kS, 0.5}, none, st);
+  d = memory_step({3 * kGiB, 3 * kGiB - 600 * kMiB, 1 * kGiB, kS, 0.5, {}}, none, st);
   EXPECT_FALSE(d.stalled) << d.reason;
 }
 
@@ -346,7 +346,7 @@ memory:
 
   for (const char* bad : {"memory: {reserve: 1.5Gi}", "memory: {reserve_share: 0.95}", "memory: {min_offline: 1Ki}",
                           "memory: {grow_per_second: 0}", "memory: {node_cgroup: ../x}", "memory: {reserve: [1]}",
-                          "memory: {limit: 1Gi}"}) {
+                          "memory: {stall_window: 100ms}", "memory: {stall_window: 11s}", "memory: {limit: 1Gi}"}) {
     auto r = load_config_text(bad, "test", {});
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {
@@ -387,13 +387,13 @@ TEST(MemoryBudget, AnOnlineStallCutsOfflineBelowWhatItHolds) {
   MemoryState st;
   // A roomy node (1 GiB free, the reserve 256 MiB): a pod stalling against
   // its own limit is not offline's doing.
-  MemoryInput in{3 * kGiB, 2 * kGiB, 1 * kGiB, kS, 0.3};
+  MemoryInput in{3 * kGiB, 2 * kGiB, 1 * kGiB, kS, 0.3, {}};
   auto d = memory_step(in, c, st);
   EXPECT_EQ(d.budget, 3 * kGiB - 256 * kMiB - 1 * kGiB);
   EXPECT_FALSE(d.stalled);
   // A node short of memory (256 MiB free, under twice the reserve).
   st = {};
-  in = {3 * kGiB, 2816 * kMiB, 1 * kGiB, kS, 0};
+  in = {3 * kGiB, 2816 * kMiB, 1 * kGiB, kS, 0, {}};
   d = memory_step(in, c, st);
   EXPECT_EQ(d.budget, 3 * kGiB - 256 * kMiB - 1792 * kMiB);
   EXPECT_FALSE(d.stalled);
@@ -421,6 +421,30 @@ TEST(MemoryBudget, AnOnlineStallCutsOfflineBelowWhatItHolds) {
   d = memory_step(in, c, st);
   EXPECT_LE(d.budget, 921 * kMiB + 77 * kMiB) << "1.2 s at 64 MiB/s since the cut";
   EXPECT_GT(d.budget, 921 * kMiB);
+}
+
+TEST(MemoryBudget, APsiTriggerBetweenTicksCutsLikeAStalledTick) {
+  MemoryConfig c = cfg();  // stall limit 5% of a 1 s window, cut 10%
+  MemoryState st;
+  // A node short of memory (256 MiB free).
+  MemoryInput in{3 * kGiB, 2816 * kMiB, 1 * kGiB, kS, 0, {}};
+  auto d = memory_step(in, c, st);
+  EXPECT_FALSE(d.stalled);
+  in.now_ns += kS / 3;
+  in.stall_trigger = "/kubepods/burstable/pod-a";
+  d = memory_step(in, c, st);
+  EXPECT_TRUE(d.changed);
+  EXPECT_TRUE(d.stalled) << "the trigger says the stall; no share is read between ticks";
+  EXPECT_EQ(d.budget, 921 * kMiB);
+  EXPECT_NE(d.reason.find("PSI trigger fired: online /kubepods/burstable/pod-a stalled on memory over 5% of 1000 ms"),
+            std::string::npos)
+      << d.reason;
+  // A trigger on a roomy node is a pod against its own limit: no cut.
+  st = {};
+  in = {3 * kGiB, 2 * kGiB, 1 * kGiB, kS, 0, "/kubepods/burstable/pod-a"};
+  d = memory_step(in, c, st);
+  EXPECT_FALSE(d.stalled);
+  EXPECT_EQ(d.budget, 3 * kGiB - 256 * kMiB - 1 * kGiB);
 }
 
 TEST(OomOrder, RaisesOfflineProcessesOnceAndPutsThemBack) {

@@ -544,7 +544,7 @@ TEST(MetricsHttp, StopReturnsPromptly) {
 TEST(MetricsMemory, BudgetGaugesAndOnlineStallCounters) {
   Metrics m(local());
   EXPECT_EQ(m.render().find("khagent_offline_memory_budget_bytes"), std::string::npos) << "only with the lever";
-  MemoryInput in{3ull << 30, 2ull << 30, 1ull << 30, 1, 0};
+  MemoryInput in{3ull << 30, 2ull << 30, 1ull << 30, 1, 0, {}};
   MemoryDecision d;
   d.budget = 900ull << 20;
   d.ceiling = 1000ull << 20;
@@ -556,6 +556,8 @@ TEST(MetricsMemory, BudgetGaugesAndOnlineStallCounters) {
   s.full_us = 50'000;
   m.record_memory_stall(s);
   m.record_memory_stall(s);
+  m.record_psi_triggers(2);
+  m.record_psi_triggers(1);
   auto t = m.render();
   EXPECT_EQ(value(t, "khagent_offline_memory_budget_bytes", {}), 900.0 * (1 << 20));
   EXPECT_EQ(value(t, "khagent_offline_memory_ceiling_bytes", {}), 1000.0 * (1 << 20));
@@ -566,4 +568,5 @@ TEST(MetricsMemory, BudgetGaugesAndOnlineStallCounters) {
   EXPECT_EQ(value(t, "khagent_node_memory_eviction_threshold_bytes", {}), 100.0 * (1 << 20));
   EXPECT_DOUBLE_EQ(*value(t, "khagent_online_memory_stall_seconds_total", {{"kind", "some"}}), 0.5);
   EXPECT_DOUBLE_EQ(*value(t, "khagent_online_memory_stall_seconds_total", {{"kind", "full"}}), 0.1);
+  EXPECT_EQ(value(t, "khagent_online_memory_psi_triggers_total", {}), 3.0);
 }

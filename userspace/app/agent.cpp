@@ -2,7 +2,10 @@
 #include "khagent/app/bootstrap.h"
 #include "khagent/app/peers.h"
 
+#include <poll.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <unordered_map>
@@ -51,7 +54,11 @@ class Agent {
   void loop();                           // until a signal
   int shutdown();                        // restores the originals
   void tick();
-  void memory_step(const NodeSignals& node, uint64_t now_ns);  // the memory budget into levers_
+  // The memory budget into levers_ (`trigger`: the online cgroup whose PSI
+  // trigger fired, between ticks); whether it changed.
+  bool memory_step(uint64_t now_ns, const std::string& trigger = {});
+  void wait(int timeout_ms);                                   // for wait events, PSI triggers or the timeout
+  void memory_event(const std::vector<std::string>& stalled);  // PSI triggers fired: the memory lever only
   void fast_step();
   std::vector<OfflineTarget> targets(const NodeSignals& node);
   // What the levers need this step (without the cpuset partition), in levers_.
@@ -82,6 +89,9 @@ class Agent {
   std::unique_ptr<MemoryReader> memory_;  // none: the memory lever is off or has nothing to write
   MemoryState memory_state_;
   std::unique_ptr<MemoryStallMeter> stall_;      // online pods' memory.pressure
+  std::unique_ptr<PsiTriggers> psi_;             // on the same files: wakes the loop between ticks
+  std::vector<std::string> online_;              // the last tick's online pods
+  bool psi_noted_ = false;                       // psi_->note() logged
   std::string memory_why_;                       // the last memory budget change, for its writes' log lines
   std::map<std::string, uint64_t> memory_last_;  // each offline parent's last working set read
   std::unique_ptr<OomOrder> oom_;                // offline processes first in the OOM killer's order
@@ -122,6 +132,11 @@ std::optional<int> Agent::setup_node() {
       const bool v1 = backend_ == CgroupBackend::V1Hybrid;
       memory_ = std::make_unique<MemoryReader>(v1 ? roots.memory_v1 : roots.unified, v1);
       stall_ = std::make_unique<MemoryStallMeter>(roots.unified);
+      if (cfg_.memory.stall_window_ns) {
+        const uint64_t window_us = cfg_.memory.stall_window_ns / 1000;
+        psi_ = std::make_unique<PsiTriggers>(
+            roots.unified, static_cast<uint64_t>(static_cast<double>(window_us) * cfg_.memory.stall_limit), window_us);
+      }
       if (cfg_.memory.oom_order && !cfg_.dry_run) oom_ = std::make_unique<OomOrder>(roots.unified);
     }
   }
@@ -165,8 +180,7 @@ void Agent::loop() {
   while (!g_stop) {
     uint64_t now = mono_ns();
     int timeout_ms = now >= next_tick ? 0 : static_cast<int>((next_tick - now + 999999) / 1000000);
-    auto n = meas_.bpf->poll_events(timeout_ms);
-    if (!n) spdlog::warn("{}", n.error().str());
+    wait(timeout_ms);
     if (g_stop) break;
     if (!pending_.empty()) fast_step();
     now = mono_ns();
@@ -180,6 +194,55 @@ void Agent::loop() {
       next_tick += cfg_.tick_ns;
       if (next_tick < now) next_tick = now + cfg_.tick_ns;  // fell behind: skip, do not burst
     }
+  }
+}
+
+void Agent::wait(int timeout_ms) {
+  if (!psi_ || psi_->size() == 0) {
+    if (auto n = meas_.bpf->poll_events(timeout_ms); !n) spdlog::warn("{}", n.error().str());
+    return;
+  }
+  std::vector<pollfd> fds{{meas_.bpf->events_fd(), POLLIN, 0}};
+  psi_->add_to(fds);
+  if (::poll(fds.data(), fds.size(), timeout_ms) < 0) {
+    if (errno != EINTR && warned_.allow("poll", mono_ns())) spdlog::warn("waiting for events: {}", strerror(errno));
+    return;
+  }
+  if (fds[0].revents)
+    if (auto n = meas_.bpf->drain_events(); !n) spdlog::warn("{}", n.error().str());
+  std::vector<std::string> fired;
+  for (size_t i = 1; i < fds.size(); i++) {
+    const std::string* p = fds[i].revents ? psi_->path_of(fds[i].fd) : nullptr;
+    if (!p) continue;
+    if (fds[i].revents & (POLLERR | POLLNVAL)) {  // the cgroup is gone
+      psi_->drop(std::string(*p));
+      continue;
+    }
+    if (fds[i].revents & POLLPRI) fired.push_back(*p);
+  }
+  if (!fired.empty()) memory_event(fired);
+}
+
+void Agent::memory_event(const std::vector<std::string>& stalled) {
+  const uint64_t t0 = mono_ns();
+  if (metrics_) metrics_->record_psi_triggers(stalled.size());
+  if (ticks_ == 0) return;  // no targets yet
+  if (!memory_step(t0, stalled.front())) {
+    spdlog::debug("PSI trigger fired on {}: no cut (node not short, or cut less than a second ago)", stalled.front());
+    return;
+  }
+  auto want = offline_writes(levers_, cfg_);
+  std::erase_if(want, [](const Setting& s) { return !std::holds_alternative<MemoryLimit>(s.value); });
+  auto recs = actuator_->apply_plan(actuator_->plan(backend_, want), mono_ns());
+  if (metrics_) metrics_->record_actions(recs);
+  log_actions(recs,
+              fmt::format("{}; {:.1f} ms after the trigger woke the agent", memory_why_,
+                          static_cast<double>(mono_ns() - t0) / 1e6),
+              warned_, mono_ns());
+  if (yarn_) {  // YARN's memory follows at once too
+    yarn_offer_.now_ns = t0;
+    yarn_offer_.memory_budget_bytes = levers_.memory_budget;
+    yarn_->offer(yarn_offer_);
   }
 }
 
@@ -313,9 +376,9 @@ void Agent::apply(const Decision& d, bool fast, uint64_t first_event_ns) {
   }
 }
 
-void Agent::memory_step(const NodeSignals& node, uint64_t now_ns) {
+bool Agent::memory_step(uint64_t now_ns, const std::string& trigger) {
   levers_.memory_budget.reset();
-  if (!memory_) return;
+  if (!memory_) return false;
   std::vector<std::string> parents;  // BestEffort pods are counted in their QoS cgroup
   for (const auto& t : levers_.targets)
     if (t.kind != TargetKind::BestEffortPod) parents.push_back(t.path);
@@ -334,19 +397,26 @@ void Agent::memory_step(const NodeSignals& node, uint64_t now_ns) {
   }
   for (const auto& p : ms.problems)
     if (warned_.allow(p.substr(0, p.find(':')), now_ns)) spdlog::warn("{}", p);
-  std::vector<std::string> online;
-  for (const auto& p : node.pods)
-    if (p.cls == CgroupClass::Online) online.push_back(p.path);
-  MemoryStall stall = stall_->step(online, now_ns);
-  ms.input.online_stall_share = stall.max_share;
-  if (metrics_) metrics_->record_memory_stall(stall);
-  if (!online.empty() && stall.unreadable == online.size() && warned_.allow("psi", now_ns))
-    spdlog::warn(
-        "no online pod's memory.pressure is readable (a kernel without PSI, or psi=0): the cut on an online "
-        "memory stall is off");
+  if (trigger.empty()) {  // the tick reads the stall; a trigger says it
+    MemoryStall stall = stall_->step(online_, now_ns);
+    ms.input.online_stall_share = stall.max_share;
+    if (metrics_) metrics_->record_memory_stall(stall);
+    if (!online_.empty() && stall.unreadable == online_.size() && warned_.allow("psi", now_ns))
+      spdlog::warn(
+          "no online pod's memory.pressure is readable (a kernel without PSI, or psi=0): the cut on an online "
+          "memory stall is off");
+    if (psi_) {
+      for (const auto& p : psi_->sync(online_))
+        if (warned_.allow("psi trigger", now_ns))
+          spdlog::warn("{} (the tick's reading still cuts on a stall, up to a tick later)", p);
+      if (!psi_->note().empty() && !psi_noted_) spdlog::warn("{}", psi_->note());
+      psi_noted_ = !psi_->note().empty();
+    }
+  }
+  ms.input.stall_trigger = trigger;
   if (ms.input.capacity == 0) {  // the node's memory is unknown: the last budget stays
     if (memory_state_.initialized) levers_.memory_budget = memory_state_.budget;
-    return;
+    return false;
   }
   MemoryDecision d = khagent::memory_step(ms.input, cfg_.memory, memory_state_);
   if (d.changed) {
@@ -355,6 +425,7 @@ void Agent::memory_step(const NodeSignals& node, uint64_t now_ns) {
   }
   levers_.memory_budget = d.budget;
   if (metrics_) metrics_->record_memory(ms.input, d);
+  return d.changed;
 }
 
 void Agent::fast_step() {
@@ -414,7 +485,10 @@ void Agent::tick() {
 
   levers_.targets = targets(node);
   for (auto& t : levers_.targets) t.usage_cores = cores_at_or_below(*sample, t.path);
-  memory_step(node, mono_ns());
+  online_.clear();
+  for (const auto& p : node.pods)
+    if (p.cls == CgroupClass::Online) online_.push_back(p.path);
+  memory_step(mono_ns());
 
   ControllerInput in = controller_input(node, static_cast<double>(topo_.cpus.size()), mono_ns());
   last_input_ = in;

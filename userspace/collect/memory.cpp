@@ -1,7 +1,11 @@
 #include "khagent/collect/memory.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 
 #include "khagent/util/file.h"
 #include "khagent/util/strings.h"
@@ -102,6 +106,68 @@ Result<PsiTotals> read_psi(const std::string& path) {
   auto p = parse_psi(*t);
   if (!p) return make_error(p.error().err, path + ": " + p.error().message);
   return p;
+}
+
+PsiTriggers::PsiTriggers(std::string unified_root, uint64_t stall_us, uint64_t window_us)
+    : root_(std::move(unified_root)), stall_us_(stall_us), window_us_(window_us) {}
+
+std::string PsiTriggers::spec() const { return "some " + std::to_string(stall_us_) + " " + std::to_string(window_us_); }
+
+Result<Fd> PsiTriggers::open_one(const std::string& file) const {
+  Fd fd(::open(file.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) return make_error(errno, "PSI trigger on " + file);
+  // The kernel takes the whole trigger in one write, with its NUL.
+  const std::string text = spec();
+  if (::write(fd.get(), text.c_str(), text.size() + 1) < 0)
+    return make_error(errno, "PSI trigger \"" + text + "\" on " + file);
+  return fd;
+}
+
+std::vector<std::string> PsiTriggers::sync(const std::vector<std::string>& paths) {
+  std::vector<std::string> problems;
+  std::map<std::string, Fd> keep;
+  constexpr uint64_t kUnprivilegedUs = 2'000'000;
+  for (const auto& p : paths) {
+    if (keep.count(p)) continue;
+    if (auto it = fds_.find(p); it != fds_.end()) {
+      keep.emplace(p, std::move(it->second));
+      continue;
+    }
+    const std::string file = root_ + (p == "/" ? "" : p) + "/memory.pressure";
+    auto fd = open_one(file);
+    if (!fd && fd.error().err == EINVAL && window_us_ % kUnprivilegedUs != 0) {
+      const uint64_t before = window_us_;
+      const uint64_t window = (window_us_ + kUnprivilegedUs - 1) / kUnprivilegedUs * kUnprivilegedUs;
+      stall_us_ = stall_us_ * window / window_us_;
+      window_us_ = window;
+      fd = open_one(file);
+      if (fd) {
+        note_ = "PSI trigger window " + std::to_string(window / 1000) + " ms instead of " +
+                std::to_string(before / 1000) +
+                " ms: the kernel refused it (without CAP_SYS_RESOURCE it takes only multiples of 2 s)";
+      } else {
+        stall_us_ = stall_us_ * before / window_us_;
+        window_us_ = before;
+      }
+    }
+    if (!fd) {
+      problems.push_back(fd.error().str());
+      continue;
+    }
+    keep.emplace(p, std::move(*fd));
+  }
+  fds_ = std::move(keep);
+  return problems;
+}
+
+void PsiTriggers::add_to(std::vector<pollfd>& fds) const {
+  for (const auto& [p, fd] : fds_) fds.push_back({fd.get(), POLLPRI, 0});
+}
+
+const std::string* PsiTriggers::path_of(int fd) const {
+  for (const auto& [p, f] : fds_)
+    if (f.get() == fd) return &p;
+  return nullptr;
 }
 
 MemoryReader::MemoryReader(std::string root, bool v1, std::string proc_root)

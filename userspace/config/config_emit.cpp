@@ -98,6 +98,7 @@ std::string config_to_yaml(const Config& c) {
   key("deadband") << format_bytes(c.memory.deadband_bytes);
   key("stall_limit") << format_double(c.memory.stall_limit);
   key("stall_cut") << format_double(c.memory.stall_cut);
+  key("stall_window") << format_duration_ns(c.memory.stall_window_ns);
   key("oom_order") << c.memory.oom_order;
   out << YAML::EndMap;
 

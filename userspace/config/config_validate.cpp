@@ -150,6 +150,12 @@ Result<void> validate_config(const Config& c) {
   if (!(c.memory.stall_cut > 0 && c.memory.stall_cut < 1)) {
     return bad("memory.stall_cut", "must be above 0 and below 1, got " + format_double(c.memory.stall_cut));
   }
+  if (c.memory.stall_window_ns != 0 &&
+      (c.memory.stall_window_ns < 500'000'000 || c.memory.stall_window_ns > 10'000'000'000)) {
+    return bad("memory.stall_window",
+               "must be 0 (no PSI trigger) or between 500ms and 10s (what the kernel takes), got " +
+                   format_duration_ns(c.memory.stall_window_ns));
+  }
   if (c.memory.grow_per_second_bytes == 0) {
     return bad("memory.grow_per_second", "must be above 0: a budget that never grows keeps offline cut for good");
   }

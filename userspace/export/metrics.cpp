@@ -189,6 +189,7 @@ struct Metrics::Impl {
   // The memory lever: budget, ceiling, node capacity, node and offline working sets.
   std::array<Gauge*, 7> memory{};
   std::array<Counter*, 2> online_memory_stall{};  // some, full
+  Counter* psi_triggers = nullptr;
   std::map<BudgetAction, Counter*> decisions;
   Histogram* reaction = nullptr;
   std::array<CumulativeCounter, KH_NR_COUNTERS> bpf_events{};
@@ -684,6 +685,20 @@ void Metrics::record_memory_stall(const MemoryStall& s) {
   }
   m.online_memory_stall[0]->Increment(static_cast<double>(s.some_us) / 1e6);
   m.online_memory_stall[1]->Increment(static_cast<double>(s.full_us) / 1e6);
+}
+
+void Metrics::record_psi_triggers(size_t n) {
+  auto& m = *impl_;
+  std::lock_guard lk(m.mu);
+  if (!m.psi_triggers)
+    m.psi_triggers = &prometheus::BuildCounter()
+                          .Name("khagent_online_memory_psi_triggers_total")
+                          .Help(
+                              "PSI triggers on online pods' memory.pressure that woke the agent between ticks "
+                              "(memory.stall_limit of memory.stall_window stalled)")
+                          .Register(m.registry)
+                          .Add({});
+  m.psi_triggers->Increment(static_cast<double>(n));
 }
 
 void Metrics::record_actions(const std::vector<ActionRecord>& recs) {

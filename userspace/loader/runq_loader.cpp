@@ -514,6 +514,8 @@ Result<int> RunqBpf::poll_events(int timeout_ms) {
   return n < 0 ? 0 : n;
 }
 
+int RunqBpf::events_fd() const { return events_ ? ring_buffer__epoll_fd(events_.get()) : -1; }
+
 Result<int> RunqBpf::drain_events() {
   if (!events_) return make_error(EINVAL, "wait events not opened");
   int n = ring_buffer__consume(events_.get());

@@ -34,7 +34,8 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
   // limit on a roomy node is not offline's doing), and at most once a second.
   const bool tight = sub_sat(sub_sat(in.capacity, d.eviction), in.node_used) < 2 * d.reserve;
   const bool cut_due = st.last_cut_ns == 0 || sub_sat(in.now_ns, st.last_cut_ns) >= 1'000'000'000;
-  if (in.online_stall_share > cfg.stall_limit && in.offline_used > 0 && tight && cut_due) {
+  const bool stalled = in.online_stall_share > cfg.stall_limit || !in.stall_trigger.empty();
+  if (stalled && in.offline_used > 0 && tight && cut_due) {
     // The arithmetic left online short (its page cache counted as free, a
     // burst within a tick): offline gives back part of what it holds.
     const auto cut = static_cast<uint64_t>(static_cast<double>(in.offline_used) * (1 - cfg.stall_cut)) / kMiB * kMiB;
@@ -42,11 +43,14 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
       d.ceiling = cut;
       d.stalled = true;
       st.last_cut_ns = in.now_ns;
-      why = fmt::format(
-          "an online cgroup stalled on memory {:.0f}% of the tick (limit {:.0f}%): offline held {}, cut by "
-          "{:.0f}% to {}",
-          in.online_stall_share * 100, cfg.stall_limit * 100, mib_text(in.offline_used), cfg.stall_cut * 100,
-          mib_text(cut));
+      const std::string what =
+          in.stall_trigger.empty()
+              ? fmt::format("an online cgroup stalled on memory {:.0f}% of the tick (limit {:.0f}%)",
+                            in.online_stall_share * 100, cfg.stall_limit * 100)
+              : fmt::format("the kernel's PSI trigger fired: online {} stalled on memory over {:.0f}% of {} ms",
+                            in.stall_trigger, cfg.stall_limit * 100, cfg.stall_window_ns / 1'000'000);
+      why = fmt::format("{}: offline held {}, cut by {:.0f}% to {}", what, mib_text(in.offline_used),
+                        cfg.stall_cut * 100, mib_text(cut));
     }
   }
   if (!st.initialized) {

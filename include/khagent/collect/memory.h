@@ -3,11 +3,16 @@
 // from /proc/meminfo, and PSI totals.
 #pragma once
 
+#include <poll.h>
+
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "khagent/util/file.h"
 #include "khagent/util/result.h"
 
 namespace khagent {
@@ -34,6 +39,40 @@ struct PsiTotals {
 Result<PsiTotals> parse_psi(std::string_view text);
 // parse_psi() of a file (a cgroup's memory.pressure in the cgroup2 mount).
 Result<PsiTotals> read_psi(const std::string& path);
+
+// PSI triggers (the kernel's Documentation/accounting/psi.rst): a cgroup's
+// memory.pressure opened read-write, with "some STALL WINDOW" written to it,
+// raises POLLPRI once its tasks stalled STALL us within any WINDOW us, at
+// most once a window; poll() itself clears the event. POLLERR: the cgroup
+// is gone. One trigger per cgroup, kept open between calls.
+class PsiTriggers {
+ public:
+  // `window_us` 500000 to 10000000 as the kernel takes them. A writer
+  // without CAP_SYS_RESOURCE gets only windows in whole multiples of 2 s:
+  // where the first trigger is refused for that, the window is raised to
+  // the next such multiple, the stall scaled with it, and note() says so.
+  PsiTriggers(std::string unified_root, uint64_t stall_us, uint64_t window_us);
+  // Opens a trigger for each of `paths` that has none and closes those of
+  // paths not listed. Returns one line per trigger that could not be made
+  // (tried again at the next call).
+  std::vector<std::string> sync(const std::vector<std::string>& paths);
+  // One pollfd (POLLPRI) per trigger, appended.
+  void add_to(std::vector<pollfd>& fds) const;
+  // The cgroup of a trigger's descriptor; nullptr if it is none of ours.
+  const std::string* path_of(int fd) const;
+  // Closes the trigger of a cgroup that is gone (POLLERR).
+  void drop(const std::string& path) { fds_.erase(path); }
+  size_t size() const { return fds_.size(); }
+  std::string spec() const;  // "some 50000 1000000"
+  const std::string& note() const { return note_; }
+
+ private:
+  Result<Fd> open_one(const std::string& file) const;
+  std::string root_;
+  uint64_t stall_us_, window_us_;
+  std::string note_;
+  std::map<std::string, Fd> fds_;
+};
 
 class MemoryReader {
  public:

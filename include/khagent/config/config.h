@@ -116,6 +116,10 @@ struct MemoryConfig {
   // the arithmetic says, so the kernel reclaims from offline.
   double stall_limit = 0.05;
   double stall_cut = 0.1;
+  // Between ticks, a PSI trigger on each online pod's memory.pressure wakes
+  // the agent once the pod stalled stall_limit of this window (the kernel
+  // takes 500ms to 10s); 0: no triggers, the tick's reading only.
+  uint64_t stall_window_ns = 1'000'000'000;
   // Processes under the YARN roots and offline.targets at oom_score_adj
   // 1000 (as the kubelet sets BestEffort pods), so a node-wide OOM takes
   // them before online pods; put back when khagent stops.

@@ -79,6 +79,8 @@ class Metrics {
   void record_memory(const MemoryInput& in, const MemoryDecision& d);
   // Online pods' memory stall (PSI) in the last tick, summed over the pods.
   void record_memory_stall(const MemoryStall& s);
+  // PSI triggers on online pods' memory.pressure that fired between ticks.
+  void record_psi_triggers(size_t n);
   // Actuator results counted by cgroup file and outcome.
   void record_actions(const std::vector<ActionRecord>& recs);
   // Time from a breach (fast-path event) to the budget being applied.

@@ -127,6 +127,10 @@ class RunqBpf {
   using EventFn = std::function<void(const kh_wait_event&)>;
   Result<void> open_events(EventFn on_event);
   Result<int> poll_events(int timeout_ms);
+  // The ring's epoll descriptor, readable when records wait (for a poll()
+  // over more descriptors than the ring's; drain_events() reads them); -1
+  // before open_events().
+  int events_fd() const;
   // Calls `on_event` for every record already in the ring, without waiting
   // for its wake-up: the kernel signals new records from irq_work, so a poll
   // with no timeout right after a submit can miss them.

@@ -21,6 +21,10 @@ struct MemoryInput {
   // The largest share of the last interval any online cgroup spent stalled
   // on memory (PSI "some" of its memory.pressure), 0..1.
   double online_stall_share = 0;
+  // Between ticks: the kernel's PSI trigger fired on this online cgroup
+  // (it stalled over memory.stall_limit of memory.stall_window); empty: no
+  // trigger, the share above decides.
+  std::string stall_trigger;
 };
 
 struct MemorySignals {
