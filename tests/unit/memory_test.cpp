@@ -128,6 +128,52 @@ TEST(MemoryFiles, ReaderOnV2AndV1Trees) {
   EXPECT_FALSE(y1->limit.has_value()) << "v1 prints no limit as a huge number";
 }
 
+TEST(MemoryFiles, OomKillsAndRefaultsOnV2AndV1) {
+  TempDir t;
+  auto group = [&](const std::string& dir, bool v1, uint64_t kills, uint64_t refaults) {
+    t.write(dir + (v1 ? "/memory.usage_in_bytes" : "/memory.current"), "4096\n");
+    t.write(dir + (v1 ? "/memory.limit_in_bytes" : "/memory.max"), "max\n");
+    t.write(dir + "/memory.stat",
+            v1 ? "workingset_refault_file 1\ntotal_workingset_refault_anon 0\n"
+                 "total_workingset_refault_file " +
+                     std::to_string(refaults) + "\n"
+               : "workingset_refault_anon 2\nworkingset_refault_file " + std::to_string(refaults - 2) + "\n");
+    t.write(dir + (v1 ? "/memory.oom_control" : "/memory.events"),
+            v1 ? "oom_kill_disable 0\nunder_oom 0\noom_kill " + std::to_string(kills) + "\n"
+               : "low 0\nhigh 5\nmax 1\noom 1\noom_kill " + std::to_string(kills) + "\n");
+  };
+  group("v2/pod", false, 1, 100);
+  MemoryReader v2((t.path / "v2").string(), false, (t.path / "proc").string());
+  EXPECT_EQ(v2.cgroup("/pod")->refaults, 100u) << "anon and file refaults";
+  EXPECT_EQ(*v2.oom_kills("/pod"), 1u) << "v2 counts the subtree in the parent";
+  // v1 counts each group's own kills: the pod's are in its containers.
+  group("v1/pod", true, 0, 50);
+  group("v1/pod/c1", true, 2, 10);
+  group("v1/pod/c2", true, 1, 10);
+  MemoryReader v1((t.path / "v1").string(), true, (t.path / "proc").string());
+  EXPECT_EQ(v1.cgroup("/pod")->refaults, 50u) << "the hierarchical total_ form";
+  EXPECT_EQ(*v1.oom_kills("/pod"), 3u);
+  EXPECT_FALSE(v1.oom_kills("/gone").ok());
+
+  // The meter: deltas, the first reading only starts a count.
+  MemoryEventMeter meter;
+  auto e = meter.step(v2, {"/pod"}, {});
+  EXPECT_EQ(e.online_oom_kills, 0u);
+  group("v2/pod", false, 3, 160);
+  group("v2/yarn", false, 0, 10);
+  e = meter.step(v2, {"/pod"}, {"/yarn", "/gone"});
+  EXPECT_EQ(e.online_oom_kills, 2u);
+  EXPECT_EQ(e.online_refaults, 60u);
+  ASSERT_EQ(e.online_killed.size(), 1u);
+  EXPECT_EQ(e.online_killed[0], (std::pair<std::string, uint64_t>{"/pod", 2}));
+  EXPECT_EQ(e.offline_refaults, 0u) << "the parent's first reading";
+  group("v2/yarn", false, 1, 30);
+  e = meter.step(v2, {"/pod"}, {"/yarn"});
+  EXPECT_EQ(e.online_oom_kills, 0u);
+  EXPECT_EQ(e.offline_oom_kills, 1u);
+  EXPECT_EQ(e.offline_refaults, 20u);
+}
+
 TEST(MemoryBudget, FirstTakesTheCeilingThenCutsAtOnceAndGrowsSlowly) {
   MemoryConfig c = cfg();  // reserve 256Mi or 5%, grow 64Mi/s, deadband 32Mi
   MemoryState st;

@@ -558,6 +558,11 @@ TEST(MetricsMemory, BudgetGaugesAndOnlineStallCounters) {
   m.record_memory_stall(s);
   m.record_psi_triggers(2);
   m.record_psi_triggers(1);
+  MemoryEvents ev;
+  ev.online_oom_kills = 1;
+  ev.offline_refaults = 300;
+  m.record_memory_events(ev);
+  m.record_memory_events(ev);
   auto t = m.render();
   EXPECT_EQ(value(t, "khagent_offline_memory_budget_bytes", {}), 900.0 * (1 << 20));
   EXPECT_EQ(value(t, "khagent_offline_memory_ceiling_bytes", {}), 1000.0 * (1 << 20));
@@ -569,4 +574,7 @@ TEST(MetricsMemory, BudgetGaugesAndOnlineStallCounters) {
   EXPECT_DOUBLE_EQ(*value(t, "khagent_online_memory_stall_seconds_total", {{"kind", "some"}}), 0.5);
   EXPECT_DOUBLE_EQ(*value(t, "khagent_online_memory_stall_seconds_total", {{"kind", "full"}}), 0.1);
   EXPECT_EQ(value(t, "khagent_online_memory_psi_triggers_total", {}), 3.0);
+  EXPECT_EQ(value(t, "khagent_memory_oom_kills_total", {{"class", "online"}}), 2.0);
+  EXPECT_EQ(value(t, "khagent_memory_oom_kills_total", {{"class", "offline"}}), 0.0);
+  EXPECT_EQ(value(t, "khagent_memory_refaults_total", {{"class", "offline"}}), 600.0);
 }

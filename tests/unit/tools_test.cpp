@@ -168,13 +168,19 @@ TEST(TopRender, FitsTheScreen) {
     EXPECT_LE(ls.size(), static_cast<size_t>(rows)) << rows << "x" << cols;
     for (const auto& l : ls) EXPECT_LE(code_points(l), static_cast<size_t>(cols)) << "'" << l << "'";
     if (rows >= 8) {
-      EXPECT_EQ(ls.size(), std::min<size_t>(static_cast<size_t>(rows), 6 + m.rows.size() + 1));
+      EXPECT_EQ(ls.size(), std::min<size_t>(static_cast<size_t>(rows), 7 + m.rows.size() + 1));
       EXPECT_EQ(ls.back().rfind("q quit", 0), 0u) << "footer on the last row: " << ls.back();
     }
   }
-  // 24 rows: 6 header lines + 17 cgroups + footer.
+  // 24 rows: 7 header lines + 16 cgroups + footer.
   std::string t = render_top(m, 24, 80);
-  EXPECT_NE(t.find("17 of 44 cgroups"), std::string::npos) << t;
+  EXPECT_NE(t.find("16 of 44 cgroups"), std::string::npos) << t;
+  EXPECT_NE(t.find("\nmemory   -\n"), std::string::npos) << "no memory controller read" << t;
+  m.memory = {3ull << 30, 2ull << 30, 0.123, "/kubepods/pod-a"};
+  t = render_top(m, 24, 80);
+  EXPECT_NE(t.find("\nmemory   node 2048 MiB of 3072 MiB   online stalled 12.3% (/kubepods/pod-a)\n"),
+            std::string::npos)
+      << t;
   EXPECT_EQ(render_top(m, 0, 80), "");
   EXPECT_EQ(render_top(m, 24, 0), "");
 }
@@ -303,6 +309,12 @@ StatusReport running_report() {
   r.entries.push_back({"/gone", "cpu.max", "max 100000", std::nullopt, "cgroup gone"});
   r.targets.push_back({"/hadoop-yarn", std::string("20000 100000"), "", 0.2});
   r.targets.push_back({"/kubepods.slice/kubepods-besteffort.slice", std::string("50000 100000"), "", 0.5});
+  StatusMemory m;
+  m.capacity = 3ull << 30;
+  m.node_working_set = 2ull << 30;
+  m.targets.push_back({"/hadoop-yarn", 1536ull << 20, 1ull << 30, 2, ""});
+  m.targets.push_back({"/kubepods.slice/kubepods-besteffort.slice", std::nullopt, 0, 0, "ENOENT"});
+  r.memory = m;
   return r;
 }
 
@@ -324,6 +336,9 @@ TEST(StatusFormat, RunningAgent) {
           "stats_full 5000, pairs_full 6000, events 7000, events_dropped 8000"))
       << t;
   EXPECT_TRUE(has("state file /var/lib/khagent/state.json: 3 original values")) << t;
+  EXPECT_TRUE(has("node memory: 2048 MiB in use of 3072 MiB")) << t;
+  EXPECT_TRUE(has("/hadoop-yarn  memory 1024 MiB of a 1536 MiB limit, 2 OOM kills so far")) << t;
+  EXPECT_TRUE(has("/kubepods.slice/kubepods-besteffort.slice  memory unreadable: ENOENT")) << t;
   // cgroup, file, original, current.
   auto ls = lines_of(t);
   auto line_with = [&](const std::string& a, const std::string& b) {
@@ -394,6 +409,10 @@ TEST(StatusFormat, Json) {
   EXPECT_EQ(j["state_file"]["entries"][2]["current_error"], "cgroup gone");
   EXPECT_NEAR(j["offline_budget_cores"].get<double>(), 0.7, 1e-9);
   EXPECT_EQ(j["offline_targets"][0]["cgroup"], "/hadoop-yarn");
+  EXPECT_EQ(j["memory"]["capacity_bytes"], 3ull << 30);
+  EXPECT_EQ(j["memory"]["offline_targets"][0]["limit_bytes"], 1536ull << 20);
+  EXPECT_EQ(j["memory"]["offline_targets"][0]["oom_kills"], 2);
+  EXPECT_TRUE(j["memory"]["offline_targets"][1]["limit_bytes"].is_null());
   ASSERT_EQ(j["processes"].size(), 1u);
   EXPECT_EQ(j["processes"][0]["pid"], 4242);
   EXPECT_EQ(j["processes"][0]["comm"], "khagent");

@@ -89,6 +89,7 @@ class Agent {
   std::unique_ptr<MemoryReader> memory_;  // none: the memory lever is off or has nothing to write
   MemoryState memory_state_;
   std::unique_ptr<MemoryStallMeter> stall_;      // online pods' memory.pressure
+  MemoryEventMeter memory_events_;               // OOM kills and refaults
   std::unique_ptr<PsiTriggers> psi_;             // on the same files: wakes the loop between ticks
   std::vector<std::string> online_;              // the last tick's online pods
   bool psi_noted_ = false;                       // psi_->note() logged
@@ -397,7 +398,17 @@ bool Agent::memory_step(uint64_t now_ns, const std::string& trigger) {
   }
   for (const auto& p : ms.problems)
     if (warned_.allow(p.substr(0, p.find(':')), now_ns)) spdlog::warn("{}", p);
-  if (trigger.empty()) {  // the tick reads the stall; a trigger says it
+  if (trigger.empty()) {  // the tick reads the stall and the events; a trigger says it
+    MemoryEvents ev = memory_events_.step(*memory_, online_, parents);
+    for (const auto& [p, n] : ev.online_killed)
+      spdlog::error(
+          "online {}: {} process{} taken by the kernel's OOM killer since the last tick (offline working set {}, "
+          "budget {})",
+          p, n, n == 1 ? "" : "es", mib_text(ms.input.offline_used), mib_text(memory_state_.budget));
+    if (ev.offline_oom_kills)
+      spdlog::info("offline: {} OOM kill{} inside the offline parents since the last tick", ev.offline_oom_kills,
+                   ev.offline_oom_kills == 1 ? "" : "s");
+    if (metrics_) metrics_->record_memory_events(ev);
     MemoryStall stall = stall_->step(online_, now_ns);
     ms.input.online_stall_share = stall.max_share;
     if (metrics_) metrics_->record_memory_stall(stall);

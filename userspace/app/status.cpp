@@ -24,6 +24,7 @@
 #include "khagent/actuate/state_store.h"
 #include "khagent/app/agent.h"
 #include "khagent/collect/cgroupfs.h"
+#include "khagent/collect/memory.h"
 #include "khagent/model/cgroup_file.h"
 #include "khagent/policy/lever_table.h"
 #include "khagent/signals/offline_candidates.h"
@@ -293,6 +294,40 @@ void read_targets(StatusReport& r, const Config& cfg, const CgroupRoots& roots, 
   }
 }
 
+// The node's memory and each offline target's, as the memory lever reads
+// them (a pressure domain set by memory.node_cgroup included).
+void read_memory(StatusReport& r, const Config& cfg, const CgroupRoots& roots, CgroupBackend backend) {
+  if (!memory_controller_for(backend, roots)) return;
+  const bool v1 = backend == CgroupBackend::V1Hybrid;
+  MemoryReader reader(v1 ? roots.memory_v1 : roots.unified, v1);
+  StatusMemory m;
+  if (auto n = reader.node(cfg.memory.node_cgroup)) {
+    m.capacity = n->limit.value_or(0);
+    m.node_working_set = n->working_set();
+  } else {
+    m.node_error = n.error().str();
+  }
+  for (const auto& t : r.targets) {
+    StatusMemoryTarget mt;
+    mt.cgroup = t.cgroup;
+    auto u = reader.cgroup(t.cgroup);
+    if (!u) {
+      mt.error = u.error().str();
+    } else {
+      mt.working_set = u->working_set();
+      mt.limit = u->limit;
+      if (!v1) {  // the lever writes memory.high there, not memory.max
+        auto high = read_file(roots.unified + t.cgroup + "/memory.high");
+        uint64_t h = 0;
+        if (high && parse_u64(trim_space(*high), h)) mt.limit = mt.limit ? std::min(*mt.limit, h) : h;
+      }
+      if (auto k = reader.oom_kills(t.cgroup)) mt.oom_kills = *k;
+    }
+    m.targets.push_back(std::move(mt));
+  }
+  r.memory = std::move(m);
+}
+
 StatusReport collect_status(const CliOptions& o, const Config& cfg) {
   StatusReport r;
   r.pin_dir = o.loader.pin_dir;
@@ -304,7 +339,10 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
     if (auto b = detect_backend(roots)) backend = *b;
   }
   read_state_entries(r, cfg, roots);
-  if (!roots.unified.empty()) read_targets(r, cfg, roots, backend);
+  if (!roots.unified.empty()) {
+    read_targets(r, cfg, roots, backend);
+    read_memory(r, cfg, roots, backend);
+  }
   return r;
 }
 

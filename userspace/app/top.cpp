@@ -17,11 +17,14 @@
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "khagent/actuate/cgroup_writer.h"
 #include "khagent/app/agent.h"
 #include "khagent/app/bootstrap.h"
 #include "khagent/collect/collector.h"
+#include "khagent/collect/memory.h"
 #include "khagent/collect/topology.h"
 #include "khagent/loader/runq_loader.h"
+#include "khagent/signals/offline_memory.h"
 #include "khagent/util/clock.h"
 #include "khagent/util/strings.h"
 
@@ -184,7 +187,26 @@ struct TopSource {
   Collector& collector;
   Classifier& classifier;
   size_t cpus;
+  const MemoryReader* memory;  // none: no memory controller
+  MemoryStallMeter* stall;
+  const std::string& node_cgroup;
 };
+
+TopMemory top_memory(const TopSource& src, const NodeSignals& node) {
+  TopMemory out;
+  if (!src.memory) return out;
+  if (auto n = src.memory->node(src.node_cgroup)) {
+    out.capacity = n->limit.value_or(0);
+    out.working_set = n->working_set();
+  }
+  std::vector<std::string> online;
+  for (const auto& p : node.pods)
+    if (p.cls == CgroupClass::Online) online.push_back(p.path);
+  MemoryStall s = src.stall->step(online, mono_ns());
+  out.online_stall_share = s.max_share;
+  out.worst = s.worst;
+  return out;
+}
 
 // Redraws at each interval and on keys until q or a signal; a failure's text.
 std::string top_loop(const CliOptions& o, TerminalSession& term, ScreenLog& log, TopSource src, TopModel& model) {
@@ -216,6 +238,7 @@ std::string top_loop(const CliOptions& o, TerminalSession& term, ScreenLog& log,
       Signals sig = compute_signals(*sample);
       NodeSignals node = rollup(*sample, src.classifier);
       TopModel fresh = make_top_model(sig, node, src.classifier, src.cpus, o.cgroup_prefix);
+      fresh.memory = top_memory(src, node);
       fresh.sort = model.sort;
       fresh.online_only = model.online_only;
       model = std::move(fresh);
@@ -260,6 +283,16 @@ int run_top(const CliOptions& o) {
     return 1;
   }
 
+  CgroupRoots roots = roots_of(mounts);
+  std::unique_ptr<MemoryReader> memory;
+  CgroupBackend backend = CgroupBackend::V2;
+  if (auto b = detect_backend(roots)) backend = *b;
+  if (memory_controller_for(backend, roots)) {
+    const bool v1 = backend == CgroupBackend::V1Hybrid;
+    memory = std::make_unique<MemoryReader>(v1 ? roots.memory_v1 : roots.unified, v1);
+  }
+  MemoryStallMeter stall(roots.unified);
+
   TopModel model;
   model.node_cpus = cpus;
   model.throttle_source = throttle_source_name(meas.bpf->throttle_source());
@@ -269,7 +302,9 @@ int run_top(const CliOptions& o) {
     ScreenLog log;
     TerminalSession term;
     if (!term.enter()) failure = std::string("cannot set the terminal mode: ") + std::strerror(errno);
-    else failure = top_loop(o, term, log, {*meas.collector, classifier, cpus}, model);
+    else
+      failure = top_loop(o, term, log,
+                         {*meas.collector, classifier, cpus, memory.get(), &stall, cfg->memory.node_cgroup}, model);
   }  // terminal restored, captured log lines printed
   if (!failure.empty()) {
     spdlog::error("{}", failure);

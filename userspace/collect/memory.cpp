@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 
 #include "khagent/util/file.h"
 #include "khagent/util/strings.h"
@@ -182,11 +183,36 @@ Result<MemoryUse> MemoryReader::cgroup(const std::string& path) const {
   auto stat = read_file(dir + "memory.stat");
   if (!stat) return stat.error();
   u.inactive_file = stat_value(*stat, v1_ ? "total_inactive_file" : "inactive_file").value_or(0);
+  for (const char* k : {"workingset_refault_anon", "workingset_refault_file"})
+    u.refaults += stat_value(*stat, v1_ ? std::string("total_") + k : std::string(k)).value_or(0);
   auto lim = read_file(dir + (v1_ ? "memory.limit_in_bytes" : "memory.max"));
   if (!lim) return lim.error();
   uint64_t l = 0;
   if (parse_u64(trimmed(*lim), l) && l < (uint64_t{1} << 62)) u.limit = l;
   return u;
+}
+
+Result<uint64_t> MemoryReader::oom_kills(const std::string& path) const {
+  const std::string dir = root_ + (path == "/" ? "" : path);
+  auto one = [&](const std::string& d) -> Result<uint64_t> {
+    auto t = read_file(d + (v1_ ? "/memory.oom_control" : "/memory.events"));
+    if (!t) return make_error(t.error().err, d + ": " + t.error().message);
+    return stat_value(*t, "oom_kill").value_or(0);
+  };
+  auto top = one(dir);
+  if (!top || !v1_) return top;
+  uint64_t n = *top;
+  std::error_code ec;
+  // A pod's or a YARN root's subtree: a few levels, a bounded walk.
+  size_t seen = 0;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator() && seen < 4096; it.increment(ec)) {
+    if (it.depth() > 4) it.disable_recursion_pending();
+    if (!it->is_directory(ec) || it->is_symlink(ec)) continue;
+    seen++;
+    if (auto k = one(it->path().string())) n += *k;  // a group removed meanwhile counts nothing
+  }
+  return n;
 }
 
 Result<MemoryUse> MemoryReader::node(const std::string& node_cgroup) const {

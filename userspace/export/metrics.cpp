@@ -190,6 +190,7 @@ struct Metrics::Impl {
   std::array<Gauge*, 7> memory{};
   std::array<Counter*, 2> online_memory_stall{};  // some, full
   Counter* psi_triggers = nullptr;
+  std::array<Counter*, 4> memory_events{};  // kills online, offline; refaults online, offline
   std::map<BudgetAction, Counter*> decisions;
   Histogram* reaction = nullptr;
   std::array<CumulativeCounter, KH_NR_COUNTERS> bpf_events{};
@@ -699,6 +700,29 @@ void Metrics::record_psi_triggers(size_t n) {
                           .Register(m.registry)
                           .Add({});
   m.psi_triggers->Increment(static_cast<double>(n));
+}
+
+void Metrics::record_memory_events(const MemoryEvents& e) {
+  auto& m = *impl_;
+  std::lock_guard lk(m.mu);
+  if (!m.memory_events[0]) {
+    auto& kills = prometheus::BuildCounter()
+                      .Name("khagent_memory_oom_kills_total")
+                      .Help(
+                          "Processes the kernel's OOM killer took in online pods or offline parents "
+                          "(memory.events, v1 memory.oom_control)")
+                      .Register(m.registry);
+    auto& refaults = prometheus::BuildCounter()
+                         .Name("khagent_memory_refaults_total")
+                         .Help(
+                             "Pages of online pods or offline parents read back soon after reclaim "
+                             "(memory.stat workingset_refault_anon + _file): their working set did not fit")
+                         .Register(m.registry);
+    m.memory_events = {&kills.Add({{"class", "online"}}), &kills.Add({{"class", "offline"}}),
+                       &refaults.Add({{"class", "online"}}), &refaults.Add({{"class", "offline"}})};
+  }
+  const std::array<uint64_t, 4> v = {e.online_oom_kills, e.offline_oom_kills, e.online_refaults, e.offline_refaults};
+  for (size_t i = 0; i < v.size(); i++) m.memory_events[i]->Increment(static_cast<double>(v[i]));
 }
 
 void Metrics::record_actions(const std::vector<ActionRecord>& recs) {

@@ -10,6 +10,7 @@
 
 #include "khagent/abi/runq.h"
 #include "khagent/model/bpf_counters.h"
+#include "khagent/util/bytes.h"
 #include "khagent/util/strings.h"
 
 namespace khagent {
@@ -119,6 +120,21 @@ std::string format_status(const StatusReport& r) {
                            t.cores ? fmt::format(" = {:.2f} cores", *t.cores) : " (no limit)");
     }
   }
+  if (r.memory) {
+    const auto& m = *r.memory;
+    if (m.capacity)
+      out += fmt::format("node memory: {} in use of {} (working sets: usage less inactive page cache)\n",
+                         mib_text(m.node_working_set), mib_text(m.capacity));
+    else out += fmt::format("node memory: unknown ({})\n", m.node_error);
+    for (const auto& t : m.targets) {
+      if (!t.error.empty()) out += fmt::format("  {}  memory unreadable: {}\n", t.cgroup, t.error);
+      else
+        out += fmt::format("  {}  memory {} of {}{}\n", t.cgroup, mib_text(t.working_set),
+                           t.limit ? "a " + mib_text(*t.limit) + " limit" : std::string("no limit"),
+                           t.oom_kills ? fmt::format(", {} OOM kill{} so far", t.oom_kills, t.oom_kills == 1 ? "" : "s")
+                                       : std::string());
+    }
+  }
   return out;
 }
 
@@ -139,6 +155,20 @@ std::string status_json(const StatusReport& r) {
     if (!t.cpu_max) j["error"] = t.error;
     targets.push_back(j);
   }
+  json memory = nullptr;
+  if (r.memory) {
+    json mt = json::array();
+    for (const auto& t : r.memory->targets) {
+      json j = {{"cgroup", t.cgroup}, {"working_set_bytes", t.working_set}, {"oom_kills", t.oom_kills}};
+      j["limit_bytes"] = t.limit ? json(*t.limit) : json(nullptr);
+      if (!t.error.empty()) j["error"] = t.error;
+      mt.push_back(j);
+    }
+    memory = {{"capacity_bytes", r.memory->capacity},
+              {"node_working_set_bytes", r.memory->node_working_set},
+              {"offline_targets", mt}};
+    if (!r.memory->node_error.empty()) memory["node_error"] = r.memory->node_error;
+  }
   json procs = json::array();
   for (const auto& p : r.processes) procs.push_back({{"pid", p.pid}, {"comm", p.comm}});
   auto budget = status_budget_cores(r);
@@ -158,6 +188,7 @@ std::string status_json(const StatusReport& r) {
       {"state_file", {{"path", r.state_file}, {"note", r.state_note}, {"error", r.state_error}, {"entries", entries}}},
       {"offline_targets", targets},
       {"offline_budget_cores", budget ? json(*budget) : json(nullptr)},
+      {"memory", memory},
   };
   if (!r.agent_found) j["problem"] = r.agent_problem;
   return j.dump() + "\n";

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "khagent/export/observe.h"
+#include "khagent/util/bytes.h"
 #include "khagent/util/strings.h"
 
 namespace khagent {
@@ -110,6 +111,12 @@ std::string render_top(const TopModel& m, int rows_i, int cols_i) {
     lines.push_back(fmt::format("{:<8} cpu {:>6.2f} cores   wait p99 {:>8}   waits {:>8}", class_name(c), s.cpu_cores,
                                 s.waits ? human_ns(s.wait_p99_us * 1e3) : "-", s.waits));
   }
+  if (m.memory.capacity)
+    lines.push_back(
+        fmt::format("memory   node {} of {}   online stalled {:.1f}%{}", mib_text(m.memory.working_set),
+                    mib_text(m.memory.capacity), m.memory.online_stall_share * 100,
+                    m.memory.worst.empty() || m.memory.online_stall_share == 0 ? "" : " (" + m.memory.worst + ")"));
+  else lines.push_back("memory   -");
   lines.push_back("");
 
   // Fixed columns, then the cgroup and (when there is room) its aggressor.
@@ -136,7 +143,7 @@ std::string render_top(const TopModel& m, int rows_i, int cols_i) {
   }
   lines.push_back(fixed_head + (agg_w ? pad_right("CGROUP", cg_w + 2) + agg_head : "CGROUP"));
   // kTopColumnHeaderLine is where the runner highlights the header.
-  static_assert(kTopColumnHeaderLine == 5, "title, three class lines, a blank line, then the header");
+  static_assert(kTopColumnHeaderLine == 6, "title, three class lines, memory, a blank line, then the header");
 
   size_t room = rows > lines.size() + 1 ? rows - lines.size() - 1 : 0;
   size_t shown = 0;

@@ -54,4 +54,29 @@ MemoryStall MemoryStallMeter::step(const std::vector<std::string>& paths, uint64
   return out;
 }
 
+MemoryEvents MemoryEventMeter::step(const MemoryReader& r, const std::vector<std::string>& online,
+                                    const std::vector<std::string>& offline) {
+  MemoryEvents out;
+  std::map<std::string, Counts> now;
+  for (bool is_online : {true, false}) {
+    for (const auto& p : is_online ? online : offline) {
+      if (now.count(p)) continue;
+      auto u = r.cgroup(p);
+      auto k = r.oom_kills(p);
+      if (!u || !k) continue;
+      Counts c{*k, u->refaults};
+      now[p] = c;
+      auto it = last_.find(p);
+      if (it == last_.end()) continue;
+      const uint64_t kills = c.kills > it->second.kills ? c.kills - it->second.kills : 0;
+      const uint64_t refaults = c.refaults > it->second.refaults ? c.refaults - it->second.refaults : 0;
+      (is_online ? out.online_oom_kills : out.offline_oom_kills) += kills;
+      (is_online ? out.online_refaults : out.offline_refaults) += refaults;
+      if (is_online && kills) out.online_killed.emplace_back(p, kills);
+    }
+  }
+  last_ = std::move(now);
+  return out;
+}
+
 }  // namespace khagent

@@ -21,6 +21,10 @@ struct MemoryUse {
   uint64_t usage = 0;             // memory.current (v1: memory.usage_in_bytes); the node: total - free (or - available)
   uint64_t inactive_file = 0;     // page cache the kernel reclaims first (v1: total_inactive_file)
   std::optional<uint64_t> limit;  // memory.max (v1: memory.limit_in_bytes); the node: MemTotal; none: no limit
+  // Pages read back soon after the kernel reclaimed them (memory.stat's
+  // workingset_refault_anon + _file, v1: their total_ forms): the group's
+  // working set did not fit. 0 for the node.
+  uint64_t refaults = 0;
   // What the kubelet calls the working set: usage less inactive page cache.
   uint64_t working_set() const { return usage > inactive_file ? usage - inactive_file : 0; }
 };
@@ -80,6 +84,10 @@ class MemoryReader {
   // the v1 memory hierarchy when `v1`).
   MemoryReader(std::string root, bool v1, std::string proc_root = "/proc");
   Result<MemoryUse> cgroup(const std::string& path) const;
+  // Processes the kernel's OOM killer took in the cgroup and below: v2
+  // memory.events oom_kill (hierarchical); v1 memory.oom_control oom_kill
+  // (each group counts its own), summed over the subtree.
+  Result<uint64_t> oom_kills(const std::string& path) const;
   // The pressure domain: the whole node, or a cgroup (memory.node_cgroup)
   // whose limit is the capacity (MemTotal where it has none).
   Result<MemoryUse> node(const std::string& node_cgroup) const;

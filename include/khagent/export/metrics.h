@@ -29,6 +29,7 @@ struct YarnStatus;
 struct MemoryInput;
 struct MemoryDecision;
 struct MemoryStall;
+struct MemoryEvents;
 
 struct MetricsOptions {
   std::string address = "0.0.0.0";
@@ -81,6 +82,8 @@ class Metrics {
   void record_memory_stall(const MemoryStall& s);
   // PSI triggers on online pods' memory.pressure that fired between ticks.
   void record_psi_triggers(size_t n);
+  // OOM kills and refaults of online pods and offline parents.
+  void record_memory_events(const MemoryEvents& e);
   // Actuator results counted by cgroup file and outcome.
   void record_actions(const std::vector<ActionRecord>& recs);
   // Time from a breach (fast-path event) to the budget being applied.

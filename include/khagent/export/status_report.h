@@ -28,6 +28,24 @@ struct StatusTarget {
   std::optional<double> cores;  // quota / period; nullopt for "max" or unreadable
 };
 
+// Memory of one offline target (the memory lever's limit, in the memory
+// controller's hierarchy).
+struct StatusMemoryTarget {
+  std::string cgroup;
+  std::optional<uint64_t> limit;  // memory.high (v1 memory.limit_in_bytes); none: no limit
+  uint64_t working_set = 0;
+  uint64_t oom_kills = 0;
+  std::string error;  // unreadable: why
+};
+
+// The node's memory and the offline targets'.
+struct StatusMemory {
+  uint64_t capacity = 0;          // 0: unknown (node_error)
+  uint64_t node_working_set = 0;  // usage less inactive page cache
+  std::string node_error;
+  std::vector<StatusMemoryTarget> targets;
+};
+
 // A process holding the agent's maps open.
 struct StatusProcess {
   int pid = 0;
@@ -58,6 +76,7 @@ struct StatusReport {
   std::vector<StatusEntry> entries;
   // The offline budget
   std::vector<StatusTarget> targets;
+  std::optional<StatusMemory> memory;  // none: no memory controller to read
 };
 
 // Names of the BPF-side counters, indexed by enum kh_counter.

@@ -39,6 +39,14 @@ struct TopClassSummary {
   uint64_t waits = 0;
 };
 
+// The node's memory and the online pods' memory stall in the interval.
+struct TopMemory {
+  uint64_t capacity = 0;  // 0: unknown (no line's figures)
+  uint64_t working_set = 0;
+  double online_stall_share = 0;  // the largest of one online pod (PSI "some")
+  std::string worst;              // that pod
+};
+
 struct TopModel {
   size_t node_cpus = 0;
   std::string throttle_source;
@@ -48,6 +56,7 @@ struct TopModel {
   TopSort sort = TopSort::P99;
   bool online_only = false;
   std::string note;  // shown in the footer (last warning)
+  TopMemory memory;
 };
 
 // The model of one interval. `prefix` keeps cgroups at or below a path.
@@ -59,7 +68,7 @@ TopModel make_top_model(const Signals& sig, const NodeSignals& node, Classifier&
 std::vector<const TopRow*> top_sorted_rows(const TopModel& m);
 
 // Line index (0-based) of the column header in render_top's output.
-constexpr int kTopColumnHeaderLine = 5;
+constexpr int kTopColumnHeaderLine = 6;
 
 // The screen as plain text: at most `rows` lines, each ending in '\n' and at
 // most `cols` columns wide (UTF-8 code points). No escape codes.

@@ -62,4 +62,27 @@ class MemoryStallMeter {
   uint64_t last_ns_ = 0;
 };
 
+// OOM kills and refaults (pages) of online pods and offline parents between
+// two calls, from their counters. A cgroup's first reading only starts its
+// count; cgroups not listed are forgotten; unreadable ones count nothing.
+struct MemoryEvents {
+  uint64_t online_oom_kills = 0;
+  uint64_t offline_oom_kills = 0;
+  uint64_t online_refaults = 0;
+  uint64_t offline_refaults = 0;
+  std::vector<std::pair<std::string, uint64_t>> online_killed;  // online cgroups with kills, and how many
+};
+class MemoryEventMeter {
+ public:
+  MemoryEvents step(const MemoryReader& r, const std::vector<std::string>& online,
+                    const std::vector<std::string>& offline);
+
+ private:
+  struct Counts {
+    uint64_t kills = 0;
+    uint64_t refaults = 0;
+  };
+  std::map<std::string, Counts> last_;
+};
+
 }  // namespace khagent
