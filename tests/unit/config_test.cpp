@@ -143,6 +143,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(ya.queue_priority, yb.queue_priority);
   EXPECT_EQ(ya.emergency, yb.emergency);
   EXPECT_EQ(ya.emergency_p99_factor, yb.emergency_p99_factor);
+  EXPECT_EQ(ya.memory_emergency, yb.memory_emergency);
 }
 
 }  // namespace
@@ -789,7 +790,7 @@ TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   EXPECT_EQ(doc["cpuset"].size(), 4u);
   EXPECT_EQ(doc["offline"].size(), 6u);
   EXPECT_EQ(doc["fast_path"].size(), 4u);
-  EXPECT_EQ(doc["yarn"].size(), 31u);
+  EXPECT_EQ(doc["yarn"].size(), 32u);
   EXPECT_FALSE(doc["nodes"]);
 
   YAML::Node yarn = doc["classes"]["rules"][2];  // default rule: {yarn: true} -> offline
@@ -876,6 +877,7 @@ TEST(ConfigYaml, EverythingChangedRoundTrips) {
   c.yarn.queue_priority = {{"root.prod", 10}, {"adhoc", -5}, {"a b", 0}};
   c.yarn.emergency = true;
   c.yarn.emergency_p99_factor = 2.5;
+  c.yarn.memory_emergency = false;
   auto v = validate_config(c);
   ASSERT_TRUE(v.ok()) << v.error().message;
 

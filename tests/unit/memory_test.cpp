@@ -172,6 +172,23 @@ TEST(MemoryFiles, OomKillsAndRefaultsOnV2AndV1) {
   EXPECT_EQ(e.online_oom_kills, 0u);
   EXPECT_EQ(e.offline_oom_kills, 1u);
   EXPECT_EQ(e.offline_refaults, 20u);
+
+  // v1: a removed group hides no kill elsewhere, a new one counts from 0.
+  MemoryEventMeter m1;
+  m1.step(v1, {"/pod"}, {});
+  std::filesystem::remove_all(t.path / "v1/pod/c2");  // took its 1 kill with it
+  group("v1/pod/c1", true, 3, 10);                    // one more
+  group("v1/pod/c3", true, 1, 10);                    // new, with one
+  e = m1.step(v1, {"/pod"}, {});
+  EXPECT_EQ(e.online_oom_kills, 2u);
+
+  // Kernels before 5.9: one workingset_refault.
+  t.write("v2/old/memory.current", "4096\n");
+  t.write("v2/old/memory.max", "max\n");
+  t.write("v2/old/memory.stat", "workingset_refault 42\n");
+  EXPECT_EQ(v2.cgroup("/old")->refaults, 42u);
+  t.write("v2/old/memory.stat", "anon 1\n");
+  EXPECT_FALSE(v2.cgroup("/old")->refaults.has_value()) << "none in this kernel's memory.stat";
 }
 
 TEST(MemoryBudget, FirstTakesTheCeilingThenCutsAtOnceAndGrowsSlowly) {
@@ -267,6 +284,18 @@ TEST(MemoryBudget, EvictionThresholdIsKeptFreeToo) {
   st = {};
   d = memory_step({3 * kGiB, 3 * kGiB - 600 * kMiB, 1 * kGiB, kS, 0.5, {}}, none, st);
   EXPECT_FALSE(d.stalled) << d.reason;
+}
+
+TEST(MemoryBudget, CriticalWhenLessThanHalfTheReserveIsFree) {
+  MemoryConfig c = default_config().memory;  // eviction 100Mi, reserve 256Mi
+  MemoryState st;
+  auto d = memory_step({3 * kGiB, 3 * kGiB - 300 * kMiB, 1 * kGiB, kS, 0, {}}, c, st);
+  EXPECT_EQ(d.critical, "") << "200 MiB free above the threshold: short, not critical";
+  d = memory_step({3 * kGiB, 3 * kGiB - 220 * kMiB, 1 * kGiB, 2 * kS, 0, {}}, c, st);
+  EXPECT_EQ(d.critical,
+            "120 MiB free above the eviction threshold, under half the 256 MiB reserve; offline holds 1024 MiB");
+  d = memory_step({3 * kGiB, 3 * kGiB - 220 * kMiB, 0, 3 * kS, 0, {}}, c, st);
+  EXPECT_EQ(d.critical, "") << "offline holds nothing: no offline to take it from";
 }
 
 TEST(MemoryBudget, SplitBetweenParents) {
@@ -482,7 +511,7 @@ TEST(MemoryBudget, APsiTriggerBetweenTicksCutsLikeAStalledTick) {
   EXPECT_TRUE(d.changed);
   EXPECT_TRUE(d.stalled) << "the trigger says the stall; no share is read between ticks";
   EXPECT_EQ(d.budget, 921 * kMiB);
-  EXPECT_NE(d.reason.find("PSI trigger fired: online /kubepods/burstable/pod-a stalled on memory over 5% of 1000 ms"),
+  EXPECT_NE(d.reason.find("PSI trigger fired: online /kubepods/burstable/pod-a stalled on memory past its threshold"),
             std::string::npos)
       << d.reason;
   // A trigger on a roomy node is a pod against its own limit: no cut.

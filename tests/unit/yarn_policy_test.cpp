@@ -665,6 +665,54 @@ TEST(Reclaim, EmergencyKillsTheTopInterferingVictimAtOnce) {
   }
 }
 
+TEST(Reclaim, MemoryEmergencyKillsTheTopContainerHoldingMemoryAtMostEveryTwoSeconds) {
+  YarnConfig cfg = yarn_cfg();
+  EXPECT_TRUE(cfg.memory_emergency) << "on by default";
+  ReclaimState st;
+  ReclaimInput in;
+  in.now_ns = 1000 * kS;
+  in.capacity = {8, 8192};  // the allocations fit
+  in.containers = four_workers();
+  in.containers[3].resource.memory_mb = 0;  // w4 ranks first but holds no memory
+  in.memory_emergency = "100 MiB free";
+  auto d = reclaim_step(in, cfg, st);
+  EXPECT_TRUE(d.victims.empty());
+  EXPECT_EQ(d.kill, (Ids{"container_1_0001_01_000003"}));
+  EXPECT_EQ(d.memory_urgent, "container_1_0001_01_000003");
+  EXPECT_NE(d.reason.find("memory emergency (100 MiB free): container_1_0001_01_000003 goes at once"),
+            std::string::npos)
+      << d.reason;
+  // The caller records the kill: the next one waits 2 s.
+  st.memory_kill_ns = in.now_ns;
+  in.now_ns += kS;
+  d = reclaim_step(in, cfg, st);
+  EXPECT_TRUE(d.kill.empty());
+  in.now_ns += kS;
+  d = reclaim_step(in, cfg, st);
+  EXPECT_EQ(d.kill.size(), 1u);
+
+  // Over the capacity: the first victim that holds memory, before its grace.
+  st = {};
+  in.capacity = {4, 65536};
+  d = reclaim_step(in, cfg, st);
+  EXPECT_EQ(d.victims, (Ids{"container_1_0001_01_000004", "container_1_0001_01_000003"}));
+  EXPECT_EQ(d.kill, (Ids{"container_1_0001_01_000003"}));
+  EXPECT_NE(d.reason.find("memory emergency"), std::string::npos) << d.reason;
+
+  // Off, or reclaim off, or no emergency: nothing at once.
+  for (int off = 0; off < 3; off++) {
+    YarnConfig c = cfg;
+    ReclaimInput i = in;
+    if (off == 0) c.memory_emergency = false;
+    if (off == 1) c.reclaim = false;
+    if (off == 2) i.memory_emergency.clear();
+    st = {};
+    d = reclaim_step(i, c, st);
+    EXPECT_TRUE(d.kill.empty()) << off;
+    EXPECT_EQ(d.memory_urgent, "") << off;
+  }
+}
+
 TEST(Reclaim, EmergencyAfterGraceKeepsRankOrderWithoutDuplicates) {
   YarnConfig cfg = yarn_cfg();
   cfg.emergency = true;

@@ -94,6 +94,7 @@ class Agent {
   std::vector<std::string> online_;              // the last tick's online pods
   bool psi_noted_ = false;                       // psi_->note() logged
   std::string memory_why_;                       // the last memory budget change, for its writes' log lines
+  std::string memory_critical_;                  // why the node's memory is critical; "" not
   std::map<std::string, uint64_t> memory_last_;  // each offline parent's last working set read
   std::unique_ptr<OomOrder> oom_;                // offline processes first in the OOM killer's order
   uint64_t fast_breaches_ = 0;                   // since the last tick
@@ -228,11 +229,19 @@ void Agent::memory_event(const std::vector<std::string>& stalled) {
   const uint64_t t0 = mono_ns();
   if (metrics_) metrics_->record_psi_triggers(stalled.size());
   if (ticks_ == 0) return;  // no targets yet
-  if (!memory_step(t0, stalled.front())) {
+  // Only the stall cut is made between ticks: a budget that would grow (or
+  // move for another reason) waits for the tick, as if nothing happened.
+  const MemoryState before = memory_state_;
+  const std::optional<uint64_t> budget_before = levers_.memory_budget;
+  if (!memory_step(t0, stalled.front()) || !memory_state_.last_cut_ns || memory_state_.last_cut_ns != t0) {
+    memory_state_ = before;
+    levers_.memory_budget = budget_before;
     spdlog::debug("PSI trigger fired on {}: no cut (node not short, or cut less than a second ago)", stalled.front());
     return;
   }
-  auto want = offline_writes(levers_, cfg_);
+  LeverInput li = levers_;
+  li.budget_only = false;  // (a fast step may have left it set) the memory lever does not carry the CPU budget
+  auto want = offline_writes(li, cfg_);
   std::erase_if(want, [](const Setting& s) { return !std::holds_alternative<MemoryLimit>(s.value); });
   auto recs = actuator_->apply_plan(actuator_->plan(backend_, want), mono_ns());
   if (metrics_) metrics_->record_actions(recs);
@@ -243,6 +252,7 @@ void Agent::memory_event(const std::vector<std::string>& stalled) {
   if (yarn_) {  // YARN's memory follows at once too
     yarn_offer_.now_ns = t0;
     yarn_offer_.memory_budget_bytes = levers_.memory_budget;
+    yarn_offer_.memory_emergency = memory_critical_;
     yarn_->offer(yarn_offer_);
   }
 }
@@ -420,16 +430,26 @@ bool Agent::memory_step(uint64_t now_ns, const std::string& trigger) {
       for (const auto& p : psi_->sync(online_))
         if (warned_.allow("psi trigger", now_ns))
           spdlog::warn("{} (the tick's reading still cuts on a stall, up to a tick later)", p);
-      if (!psi_->note().empty() && !psi_noted_) spdlog::warn("{}", psi_->note());
-      psi_noted_ = !psi_->note().empty();
+      if (psi_->size() && !psi_noted_)
+        spdlog::info("PSI triggers \"{}\" on {} online pod{}{}", psi_->spec(), psi_->size(),
+                     psi_->size() == 1 ? "" : "s", psi_->note().empty() ? "" : ": " + psi_->note());
+      psi_noted_ = psi_noted_ || psi_->size();
     }
   }
   ms.input.stall_trigger = trigger;
   if (ms.input.capacity == 0) {  // the node's memory is unknown: the last budget stays
     if (memory_state_.initialized) levers_.memory_budget = memory_state_.budget;
+    memory_critical_.clear();
     return false;
   }
   MemoryDecision d = khagent::memory_step(ms.input, cfg_.memory, memory_state_);
+  if (!d.critical.empty() && memory_critical_.empty())
+    spdlog::warn("node memory critical: {}; {}", d.critical,
+                 yarn_ && cfg_.yarn.reclaim && cfg_.yarn.memory_emergency
+                     ? "the highest-ranked YARN container that holds memory goes at once (yarn.memory_emergency)"
+                     : "no YARN last resort (no YARN, or yarn.reclaim / yarn.memory_emergency off)");
+  else if (d.critical.empty() && !memory_critical_.empty()) spdlog::info("node memory no longer critical");
+  memory_critical_ = d.critical;
   if (d.changed) {
     memory_why_ = fmt::format("memory budget {}: {}", mib_text(d.budget), d.reason);
     spdlog::info("{} for offline: {}", memory_why_.substr(0, memory_why_.find(':')), d.reason);
@@ -513,6 +533,7 @@ void Agent::tick() {
   if (yarn_) {
     yarn_offer_ = yarn_offer(d, node, cfg_, in.now_ns);
     yarn_offer_.memory_budget_bytes = levers_.memory_budget;
+    yarn_offer_.memory_emergency = memory_critical_;
     yarn_->offer(yarn_offer_);
     if (metrics_) metrics_->update_yarn(yarn_->status());
   }

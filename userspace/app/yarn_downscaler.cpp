@@ -366,6 +366,7 @@ void YarnDownscaler::reclaim(const YarnOffer& o, bool fresh) {
   in.now_ns = o.now_ns;
   in.capacity = st.advertised;
   in.emergency = o.emergency;
+  in.memory_emergency = o.memory_emergency;
   in.containers = yarn_reclaim_candidates(reader_->inventory(), killed_, cfg_.queue_priority, interference_,
                                           [&](const std::string& id) -> uint64_t {
                                             auto seen = o.containers.find(id);
@@ -422,6 +423,7 @@ void YarnDownscaler::reclaim(const YarnOffer& o, bool fresh) {
         reclaim_state_.marked_ns.erase(id);
         kill_tried_ns_.erase(id);
         killed_.insert(id);  // until the NodeManager stops listing it
+        if (id == d.memory_urgent) reclaim_state_.memory_kill_ns = o.now_ns;
         break;
       case YarnKillOutcome::Failed: status_.kills_failed++; break;
     }

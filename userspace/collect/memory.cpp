@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -110,7 +111,7 @@ Result<PsiTotals> read_psi(const std::string& path) {
 }
 
 PsiTriggers::PsiTriggers(std::string unified_root, uint64_t stall_us, uint64_t window_us)
-    : root_(std::move(unified_root)), stall_us_(stall_us), window_us_(window_us) {}
+    : root_(std::move(unified_root)), stall_us_(std::max<uint64_t>(stall_us, 1)), window_us_(window_us) {}
 
 std::string PsiTriggers::spec() const { return "some " + std::to_string(stall_us_) + " " + std::to_string(window_us_); }
 
@@ -137,17 +138,16 @@ std::vector<std::string> PsiTriggers::sync(const std::vector<std::string>& paths
     const std::string file = root_ + (p == "/" ? "" : p) + "/memory.pressure";
     auto fd = open_one(file);
     if (!fd && fd.error().err == EINVAL && window_us_ % kUnprivilegedUs != 0) {
-      const uint64_t before = window_us_;
+      const uint64_t before = window_us_, before_stall = stall_us_;
       const uint64_t window = (window_us_ + kUnprivilegedUs - 1) / kUnprivilegedUs * kUnprivilegedUs;
-      stall_us_ = stall_us_ * window / window_us_;
+      stall_us_ = std::max<uint64_t>(1, stall_us_ * window / window_us_);
       window_us_ = window;
       fd = open_one(file);
       if (fd) {
-        note_ = "PSI trigger window " + std::to_string(window / 1000) + " ms instead of " +
-                std::to_string(before / 1000) +
+        note_ = "window " + std::to_string(window / 1000) + " ms instead of " + std::to_string(before / 1000) +
                 " ms: the kernel refused it (without CAP_SYS_RESOURCE it takes only multiples of 2 s)";
-      } else {
-        stall_us_ = stall_us_ * before / window_us_;
+      } else {  // refused for another reason: as it was
+        stall_us_ = before_stall;
         window_us_ = before;
       }
     }
@@ -183,8 +183,13 @@ Result<MemoryUse> MemoryReader::cgroup(const std::string& path) const {
   auto stat = read_file(dir + "memory.stat");
   if (!stat) return stat.error();
   u.inactive_file = stat_value(*stat, v1_ ? "total_inactive_file" : "inactive_file").value_or(0);
-  for (const char* k : {"workingset_refault_anon", "workingset_refault_file"})
-    u.refaults += stat_value(*stat, v1_ ? std::string("total_") + k : std::string(k)).value_or(0);
+  // Split into anon and file since 5.9 (v1 memory.stat only has them in
+  // recent kernels); before, one workingset_refault.
+  const std::string pre = v1_ ? "total_" : "";
+  auto anon = stat_value(*stat, pre + "workingset_refault_anon");
+  auto file = stat_value(*stat, pre + "workingset_refault_file");
+  if (anon || file) u.refaults = anon.value_or(0) + file.value_or(0);
+  else u.refaults = stat_value(*stat, pre + "workingset_refault");
   auto lim = read_file(dir + (v1_ ? "memory.limit_in_bytes" : "memory.max"));
   if (!lim) return lim.error();
   uint64_t l = 0;
@@ -192,26 +197,39 @@ Result<MemoryUse> MemoryReader::cgroup(const std::string& path) const {
   return u;
 }
 
-Result<uint64_t> MemoryReader::oom_kills(const std::string& path) const {
+Result<std::map<std::string, uint64_t>> MemoryReader::oom_kill_counts(const std::string& path) const {
   const std::string dir = root_ + (path == "/" ? "" : path);
   auto one = [&](const std::string& d) -> Result<uint64_t> {
     auto t = read_file(d + (v1_ ? "/memory.oom_control" : "/memory.events"));
     if (!t) return make_error(t.error().err, d + ": " + t.error().message);
     return stat_value(*t, "oom_kill").value_or(0);
   };
+  std::map<std::string, uint64_t> out;
   auto top = one(dir);
-  if (!top || !v1_) return top;
-  uint64_t n = *top;
+  if (!top) return top.error();
+  out[path] = *top;
+  if (!v1_) return out;
   std::error_code ec;
   // A pod's or a YARN root's subtree: a few levels, a bounded walk.
-  size_t seen = 0;
-  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
-       !ec && it != std::filesystem::recursive_directory_iterator() && seen < 4096; it.increment(ec)) {
+  auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+  for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
     if (it.depth() > 4) it.disable_recursion_pending();
-    if (!it->is_directory(ec) || it->is_symlink(ec)) continue;
-    seen++;
-    if (auto k = one(it->path().string())) n += *k;  // a group removed meanwhile counts nothing
+    std::error_code kind;
+    if (!it->is_directory(kind) || it->is_symlink(kind)) continue;
+    if (out.size() >= 4096) return make_error(E2BIG, dir + ": more than 4096 memory cgroups below it");
+    const std::string rel = path + it->path().string().substr(dir.size());
+    if (auto k = one(it->path().string())) out[rel] = *k;
+    // else a group removed meanwhile: its count went with it
   }
+  if (ec) return make_error(ec.value(), dir + ": walking its groups");
+  return out;
+}
+
+Result<uint64_t> MemoryReader::oom_kills(const std::string& path) const {
+  auto c = oom_kill_counts(path);
+  if (!c) return c.error();
+  uint64_t n = 0;
+  for (const auto& [p, k] : *c) n += k;
   return n;
 }
 

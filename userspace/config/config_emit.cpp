@@ -165,6 +165,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::EndMap;
   key("emergency") << y.emergency;
   key("emergency_p99_factor") << format_double(y.emergency_p99_factor);
+  key("memory_emergency") << y.memory_emergency;
   out << YAML::EndMap;
 
   out << YAML::EndMap;

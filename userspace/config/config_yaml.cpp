@@ -398,7 +398,8 @@ class Loader {
                 }
               }},
              flag("emergency", y.emergency),
-             num("emergency_p99_factor", y.emergency_p99_factor)});
+             num("emergency_p99_factor", y.emergency_p99_factor),
+             flag("memory_emergency", y.memory_emergency)});
   }
 
   // Everything but `nodes`, which only the base document may have.

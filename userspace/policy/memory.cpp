@@ -32,7 +32,11 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
                     mib_text(d.ceiling);
   // Only when the node is short of memory (a pod stalling against its own
   // limit on a roomy node is not offline's doing), and at most once a second.
-  const bool tight = sub_sat(sub_sat(in.capacity, d.eviction), in.node_used) < 2 * d.reserve;
+  const uint64_t free_above = sub_sat(sub_sat(in.capacity, d.eviction), in.node_used);
+  const bool tight = free_above < 2 * d.reserve;
+  if (free_above < d.reserve / 2 && in.offline_used > 0)
+    d.critical = fmt::format("{} free above the eviction threshold, under half the {} reserve; offline holds {}",
+                             mib_text(free_above), mib_text(d.reserve), mib_text(in.offline_used));
   const bool cut_due = st.last_cut_ns == 0 || sub_sat(in.now_ns, st.last_cut_ns) >= 1'000'000'000;
   const bool stalled = in.online_stall_share > cfg.stall_limit || !in.stall_trigger.empty();
   if (stalled && in.offline_used > 0 && tight && cut_due) {
@@ -47,8 +51,8 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
           in.stall_trigger.empty()
               ? fmt::format("an online cgroup stalled on memory {:.0f}% of the tick (limit {:.0f}%)",
                             in.online_stall_share * 100, cfg.stall_limit * 100)
-              : fmt::format("the kernel's PSI trigger fired: online {} stalled on memory over {:.0f}% of {} ms",
-                            in.stall_trigger, cfg.stall_limit * 100, cfg.stall_window_ns / 1'000'000);
+              : fmt::format("the kernel's PSI trigger fired: online {} stalled on memory past its threshold",
+                            in.stall_trigger);
       why = fmt::format("{}: offline held {}, cut by {:.0f}% to {}", what, mib_text(in.offline_used),
                         cfg.stall_cut * 100, mib_text(cut));
     }

@@ -322,14 +322,39 @@ std::vector<size_t> rank_for_reclaim(const std::vector<YarnContainerInfo>& cs) {
   return idx;
 }
 
+namespace {
+
+constexpr uint64_t kMemoryKillIntervalNs = 2'000'000'000;
+
+// The memory emergency's victim: the first of `ranked` that holds memory.
+const YarnContainerInfo* memory_victim(const std::vector<const YarnContainerInfo*>& ranked) {
+  for (const auto* c : ranked)
+    if (c->resource.memory_mb > 0) return c;
+  return nullptr;
+}
+
+}  // namespace
+
 ReclaimDecision reclaim_step(const ReclaimInput& in, const YarnConfig& cfg, ReclaimState& st) {
   ReclaimDecision d;
   for (const auto& c : in.containers) {
     d.used.vcores = sat_add(d.used.vcores, c.resource.vcores);
     d.used.memory_mb = sat_add(d.used.memory_mb, c.resource.memory_mb);
   }
+  const bool memory_due = cfg.reclaim && cfg.memory_emergency && !in.memory_emergency.empty() &&
+                          (st.memory_kill_ns == 0 || in.now_ns - st.memory_kill_ns >= kMemoryKillIntervalNs);
   if (fits(d.used, in.capacity)) {
     st.marked_ns.clear();
+    if (memory_due) {
+      // The allocations fit, the memory does not: the node is short anyway.
+      std::vector<const YarnContainerInfo*> ranked;
+      for (size_t i : rank_for_reclaim(in.containers)) ranked.push_back(&in.containers[i]);
+      if (const auto* v = memory_victim(ranked)) {
+        d.kill.push_back(v->id);
+        d.memory_urgent = v->id;
+        d.reason = fmt::format("memory emergency ({}): {} goes at once", in.memory_emergency, v->id);
+      }
+    }
     return d;
   }
 
@@ -367,19 +392,23 @@ ReclaimDecision reclaim_step(const ReclaimInput& in, const YarnConfig& cfg, Recl
       }
     }
   }
+  const YarnContainerInfo* memory_urgent = memory_due ? memory_victim(victims) : nullptr;
   size_t past_grace = 0;
   for (const auto* v : victims) {
     d.victims.push_back(v->id);
     uint64_t marked = st.marked_ns[v->id];
     bool over = in.now_ns >= marked && in.now_ns - marked >= cfg.reclaim_grace_ns;
     if (over) past_grace++;
-    if (cfg.reclaim && (over || v == urgent)) d.kill.push_back(v->id);
+    if (cfg.reclaim && (over || v == urgent || v == memory_urgent)) d.kill.push_back(v->id);
   }
+  if (memory_urgent) d.memory_urgent = memory_urgent->id;
 
   d.reason = fmt::format("used {} over capacity {}: {} victim{}, {} past the {:g} s grace", yarn_resource_str(d.used),
                          yarn_resource_str(in.capacity), victims.size(), victims.size() == 1 ? "" : "s", past_grace,
                          static_cast<double>(cfg.reclaim_grace_ns) / 1e9);
   if (urgent) d.reason += fmt::format(", emergency: {} (interfering) goes at once", urgent->id);
+  if (memory_urgent)
+    d.reason += fmt::format(", memory emergency ({}): {} goes at once", in.memory_emergency, memory_urgent->id);
   if (!cfg.reclaim) d.reason += " (reclaim off: nothing killed)";
   return d;
 }

@@ -62,14 +62,22 @@ MemoryEvents MemoryEventMeter::step(const MemoryReader& r, const std::vector<std
     for (const auto& p : is_online ? online : offline) {
       if (now.count(p)) continue;
       auto u = r.cgroup(p);
-      auto k = r.oom_kills(p);
+      auto k = r.oom_kill_counts(p);
       if (!u || !k) continue;
-      Counts c{*k, u->refaults};
-      now[p] = c;
+      Counts& c = now[p];
+      c.kills = std::move(*k);
+      c.refaults = u->refaults;
       auto it = last_.find(p);
       if (it == last_.end()) continue;
-      const uint64_t kills = c.kills > it->second.kills ? c.kills - it->second.kills : 0;
-      const uint64_t refaults = c.refaults > it->second.refaults ? c.refaults - it->second.refaults : 0;
+      uint64_t kills = 0;
+      for (const auto& [g, n] : c.kills) {
+        auto was = it->second.kills.find(g);
+        const uint64_t before = was == it->second.kills.end() ? 0 : was->second;
+        if (n > before) kills += n - before;
+      }
+      uint64_t refaults = 0;
+      if (c.refaults && it->second.refaults && *c.refaults > *it->second.refaults)
+        refaults = *c.refaults - *it->second.refaults;
       (is_online ? out.online_oom_kills : out.offline_oom_kills) += kills;
       (is_online ? out.online_refaults : out.offline_refaults) += refaults;
       if (is_online && kills) out.online_killed.emplace_back(p, kills);

@@ -23,8 +23,8 @@ struct MemoryUse {
   std::optional<uint64_t> limit;  // memory.max (v1: memory.limit_in_bytes); the node: MemTotal; none: no limit
   // Pages read back soon after the kernel reclaimed them (memory.stat's
   // workingset_refault_anon + _file, v1: their total_ forms): the group's
-  // working set did not fit. 0 for the node.
-  uint64_t refaults = 0;
+  // working set did not fit. None: this kernel's memory.stat has none.
+  std::optional<uint64_t> refaults;
   // What the kubelet calls the working set: usage less inactive page cache.
   uint64_t working_set() const { return usage > inactive_file ? usage - inactive_file : 0; }
 };
@@ -84,9 +84,12 @@ class MemoryReader {
   // the v1 memory hierarchy when `v1`).
   MemoryReader(std::string root, bool v1, std::string proc_root = "/proc");
   Result<MemoryUse> cgroup(const std::string& path) const;
-  // Processes the kernel's OOM killer took in the cgroup and below: v2
-  // memory.events oom_kill (hierarchical); v1 memory.oom_control oom_kill
-  // (each group counts its own), summed over the subtree.
+  // The OOM kill counters of the cgroup and below, by group: v2 one,
+  // memory.events oom_kill of `path` (hierarchical); v1 memory.oom_control
+  // oom_kill of every group of the subtree (each counts its own; a group
+  // removed takes its count with it). A walk cut short is an error.
+  Result<std::map<std::string, uint64_t>> oom_kill_counts(const std::string& path) const;
+  // Their sum: the processes the OOM killer took there.
   Result<uint64_t> oom_kills(const std::string& path) const;
   // The pressure domain: the whole node, or a cgroup (memory.node_cgroup)
   // whose limit is the capacity (MemTotal where it has none).

@@ -199,6 +199,11 @@ struct YarnConfig {
   std::map<std::string, int> queue_priority;    // queue -> priority; higher is kept longer; default 0
   bool emergency = false;                       // skip the grace for the worst offender when...
   double emergency_p99_factor = 4.0;            // ...an online pod's p99 is over factor * target
+  // The memory lever's last resort: while the node's memory is critical
+  // (less than half the memory reserve free above the eviction threshold),
+  // the highest-ranked container that holds memory is killed at once, at
+  // most one every 2 s, before the kernel or the kubelet takes an online pod.
+  bool memory_emergency = true;
 };
 
 // The overCommitTimeout to post: -1 when khagent reclaims, else the RM's grace.

@@ -25,6 +25,10 @@ struct MemoryDecision {
   uint64_t reserve = 0;
   uint64_t eviction = 0;  // the kubelet's eviction threshold, kept free too
   bool stalled = false;   // the ceiling is the stall cut, not the arithmetic
+  // The node's memory is critical: less than half the reserve is free above
+  // the eviction threshold while offline holds memory (the limits did not
+  // hold it); why, for the log and the YARN last resort; "" not.
+  std::string critical;
   bool changed = false;
   std::string reason;  // when changed
 };

@@ -25,6 +25,7 @@ struct YarnOffer {
   double budget_cores = 0;                      // the offline CPU budget just decided
   std::optional<uint64_t> memory_budget_bytes;  // the offline memory budget, if the memory lever has one
   bool emergency = false;                       // an online pod's p99 is over emergency_p99_factor * target
+  std::string memory_emergency;                 // the node's memory is critical: why; "" not
   struct Container {
     std::string path;              // cgroup path relative to the cgroup2 mount
     uint64_t caused_total_ns = 0;  // online wait it caused since khagent started
@@ -173,16 +174,19 @@ struct ReclaimInput {
   YarnResource capacity;                      // the advertised (posted) capacity
   std::vector<YarnContainerInfo> containers;  // running on this node
   bool emergency = false;                     // an online pod is far over its target
+  std::string memory_emergency;               // the node's memory is critical: why; "" not
 };
 
 struct ReclaimState {
   std::map<std::string, uint64_t> marked_ns;  // container -> when it was first over capacity
+  uint64_t memory_kill_ns = 0;                // the last kill for a memory emergency (set by the caller)
 };
 
 struct ReclaimDecision {
   YarnResource used;                 // sum over the containers
   std::vector<std::string> victims;  // in rank order: what must go for used <= capacity
   std::vector<std::string> kill;     // victims whose grace is over (or emergency): kill now
+  std::string memory_urgent;         // of `kill`, the one killed for a memory emergency ("" none)
   std::string reason;                // one line for the log; "" when nothing is over
 };
 
@@ -190,7 +194,11 @@ struct ReclaimDecision {
 // vcores and memory (sums saturate; callers pass sane resources). A victim is marked when first chosen; it is killed
 // once it has stayed a victim for reclaim_grace_ns (YARN's own preemption or the job may end it first). Marks of
 // containers that are no longer victims are dropped. With cfg.emergency and in.emergency, the highest-ranked victim
-// that caused interference is killed without waiting.
+// that caused interference is killed without waiting. With
+// cfg.memory_emergency and in.memory_emergency, the highest-ranked victim
+// that holds memory (or, when the containers fit the capacity, the
+// highest-ranked container that does) is killed at once, at most one every
+// 2 s after the last (state.memory_kill_ns).
 ReclaimDecision reclaim_step(const ReclaimInput& in, const YarnConfig& cfg, ReclaimState& state);
 
 }  // namespace khagent

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,7 +65,10 @@ class MemoryStallMeter {
 
 // OOM kills and refaults (pages) of online pods and offline parents between
 // two calls, from their counters. A cgroup's first reading only starts its
-// count; cgroups not listed are forgotten; unreadable ones count nothing.
+// count; cgroups not listed are forgotten; unreadable ones count nothing. On
+// v1, where each group counts its own kills, only increases count: a group
+// new since the last reading counts from 0, a group removed counts nothing
+// (kills in a group made and removed between two readings are missed).
 struct MemoryEvents {
   uint64_t online_oom_kills = 0;
   uint64_t offline_oom_kills = 0;
@@ -79,8 +83,8 @@ class MemoryEventMeter {
 
  private:
   struct Counts {
-    uint64_t kills = 0;
-    uint64_t refaults = 0;
+    std::map<std::string, uint64_t> kills;  // by group (v1: each of the subtree)
+    std::optional<uint64_t> refaults;
   };
   std::map<std::string, Counts> last_;
 };
