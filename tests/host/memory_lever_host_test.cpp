@@ -213,3 +213,59 @@ TEST(AgentMemory, OfflineLimitedToWhatOnlineLeavesAndTheOnlineProcessSurvivesAHo
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text;
   EXPECT_EQ(limit_of(m, v1, yarn), before) << "the original limit was not restored\n" << text;
 }
+
+// SIGKILL gives the agent no chance to put the limit back: the next start
+// keeps the original from the state file (never the limit it finds, its own)
+// and restores it when it stops.
+TEST(AgentMemory, LimitRestoredAfterSigkillAndRestart) {
+  REQUIRE_ROOT();
+  Mounts m = mounts();
+  ASSERT_FALSE(m.cgroup2.empty());
+  const bool v1 = hybrid(m);
+  if (v1 && m.memory_v1.empty()) FAIL() << "hybrid host without a v1 memory hierarchy: cannot test the memory lever";
+  if (!v1 && read_file(m.cgroup2 + "/cgroup.subtree_control").find("memory") == std::string::npos)
+    FAIL() << "the memory controller is not enabled in cgroup2: cannot test the memory lever";
+  const std::string k = unique("khmr");
+  const std::string node = "/" + k + "-node", yarn = node + "/yarn";
+  LaidOutCgroup c_node(m, node, true), c_yarn(m, yarn, true),
+      c_cont(m, yarn + "/container_e01_1700000000000_0001_01_000002", true, true);
+  const std::string node_limit = v1 ? m.memory_v1 + node + "/memory.limit_in_bytes" : m.cgroup2 + node + "/memory.max";
+  ASSERT_TRUE(write_file(node_limit, std::to_string(512 * kMiB))) << node_limit;
+  const uint64_t before = limit_of(m, v1, yarn);
+  const std::string cfg = "/tmp/" + k + ".yaml", state = "/tmp/" + k + "-state.json";
+  std::ofstream(cfg) << "tick: 100ms\noffline:\n  yarn_hierarchy: " << yarn.substr(1)
+                     << "\nmemory:\n  node_cgroup: " << node
+                     << "\n  reserve: 64Mi\n  reserve_share: 0\n  eviction_threshold: 0\n  min_offline: 32Mi\n";
+  auto start = [&] {
+    pid_t p = fork();
+    if (p == 0) {
+      int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      execl(KHAGENT_BINARY, KHAGENT_BINARY, "--no-pin", "run", "--no-metrics", "--config", cfg.c_str(), "--state-file",
+            state.c_str(), nullptr);
+      _exit(127);
+    }
+    return p;
+  };
+  pid_t a = start();
+  const bool limited = wait_for(10, [&] { return limit_of(m, v1, yarn) != before; });
+  const uint64_t set = limit_of(m, v1, yarn);
+  ::kill(a, SIGKILL);
+  int st = 0;
+  waitpid(a, &st, 0);
+  const uint64_t after_kill = limit_of(m, v1, yarn);
+  const std::string saved = read_file(state);
+  pid_t b = start();
+  sleep_s(1.5);
+  ::kill(b, SIGTERM);
+  waitpid(b, &st, 0);
+  const uint64_t restored = limit_of(m, v1, yarn);
+  for (const auto& f : {cfg, state, state + ".prev"}) ::unlink(f.c_str());
+  ASSERT_TRUE(limited) << "khagent did not limit the offline parent";
+  EXPECT_LE(set, 512 * kMiB);
+  EXPECT_EQ(after_kill, set) << "a SIGKILLed agent restores nothing";
+  EXPECT_NE(saved.find(v1 ? "v1:memory.limit_in_bytes" : "\"memory.high\""), std::string::npos) << saved;
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  EXPECT_EQ(restored, before) << "the original from before the SIGKILL was not restored";
+}
