@@ -16,6 +16,7 @@
  *                        CPU's pending batch (and why they are so)
  *   runq_throttle.bpf.h  the throttled clock: how much of a wait was throttled
  *   runq_wait.bpf.h      the wait bookkeeping and the blame ring
+ *   runq_reclaim.bpf.h   who paid for memory reclaim (direct reclaim time)
  * (core_fixes.bpf.h, the CO-RE helpers for kernel layout differences, comes
  * first.) This file holds the programs: the scheduler tracepoints, the
  * iterator that reports waits still going on, cgroup removal, and the fentry
@@ -34,6 +35,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "runq_slots.bpf.h"
 #include "runq_throttle.bpf.h"
 #include "runq_wait.bpf.h"
+#include "runq_reclaim.bpf.h"
 
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(handle_sched_wakeup, struct task_struct *p)
@@ -218,6 +220,38 @@ int BPF_PROG(handle_sched_migrate_task, struct task_struct *p, int dest_cpu)
  * wait began if later. A wait that began throttled is reported as
  * throttled, with no aggressor.
  */
+/*
+ * Direct reclaim, by the task that does it. The memcg pair exists with
+ * CONFIG_MEMCG only: the loader leaves those two out on kernels without it.
+ */
+SEC("tp_btf/mm_vmscan_direct_reclaim_begin")
+int BPF_PROG(handle_direct_reclaim_begin, int order, gfp_t gfp_flags)
+{
+	reclaim_begins(KH_RECLAIM_NODE);
+	return 0;
+}
+
+SEC("tp_btf/mm_vmscan_direct_reclaim_end")
+int BPF_PROG(handle_direct_reclaim_end, unsigned long nr_reclaimed)
+{
+	reclaim_ends(KH_RECLAIM_NODE, nr_reclaimed);
+	return 0;
+}
+
+SEC("tp_btf/mm_vmscan_memcg_reclaim_begin")
+int BPF_PROG(handle_memcg_reclaim_begin, int order, gfp_t gfp_flags)
+{
+	reclaim_begins(KH_RECLAIM_MEMCG);
+	return 0;
+}
+
+SEC("tp_btf/mm_vmscan_memcg_reclaim_end")
+int BPF_PROG(handle_memcg_reclaim_end, unsigned long nr_reclaimed)
+{
+	reclaim_ends(KH_RECLAIM_MEMCG, nr_reclaimed);
+	return 0;
+}
+
 SEC("iter/task")
 int scan_waits(struct bpf_iter__task *ctx)
 {
@@ -299,6 +333,7 @@ int BPF_PROG(handle_cgroup_rmdir, struct cgroup *cgrp, const char *path)
 	if (cgrp->root->hierarchy_id != 0)
 		return 0;
 	id = cgrp->kn->id;
+	bpf_map_delete_elem(&reclaim_stats, &id);
 	if (!bpf_map_lookup_elem(&cgroup_slots, &id))
 		return 0;
 	if (bpf_map_push_elem(&removed_cgroups, &id, 0))

@@ -568,7 +568,7 @@ TEST_F(RunqHost, BpftoolDumpsPinnedMapsWithFieldNames) {
   spawn(b, 0, [] { sleep_loop(1000000); });
   sleep_s(0.3);
   std::string dir = "/sys/fs/bpf/" + unique("khagent-test");
-  ASSERT_EQ(bpf_->pinned().size(), 8u);
+  ASSERT_EQ(bpf_->pinned().size(), 9u);
   std::string cmd = std::string(KHAGENT_BPFTOOL) + " map dump pinned " + dir + "/cgroup_stats 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);

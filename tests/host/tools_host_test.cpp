@@ -283,7 +283,7 @@ TEST(ToolsHost, StatusReportsARunningAgent) {
       << r.out;
   EXPECT_TRUE(has_line_starting(r.out,
                                 "pinned maps: cgroup_stats, cgroup_slots, interference, pair_slots, throttle_stats, "
-                                "cpu_state, counters, protected_cgroups"))
+                                "cpu_state, counters, protected_cgroups, reclaim_stats"))
       << r.out;
   EXPECT_NE(r.out.find("handle_sched_switch"), std::string::npos) << "full program names from BTF:\n" << r.out;
   EXPECT_TRUE(has_line_starting(r.out, "BPF counters: switches ")) << r.out;

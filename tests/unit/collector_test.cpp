@@ -256,6 +256,57 @@ TEST(Collector, TotalsOffLeavesTotalsEmptyAndIntervalsWhole) {
 // Changes only (the agent): a cgroup is listed when it is first named and
 // when its counters or throttling move; idle, it is left out; removed, it
 // is reported. A complete sample lists it every tick.
+// A cgroup whose tasks only reclaimed memory in a tick (its run-queue
+// counters idle) is listed with that reclaim; the totals are the map's.
+TEST(Collector, ReclaimIsListedAsItMovesEvenWhenNothingElseDid) {
+  OverTree o({"a", "b"});
+  const uint64_t a = o.id("a"), b = o.id("b");
+  o.c.set_changes_only(true);
+  o.maps.next.cgroups[a] = counters(10, 10'000, 1'000'000);
+  o.maps.next.cgroups[b] = counters(1, 1'000, 100'000);
+  ReclaimCounters r;
+  r.ns[KH_RECLAIM_MEMCG] = 5'000'000;
+  r.count[KH_RECLAIM_MEMCG] = 3;
+  r.pages[KH_RECLAIM_MEMCG] = 96;
+  o.maps.next.reclaim[b] = r;
+  auto s = o.c.tick_at(1'000'000'000, 1);
+  ASSERT_TRUE(s.ok());
+  for (const auto& cs : s->cgroups)
+    if (cs.id == b) {
+      EXPECT_EQ(cs.reclaim_interval.ns[KH_RECLAIM_MEMCG], 5'000'000u) << "counted from the map's start";
+    }
+
+  r.ns[KH_RECLAIM_MEMCG] = 7'000'000;
+  r.count[KH_RECLAIM_MEMCG] = 4;
+  r.ns[KH_RECLAIM_NODE] = 1'000'000;
+  r.count[KH_RECLAIM_NODE] = 1;
+  o.maps.next.reclaim[b] = r;
+  s = o.c.tick_at(2'000'000'000, 2);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->cgroups.size(), 1u) << "a is idle, b only reclaimed";
+  const CgroupSample& cb = s->cgroups[0];
+  EXPECT_EQ(cb.id, b);
+  EXPECT_EQ(cb.reclaim_interval.ns[KH_RECLAIM_MEMCG], 2'000'000u);
+  EXPECT_EQ(cb.reclaim_interval.count[KH_RECLAIM_MEMCG], 1u);
+  EXPECT_EQ(cb.reclaim_interval.ns[KH_RECLAIM_NODE], 1'000'000u);
+  EXPECT_EQ(cb.reclaim_interval.total_ns(), 3'000'000u);
+  EXPECT_EQ(cb.reclaim_total.ns[KH_RECLAIM_MEMCG], 7'000'000u);
+  EXPECT_EQ(cb.reclaim_total.pages[KH_RECLAIM_MEMCG], 96u);
+
+  s = o.c.tick_at(3'000'000'000, 3);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->cgroups.empty()) << "nothing moved";
+  // An entry made again (deleted and made anew) counts from zero.
+  r = {};
+  r.ns[KH_RECLAIM_MEMCG] = 10;
+  r.count[KH_RECLAIM_MEMCG] = 1;
+  o.maps.next.reclaim[b] = r;
+  s = o.c.tick_at(4'000'000'000, 4);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->cgroups.size(), 1u);
+  EXPECT_EQ(s->cgroups[0].reclaim_interval.ns[KH_RECLAIM_MEMCG], 10u);
+}
+
 TEST(Collector, ChangesOnlyListsWhatMovedAndReportsRemovals) {
   TempDir t;
   fs::create_directories(t.path / "a");

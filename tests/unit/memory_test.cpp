@@ -522,6 +522,32 @@ TEST(MemoryBudget, APsiTriggerBetweenTicksCutsLikeAStalledTick) {
   EXPECT_EQ(d.budget, 3 * kGiB - 256 * kMiB - 1 * kGiB);
 }
 
+// Online tasks that reclaimed for the node (the page allocator ran short)
+// show the node short whatever the working sets say: a stall then cuts on a
+// node the arithmetic calls roomy. Reclaim at a cgroup limit does not (it
+// may be the pod's own limit).
+TEST(MemoryBudget, OnlineReclaimForTheNodeCutsOnARoomyNode) {
+  MemoryConfig c;
+  MemoryState st;
+  MemoryInput in{3 * kGiB, 2 * kGiB, 1 * kGiB, kS, 0.3, {}};
+  in.online_memcg_reclaim_ns = 200'000'000;
+  auto d = memory_step(in, c, st);
+  EXPECT_FALSE(d.stalled) << "reclaim at a cgroup limit on a roomy node: " << d.reason;
+  st = {};
+  in.online_node_reclaim_ns = 50'000'000;
+  d = memory_step(in, c, st);
+  EXPECT_TRUE(d.stalled) << d.reason;
+  EXPECT_EQ(d.budget, 921 * kMiB) << "90% of the 1 GiB offline holds";
+  EXPECT_NE(d.reason.find("online paid 250.0 ms in direct reclaim: 50.0 ms for the node, 200.0 ms at cgroup limits"),
+            std::string::npos)
+      << d.reason;
+  // No stall, no cut, however much reclaim.
+  st = {};
+  in.online_stall_share = 0;
+  d = memory_step(in, c, st);
+  EXPECT_FALSE(d.stalled);
+}
+
 TEST(OomOrder, RaisesOfflineProcessesOnceAndPutsThemBack) {
   TempDir t;
   auto proc = [&](int pid, int adj, uint64_t start) {

@@ -27,6 +27,8 @@ Signals sample_signals() {
   on.wait_p50_us = 1.5;
   on.wait_p99_us = 9.5;
   on.throttle_total = {4, 4000};
+  on.reclaim_total.ns[KH_RECLAIM_MEMCG] = 7000;
+  on.reclaim_total.count[KH_RECLAIM_MEMCG] = 2;
   on.top_aggressors.push_back({12, "/hadoop-yarn/container_1", 250, 80});
   CgroupSignals off;
   off.id = 12;
@@ -56,6 +58,9 @@ TEST(Observe, JsonHasTheDocumentedFields) {
   EXPECT_EQ(c["wait_ns_total"]["other_cgroup"], 250);
   EXPECT_EQ(c["preemptions_total"], 2);
   EXPECT_EQ(c["throttled_ns_total"], 4000);
+  EXPECT_EQ(c["reclaim_ns_total"]["memcg"], 7000);
+  EXPECT_EQ(c["reclaim_ns_total"]["node"], 0);
+  EXPECT_EQ(c["reclaims_total"]["memcg"], 2);
   ASSERT_EQ(c["top_aggressors"].size(), 1u);
   EXPECT_EQ(c["top_aggressors"][0]["id"], 12);
   EXPECT_EQ(c["top_aggressors"][0]["path"], "/hadoop-yarn/container_1");

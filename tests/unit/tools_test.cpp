@@ -176,11 +176,16 @@ TEST(TopRender, FitsTheScreen) {
   std::string t = render_top(m, 24, 80);
   EXPECT_NE(t.find("16 of 44 cgroups"), std::string::npos) << t;
   EXPECT_NE(t.find("\nmemory   -\n"), std::string::npos) << "no memory controller read" << t;
-  m.memory = {3ull << 30, 2ull << 30, 0.123, "/kubepods/pod-a"};
+  m.memory = {3ull << 30, 2ull << 30, 0.123, "/kubepods/pod-a", std::nullopt};
   t = render_top(m, 24, 80);
   EXPECT_NE(t.find("\nmemory   node 2048 MiB of 3072 MiB   online stalled 12.3% (/kubepods/pod-a)\n"),
             std::string::npos)
       << t;
+  // Where reclaim is timed, online's share of the interval in direct reclaim.
+  m.interval_ns = 1'000'000'000;
+  m.memory.online_reclaim_ns = 50'000'000;
+  t = render_top(m, 24, 100);
+  EXPECT_NE(t.find("online stalled 12.3% (/kubepods/pod-a)   in reclaim 5.0%\n"), std::string::npos) << t;
   EXPECT_EQ(render_top(m, 0, 80), "");
   EXPECT_EQ(render_top(m, 24, 0), "");
 }

@@ -252,6 +252,34 @@ TEST(Rollup, ThrottledTimeIsClassed) {
   EXPECT_EQ(n.throttled_ns[static_cast<size_t>(CgroupClass::System)], 307'000'000u);
 }
 
+// Direct reclaim is classed as throttling is, and summed per pod.
+TEST(Rollup, ReclaimIsClassedAndSummedPerPod) {
+  Config c = default_config();
+  Classifier k(c.classes, "hadoop-yarn");
+  std::string bu = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + kUidSd + ".slice";
+  Sample s;
+  s.interval_ns = 1'000'000'000;
+  auto rec = [&](uint64_t id, const std::string& path, uint64_t node_ns, uint64_t memcg_ns) {
+    CgroupSample x = cg(id, path, 1'000'000, 0, 0, 0);
+    x.reclaim_interval.ns = {node_ns, memcg_ns};
+    x.reclaim_interval.count = {node_ns ? 1u : 0u, memcg_ns ? 1u : 0u};
+    s.cgroups.push_back(x);
+  };
+  rec(1, bu + "/cri-containerd-aaaaaaaaaaaa.scope", 1'000, 2'000);
+  rec(2, bu + "/cri-containerd-bbbbbbbbbbbb.scope", 0, 3'000);
+  rec(3, "/hadoop-yarn/container_1_2_3_4", 0, 50'000);
+  rec(4, "/system.slice/foo.service", 7, 0);
+  NodeSignals n = rollup(s, k);
+  const auto& on = n.reclaim[static_cast<size_t>(CgroupClass::Online)];
+  EXPECT_EQ(on.ns[KH_RECLAIM_NODE], 1'000u);
+  EXPECT_EQ(on.ns[KH_RECLAIM_MEMCG], 5'000u);
+  EXPECT_EQ(on.count[KH_RECLAIM_MEMCG], 2u);
+  EXPECT_EQ(n.reclaim[static_cast<size_t>(CgroupClass::Offline)].ns[KH_RECLAIM_MEMCG], 50'000u);
+  EXPECT_EQ(n.reclaim[static_cast<size_t>(CgroupClass::System)].ns[KH_RECLAIM_NODE], 7u);
+  ASSERT_EQ(n.pods.size(), 1u);
+  EXPECT_EQ(n.pods[0].reclaim_interval.total_ns(), 6'000u);
+}
+
 // A quota on a pod throttles the pod's own cgroup, listed as an ancestor
 // (throttling only): the time counts for the pod and its class, but the
 // pod's cgroup is not made a protected member, nor a pod of its own.

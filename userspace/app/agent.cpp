@@ -92,6 +92,7 @@ class Agent {
   MemoryEventMeter memory_events_;               // OOM kills and refaults
   std::unique_ptr<PsiTriggers> psi_;             // on the same files: wakes the loop between ticks
   std::vector<std::string> online_;              // the last tick's online pods
+  ReclaimCounters online_reclaim_;               // the direct reclaim they paid in the last tick
   bool psi_noted_ = false;                       // psi_->note() logged
   std::string memory_why_;                       // the last memory budget change, for its writes' log lines
   std::string memory_critical_;                  // why the node's memory is critical; "" not
@@ -437,6 +438,8 @@ bool Agent::memory_step(uint64_t now_ns, const std::string& trigger) {
     }
   }
   ms.input.stall_trigger = trigger;
+  ms.input.online_node_reclaim_ns = online_reclaim_.ns[KH_RECLAIM_NODE];
+  ms.input.online_memcg_reclaim_ns = online_reclaim_.ns[KH_RECLAIM_MEMCG];
   if (ms.input.capacity == 0) {  // the node's memory is unknown: the last budget stays
     if (memory_state_.initialized) levers_.memory_budget = memory_state_.budget;
     memory_critical_.clear();
@@ -519,6 +522,7 @@ void Agent::tick() {
   online_.clear();
   for (const auto& p : node.pods)
     if (p.cls == CgroupClass::Online) online_.push_back(p.path);
+  online_reclaim_ = node.reclaim[static_cast<size_t>(CgroupClass::Online)];
   memory_step(mono_ns());
 
   ControllerInput in = controller_input(node, static_cast<double>(topo_.cpus.size()), mono_ns());

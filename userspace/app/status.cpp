@@ -190,8 +190,8 @@ std::vector<std::string> offline_targets(const Config& cfg, const std::string& c
 // What the pinned maps say: the agent that uses them, its layout version,
 // what it tracks, and its counters.
 void read_pinned_maps(StatusReport& r) {
-  static const char* kMaps[] = {"cgroup_stats",   "cgroup_slots", "interference", "pair_slots",
-                                "throttle_stats", "cpu_state",    "counters",     "protected_cgroups"};
+  static const char* kMaps[] = {"cgroup_stats", "cgroup_slots", "interference",      "pair_slots",   "throttle_stats",
+                                "cpu_state",    "counters",     "protected_cgroups", "reclaim_stats"};
   std::map<std::string, Fd> fds;
   std::set<uint32_t> ids;
   std::string open_error;

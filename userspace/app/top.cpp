@@ -190,6 +190,7 @@ struct TopSource {
   const MemoryReader* memory;  // none: no memory controller
   MemoryStallMeter* stall;
   const std::string& node_cgroup;
+  bool reclaim_timed;  // the vmscan tracepoints are attached
 };
 
 TopMemory top_memory(const TopSource& src, const NodeSignals& node) {
@@ -205,6 +206,7 @@ TopMemory top_memory(const TopSource& src, const NodeSignals& node) {
   MemoryStall s = src.stall->step(online, mono_ns());
   out.online_stall_share = s.max_share;
   out.worst = s.worst;
+  if (src.reclaim_timed) out.online_reclaim_ns = node.reclaim[static_cast<size_t>(CgroupClass::Online)].total_ns();
   return out;
 }
 
@@ -304,7 +306,9 @@ int run_top(const CliOptions& o) {
     if (!term.enter()) failure = std::string("cannot set the terminal mode: ") + std::strerror(errno);
     else
       failure = top_loop(o, term, log,
-                         {*meas.collector, classifier, cpus, memory.get(), &stall, cfg->memory.node_cgroup}, model);
+                         {*meas.collector, classifier, cpus, memory.get(), &stall, cfg->memory.node_cgroup,
+                          !meas.bpf->reclaim_kinds().empty()},
+                         model);
   }  // terminal restored, captured log lines printed
   if (!failure.empty()) {
     spdlog::error("{}", failure);

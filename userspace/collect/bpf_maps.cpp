@@ -183,6 +183,20 @@ Result<void> BpfMapSource::read_into(RawMaps& raw) {
     if (!r) return make_error(r.error().err, "reading throttle_stats: " + r.error().message);
   }
 
+  raw.reclaim.clear();
+  if (fds_.reclaim_stats >= 0) {
+    auto r = for_each_entry<uint64_t, kh_reclaim_stats>(fds_.reclaim_stats, batch_ok_, reclaim_buf_,
+                                                        [&](const uint64_t& id, const kh_reclaim_stats& v) {
+                                                          ReclaimCounters& c = raw.reclaim[id];
+                                                          for (size_t k = 0; k < KH_NR_RECLAIM_KINDS; k++) {
+                                                            c.ns[k] = v.ns[k];
+                                                            c.count[k] = v.count[k];
+                                                            c.pages[k] = v.pages[k];
+                                                          }
+                                                        });
+    if (!r) return make_error(r.error().err, "reading reclaim_stats: " + r.error().message);
+  }
+
   counter_vals_.resize(static_cast<size_t>(ncpus_));
   raw.counters.fill(0);
   for (uint32_t k = 0; k < KH_NR_COUNTERS; k++) {
@@ -308,6 +322,7 @@ void BpfMapSource::forget(const std::vector<uint64_t>& ids, const std::vector<st
     uint32_t slot = 0;
     cgroup_q_.hold(fds_.cgroup_slots, &id, now, slot);
     if (fds_.throttle_stats >= 0) bpf_map_delete_elem(fds_.throttle_stats, &id);
+    if (fds_.reclaim_stats >= 0) bpf_map_delete_elem(fds_.reclaim_stats, &id);
   }
   for (const auto& [v, a] : pairs) {
     kh_pair k{v, a};

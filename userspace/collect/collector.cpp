@@ -164,6 +164,7 @@ void Collector::visit_cgroups(TickWork& w, Sample& out) {
     todo.insert(watch_.begin(), watch_.end());
     todo.insert(w.gone.begin(), w.gone.end());
     for (const auto& [id, _] : raw_.throttle) todo.insert(id);
+    for (const auto& [id, _] : raw_.reclaim) todo.insert(id);  // few: cgroups that reclaimed
     for (uint64_t id : todo) {
       auto r = raw_.cgroups.find(id);
       if (r != raw_.cgroups.end()) {
@@ -235,7 +236,12 @@ void Collector::visit_cgroup(uint64_t id, const CgroupCounters& now, TickWork& w
     thr = throttle_of(id, st.path, st.thr, raw_);
   st.thr_watch = source_ == ThrottleSource::CpuStat && (throttled_wait || thr.events || thr.throttled_ns);
   if (st.thr_watch) w.watch.push_back(id);
-  if (changes_only_ && !moved && !named && thr.events == 0 && thr.throttled_ns == 0) return;
+  ReclaimCounters reclaim;
+  if (auto r = raw_.reclaim.find(id); r != raw_.reclaim.end()) {
+    reclaim = reclaim_delta(r->second, st.last_reclaim);
+    st.last_reclaim = r->second;
+  }
+  if (changes_only_ && !moved && !named && thr.events == 0 && thr.throttled_ns == 0 && !reclaim.any()) return;
   // Built in place: a sample carries two sets of counters with their
   // histograms (about 2 KB), and copying it was most of a tick's work.
   CgroupSample& cs = out.cgroups.emplace_back();
@@ -249,6 +255,8 @@ void Collector::visit_cgroup(uint64_t id, const CgroupCounters& now, TickWork& w
   if (totals_) cs.total = st.total;
   cs.throttle_interval = thr;
   cs.throttle_total = st.thr.total;
+  cs.reclaim_interval = reclaim;
+  cs.reclaim_total = st.last_reclaim;
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> Collector::visit_pairs(const TickWork& w, Sample& out) {

@@ -57,6 +57,7 @@ constexpr std::array<uint64_t, 19> kWaitBoundsNs = {2'000,       5'000,       10
 const std::vector<double> kReactionBounds = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0};
 
 static_assert(KH_NR_WAIT_CAUSES == 4, "new wait cause: name it in kCauseNames");
+constexpr std::array<const char*, KH_NR_RECLAIM_KINDS> kReclaimKindNames = {"node", "memcg"};
 constexpr std::array<const char*, KH_NR_WAIT_CAUSES> kCauseNames = {"throttled", "same_cgroup", "other_cgroup",
                                                                     "unattributed"};
 
@@ -182,6 +183,8 @@ struct Metrics::Impl {
   std::array<std::array<Counter*, KH_NR_WAIT_CAUSES>, kClasses> cause{};
   std::array<std::array<Counter*, kClasses>, kClasses> interference{};  // [victim][aggressor]
   std::array<Counter*, kClasses> throttled{};
+  // Direct memory reclaim by class and enum kh_reclaim_kind: seconds, reclaims.
+  std::array<std::array<Counter*, KH_NR_RECLAIM_KINDS>, kClasses> reclaim_s{}, reclaims{};
   std::array<Counter*, kClasses> cpu{};
   Gauge* budget = nullptr;
   Gauge* ceiling = nullptr;
@@ -272,6 +275,17 @@ void Metrics::Impl::build() {
                     .Name("khagent_throttled_seconds_total")
                     .Help("Time the cgroups of a class spent CFS-throttled, as the throttle source reports it")
                     .Register(r);
+  auto& reclaim_f = prometheus::BuildCounter()
+                        .Name("khagent_memory_reclaim_seconds_total")
+                        .Help(
+                            "Time the tasks of a class spent reclaiming memory themselves (direct reclaim, "
+                            "from the vmscan tracepoints): kind=\"node\" when the node ran short, "
+                            "kind=\"memcg\" at a memory cgroup's limit (their own or an ancestor's)")
+                        .Register(r);
+  auto& reclaims_f = prometheus::BuildCounter()
+                         .Name("khagent_memory_reclaims_total")
+                         .Help("Direct memory reclaims by the tasks of a class, by kind (node, memcg)")
+                         .Register(r);
   auto& cpu_f = prometheus::BuildCounter()
                     .Name("khagent_cpu_usage_seconds_total")
                     .Help("CPU time used by the tasks of a class")
@@ -283,6 +297,10 @@ void Metrics::Impl::build() {
     for (size_t a = 0; a < kClasses; a++)
       interference[c][a] = &interf_f.Add({{"victim_class", cls_name(c)}, {"aggressor_class", cls_name(a)}});
     throttled[c] = &thr_f.Add({{"class", cls_name(c)}});
+    for (size_t k = 0; k < KH_NR_RECLAIM_KINDS; k++) {
+      reclaim_s[c][k] = &reclaim_f.Add({{"class", cls_name(c)}, {"kind", kReclaimKindNames[k]}});
+      reclaims[c][k] = &reclaims_f.Add({{"class", cls_name(c)}, {"kind", kReclaimKindNames[k]}});
+    }
     cpu[c] = &cpu_f.Add({{"class", cls_name(c)}});
   }
 
@@ -499,6 +517,11 @@ void Metrics::Impl::update_aggressors(const std::vector<YarnContainerSignals>& y
 void Metrics::Impl::update_throttled(const NodeSignals& node) {
   for (size_t c = 0; c < kClasses; c++)
     if (node.throttled_ns[c]) throttled[c]->Increment(secs(node.throttled_ns[c]));
+  for (size_t c = 0; c < kClasses; c++)
+    for (size_t k = 0; k < KH_NR_RECLAIM_KINDS; k++) {
+      if (node.reclaim[c].ns[k]) reclaim_s[c][k]->Increment(secs(node.reclaim[c].ns[k]));
+      if (node.reclaim[c].count[k]) reclaims[c][k]->Increment(static_cast<double>(node.reclaim[c].count[k]));
+    }
 }
 
 std::pair<bool, std::string> Metrics::Impl::health() const {

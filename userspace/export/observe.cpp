@@ -55,8 +55,10 @@ std::string observe_json(const Signals& s, const ObserveView& v) {
     first = false;
     str(c.path);
     fmt::format_to(std::back_inserter(out),
-                   ",\"preemptions_total\":{},\"runq_wait_ns_total\":{},\"runq_wait_p50_us\":", c.total.preemptions,
-                   c.total.wait_ns);
+                   ",\"preemptions_total\":{},\"reclaim_ns_total\":{{\"memcg\":{},\"node\":{}}},"
+                   "\"reclaims_total\":{{\"memcg\":{},\"node\":{}}},\"runq_wait_ns_total\":{},\"runq_wait_p50_us\":",
+                   c.total.preemptions, c.reclaim_total.ns[KH_RECLAIM_MEMCG], c.reclaim_total.ns[KH_RECLAIM_NODE],
+                   c.reclaim_total.count[KH_RECLAIM_MEMCG], c.reclaim_total.count[KH_RECLAIM_NODE], c.total.wait_ns);
     num(c.wait_p50_us);
     fmt::format_to(std::back_inserter(out), ",\"runq_wait_p99_us\":");
     num(c.wait_p99_us);
@@ -96,8 +98,9 @@ std::string observe_table(const Signals& s, const ObserveView& v) {
   std::string out =
       fmt::format("khagent observe  interval {}  throttling from {}  cgroups {}\n",
                   human_ns(static_cast<double>(s.interval_ns)), throttle_source_name(s.throttle_source), rows.size());
-  out += fmt::format("{:<44} {:>6} {:>8} {:>8} {:>9} {:>5} {:>5} {:>5} {:>7} {:>9}  {}\n", "CGROUP", "CPU%", "WAIT_P50",
-                     "WAIT_P99", "WAIT", "THR", "SAME", "OTHER", "PREEMPT", "THROTTLED", "TOP AGGRESSOR");
+  out += fmt::format("{:<44} {:>6} {:>8} {:>8} {:>9} {:>5} {:>5} {:>5} {:>7} {:>9} {:>9}  {}\n", "CGROUP", "CPU%",
+                     "WAIT_P50", "WAIT_P99", "WAIT", "THR", "SAME", "OTHER", "PREEMPT", "THROTTLED", "RECLAIM",
+                     "TOP AGGRESSOR");
   size_t n = 0;
   for (const auto* c : rows) {
     if (n++ >= v.limit) break;
@@ -108,12 +111,13 @@ std::string observe_table(const Signals& s, const ObserveView& v) {
       agg = fmt::format("{} ({})", a.path.empty() ? std::to_string(a.id) : shorten(a.path, 40),
                         human_ns(static_cast<double>(a.wait_ns_total)));
     }
-    out += fmt::format("{:<44} {:>6.1f} {:>8} {:>8} {:>9} {:>5} {:>5} {:>5} {:>7} {:>9}  {}\n", shorten(c->path, 44),
-                       c->cpu_pct, i.waits ? human_ns(c->wait_p50_us * 1e3) : "-",
+    out += fmt::format("{:<44} {:>6.1f} {:>8} {:>8} {:>9} {:>5} {:>5} {:>5} {:>7} {:>9} {:>9}  {}\n",
+                       shorten(c->path, 44), c->cpu_pct, i.waits ? human_ns(c->wait_p50_us * 1e3) : "-",
                        i.waits ? human_ns(c->wait_p99_us * 1e3) : "-", human_ns(static_cast<double>(i.wait_ns)),
                        pct(i.cause_ns[KH_WAIT_THROTTLED], i.wait_ns), pct(i.cause_ns[KH_WAIT_SAME_CGROUP], i.wait_ns),
                        pct(i.cause_ns[KH_WAIT_OTHER_CGROUP], i.wait_ns), i.preemptions,
-                       human_ns(static_cast<double>(c->throttle_interval.throttled_ns)), agg);
+                       human_ns(static_cast<double>(c->throttle_interval.throttled_ns)),
+                       human_ns(static_cast<double>(c->reclaim_interval.total_ns())), agg);
   }
   if (rows.size() > v.limit)
     out += fmt::format("… {} more (narrow with --cgroup, or use --json)\n", rows.size() - v.limit);

@@ -112,10 +112,14 @@ std::string render_top(const TopModel& m, int rows_i, int cols_i) {
                                 s.waits ? human_ns(s.wait_p99_us * 1e3) : "-", s.waits));
   }
   if (m.memory.capacity)
-    lines.push_back(
-        fmt::format("memory   node {} of {}   online stalled {:.1f}%{}", mib_text(m.memory.working_set),
-                    mib_text(m.memory.capacity), m.memory.online_stall_share * 100,
-                    m.memory.worst.empty() || m.memory.online_stall_share == 0 ? "" : " (" + m.memory.worst + ")"));
+    lines.push_back(fmt::format(
+        "memory   node {} of {}   online stalled {:.1f}%{}{}", mib_text(m.memory.working_set),
+        mib_text(m.memory.capacity), m.memory.online_stall_share * 100,
+        m.memory.worst.empty() || m.memory.online_stall_share == 0 ? "" : " (" + m.memory.worst + ")",
+        m.memory.online_reclaim_ns && m.interval_ns
+            ? fmt::format("   in reclaim {:.1f}%",
+                          static_cast<double>(*m.memory.online_reclaim_ns) / static_cast<double>(m.interval_ns) * 100)
+            : std::string()));
   else lines.push_back("memory   -");
   lines.push_back("");
 

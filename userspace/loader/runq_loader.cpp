@@ -15,7 +15,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "khagent/config/config.h"
@@ -182,7 +184,8 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   s->rodata->cfg_event_interval_ns = o.event_interval_ns;
   // Slot arrays, their indexes, free queues and moved bitmaps: one size each
   // for cgroups and for pairs.
-  for (bpf_map* m : {s->maps.cgroup_stats, s->maps.cgroup_slots, s->maps.cgroup_free, s->maps.throttle_stats})
+  for (bpf_map* m :
+       {s->maps.cgroup_stats, s->maps.cgroup_slots, s->maps.cgroup_free, s->maps.throttle_stats, s->maps.reclaim_stats})
     bpf_map__set_max_entries(m, o.max_cgroups);
   bpf_map__set_max_entries(s->maps.cgroup_moved, (o.max_cgroups + 63) / 64);
   for (bpf_map* m : {s->maps.interference, s->maps.pair_slots, s->maps.pair_free})
@@ -203,6 +206,19 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
              probe_fentry_in(vmlinux.btf, "unthrottle_cfs_rq", &no_fentry);
     kernel_clock = has_throttled_clock(vmlinux.btf);
     no_task_iter = iterator_refusal(vmlinux.btf, "task");
+    // Direct reclaim by the task that pays for it: each pair of tracepoints
+    // where the kernel has it (the memcg pair needs CONFIG_MEMCG).
+    for (auto [begin, end, event] :
+         {std::tuple{s->progs.handle_direct_reclaim_begin, s->progs.handle_direct_reclaim_end, "direct_reclaim"},
+          std::tuple{s->progs.handle_memcg_reclaim_begin, s->progs.handle_memcg_reclaim_end, "memcg_reclaim"}}) {
+      for (const char* edge : {"_begin", "_end"}) {
+        const std::string tp = std::string("btf_trace_mm_vmscan_") + event + edge;
+        if (vmlinux.btf && btf__find_by_name_kind(vmlinux.btf, tp.c_str(), BTF_KIND_TYPEDEF) > 0) continue;
+        const std::string why = "no tracepoint mm_vmscan_" + std::string(event) + edge + " in the kernel's BTF";
+        if (bpf_program__autoload(begin)) leave_out(begin, why);
+        if (bpf_program__autoload(end)) leave_out(end, why);
+      }
+    }
   }
   // The task iterator is optional: refused, it is left out, never the whole load.
   s->rodata->cfg_fentry_clock = fentry && !kernel_clock;
@@ -307,6 +323,29 @@ Result<void> RunqBpf::attach() {
                  std::strerror(err));
     fentry_ok = false;
   }
+  // Reclaim time: both ends of a kind or neither (a begin alone counts
+  // nothing, an end alone finds no start).
+  reclaim_kinds_.clear();
+  for (auto [begin, blink, end, elink, kind] :
+       {std::tuple{s->progs.handle_direct_reclaim_begin, &s->links.handle_direct_reclaim_begin,
+                   s->progs.handle_direct_reclaim_end, &s->links.handle_direct_reclaim_end, "node"},
+        std::tuple{s->progs.handle_memcg_reclaim_begin, &s->links.handle_memcg_reclaim_begin,
+                   s->progs.handle_memcg_reclaim_end, &s->links.handle_memcg_reclaim_end, "memcg"}}) {
+    if (!bpf_program__autoload(begin) || !bpf_program__autoload(end)) continue;
+    *blink = bpf_program__attach(begin);
+    *elink = *blink ? bpf_program__attach(end) : nullptr;
+    if (*blink && *elink) {
+      reclaim_kinds_.emplace_back(kind);
+      continue;
+    }
+    spdlog::warn("attaching {} reclaim tracepoints failed ({}); that reclaim is not timed", kind, std::strerror(errno));
+    bpf_link__destroy(*blink);
+    *blink = nullptr;
+  }
+  spdlog::info("memory reclaim paid by each cgroup: {}",
+               reclaim_kinds_.empty()
+                   ? std::string("not timed (no vmscan tracepoints)")
+                   : fmt::format("timed from the vmscan tracepoints ({})", fmt::join(reclaim_kinds_, ", ")));
   // Removed cgroups reported by the kernel: without it, the collector checks
   // idle cgroups itself every few seconds.
   removals_ = false;
@@ -360,9 +399,9 @@ Result<void> RunqBpf::pin(const std::string& dir) {
     spdlog::info("{} already has pinned maps (another khagent?): not pinning", dir);
     return {};
   }
-  bpf_map* maps[] = {skel_->maps.cgroup_stats, skel_->maps.cgroup_slots,     skel_->maps.interference,
-                     skel_->maps.pair_slots,   skel_->maps.throttle_stats,   skel_->maps.cpu_state,
-                     skel_->maps.counters,     skel_->maps.protected_cgroups};
+  bpf_map* maps[] = {skel_->maps.cgroup_stats, skel_->maps.cgroup_slots,      skel_->maps.interference,
+                     skel_->maps.pair_slots,   skel_->maps.throttle_stats,    skel_->maps.cpu_state,
+                     skel_->maps.counters,     skel_->maps.protected_cgroups, skel_->maps.reclaim_stats};
   for (bpf_map* m : maps) {
     std::string path = dir + "/" + bpf_map__name(m);
     if (::unlink(path.c_str()) == 0) spdlog::info("replaced stale pin {}", path);
@@ -387,6 +426,7 @@ RunqMapFds RunqBpf::map_fds(bool owner) const {
   }
   f.throttle_stats = throttle_source_ == ThrottleSource::Fentry ? bpf_map__fd(skel_->maps.throttle_stats) : -1;
   f.counters = bpf_map__fd(skel_->maps.counters);
+  f.reclaim_stats = reclaim_kinds_.empty() ? -1 : bpf_map__fd(skel_->maps.reclaim_stats);
   f.removed_cgroups = removals_ ? bpf_map__fd(skel_->maps.removed_cgroups) : -1;
   return f;
 }

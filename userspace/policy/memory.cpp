@@ -39,7 +39,11 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
                              mib_text(free_above), mib_text(d.reserve), mib_text(in.offline_used));
   const bool cut_due = st.last_cut_ns == 0 || sub_sat(in.now_ns, st.last_cut_ns) >= 1'000'000'000;
   const bool stalled = in.online_stall_share > cfg.stall_limit || !in.stall_trigger.empty();
-  if (stalled && in.offline_used > 0 && tight && cut_due) {
+  // Online tasks reclaimed for the node (the page allocator ran short):
+  // the node is short whatever the working sets say (page cache they count
+  // as free was not free fast enough).
+  const bool node_reclaim = in.online_node_reclaim_ns > 0;
+  if (stalled && in.offline_used > 0 && (tight || node_reclaim) && cut_due) {
     // The arithmetic left online short (its page cache counted as free, a
     // burst within a tick): offline gives back part of what it holds.
     const auto cut = static_cast<uint64_t>(static_cast<double>(in.offline_used) * (1 - cfg.stall_cut)) / kMiB * kMiB;
@@ -53,7 +57,15 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
                             in.online_stall_share * 100, cfg.stall_limit * 100)
               : fmt::format("the kernel's PSI trigger fired: online {} stalled on memory past its threshold",
                             in.stall_trigger);
-      why = fmt::format("{}: offline held {}, cut by {:.0f}% to {}", what, mib_text(in.offline_used),
+      const uint64_t paid = in.online_node_reclaim_ns + in.online_memcg_reclaim_ns;
+      const std::string reclaim =
+          paid ? fmt::format(
+                     " (online paid {:.1f} ms in direct reclaim: {:.1f} ms for the node, {:.1f} ms at cgroup "
+                     "limits)",
+                     static_cast<double>(paid) / 1e6, static_cast<double>(in.online_node_reclaim_ns) / 1e6,
+                     static_cast<double>(in.online_memcg_reclaim_ns) / 1e6)
+               : std::string();
+      why = fmt::format("{}{}: offline held {}, cut by {:.0f}% to {}", what, reclaim, mib_text(in.offline_used),
                         cfg.stall_cut * 100, mib_text(cut));
     }
   }

@@ -43,6 +43,8 @@ Signals compute_signals(const Sample& s, size_t top_n) {
     g.interval = c.interval;
     g.throttle_total = c.throttle_total;
     g.throttle_interval = c.throttle_interval;
+    g.reclaim_total = c.reclaim_total;
+    g.reclaim_interval = c.reclaim_interval;
     g.wait_p50_us = hist_quantile(c.interval.hist, 0.50) / 1000.0;
     g.wait_p99_us = hist_quantile(c.interval.hist, 0.99) / 1000.0;
     if (s.interval_ns > 0)

@@ -331,12 +331,14 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
     }
     if (!e.id.yarn_container.empty() && secs > 0)
       yarn[e.id.yarn_container].cpu_cores += static_cast<double>(c.interval.cpu_ns) / 1e9 / secs;
-    if (c.throttle_interval.throttled_ns) {
+    if (pod) reclaim_add(pod->reclaim_interval, c.reclaim_interval);
+    if (c.throttle_interval.throttled_ns || c.reclaim_interval.any()) {
       CgroupClass cls = pod ? pod->cls : e.cls;
       if (cls == CgroupClass::System)
         for (const auto& [parent, _] : classifier.offline_parents())
           if (path_at_or_below(e.path, parent)) cls = CgroupClass::Offline;
       out.throttled_ns[static_cast<size_t>(cls)] += c.throttle_interval.throttled_ns;
+      reclaim_add(out.reclaim[static_cast<size_t>(cls)], c.reclaim_interval);
     }
   }
 

@@ -88,8 +88,10 @@ enum kh_wait_cause {
  *    read_moved_stats iterator, no seen[].
  * 6: kh_throttle_stats.events counts throttled periods as cpu.stat's
  *    nr_throttled does (was: per-CPU unthrottles); field nr_throttled.
+ * 7: map reclaim_stats (struct kh_reclaim_stats per cgroup v2 id); counter
+ *    KH_CNT_RECLAIM_FULL.
  */
-enum { KH_RUNQ_ABI_VERSION = 6 };
+enum { KH_RUNQ_ABI_VERSION = 7 };
 
 /*
  * A slot of the cgroup_stats array: one per cgroup, shared by all CPUs. Each
@@ -140,6 +142,30 @@ struct kh_throttle_stats {
 };
 KH_STATIC_ASSERT(sizeof(struct kh_throttle_stats) == 24, "kh_throttle_stats layout");
 
+/*
+ * Why a task reclaimed memory itself (direct reclaim, timed from the vmscan
+ * tracepoints' begin to end): the node (or a NUMA node) ran short, or a
+ * memory cgroup (the task's own or an ancestor) reached its limit or high.
+ */
+enum kh_reclaim_kind {
+	KH_RECLAIM_NODE = 0,  /* mm_vmscan_direct_reclaim_*: the page allocator */
+	KH_RECLAIM_MEMCG,     /* mm_vmscan_memcg_reclaim_*: a cgroup's limit */
+	KH_NR_RECLAIM_KINDS,
+};
+
+/*
+ * Value of the reclaim_stats map, keyed by the cgroup v2 id of the task that
+ * reclaimed (shared, atomic updates): what the cgroup's tasks paid in direct
+ * reclaim. The time is wall time between begin and end, sleeps included, as
+ * PSI counts a memory stall.
+ */
+struct kh_reclaim_stats {
+	__u64 ns[KH_NR_RECLAIM_KINDS];     /* time in direct reclaim */
+	__u64 count[KH_NR_RECLAIM_KINDS];  /* reclaims ended */
+	__u64 pages[KH_NR_RECLAIM_KINDS];  /* pages they reclaimed */
+};
+KH_STATIC_ASSERT(sizeof(struct kh_reclaim_stats) == 48, "kh_reclaim_stats layout");
+
 /* Value of the protected map: a cgroup whose long waits are reported at once. */
 struct kh_protect {
 	__u64 threshold_ns;   /* a single wait at least this long is an event */
@@ -183,6 +209,7 @@ enum kh_counter {
 	KH_CNT_EVENTS,              /* wait events sent to userspace */
 	KH_CNT_EVENTS_DROPPED,      /* wait events lost: ring buffer full */
 	KH_CNT_REMOVALS_LOST,       /* removed cgroups not queued: removed_cgroups full */
+	KH_CNT_RECLAIM_FULL,        /* a reclaim not counted: reclaim_stats full */
 	KH_NR_COUNTERS,
 };
 

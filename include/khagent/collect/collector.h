@@ -31,6 +31,8 @@ struct RawMaps {
   std::unordered_map<uint64_t, CgroupCounters> cgroups;
   std::vector<RawPair> pairs;
   std::unordered_map<uint64_t, ThrottleCounters> throttle;
+  // Cumulative direct reclaim of the cgroups whose tasks reclaimed.
+  std::unordered_map<uint64_t, ReclaimCounters> reclaim;
   std::array<uint64_t, KH_NR_COUNTERS> counters{};
   // Cgroups the kernel reported removed since the last read (where the
   // source reports removals).
@@ -105,9 +107,10 @@ class Collector {
     CgroupCounters last_raw;
     CgroupCounters total;
     ThrState thr;
-    uint64_t parent = 0;     // in holders_ (0: a child of the root)
-    bool thr_watch = false;  // cpu.stat source: read it again at the next tick
-    uint64_t seen_tick = 0;  // the last tick its entry was in the map
+    ReclaimCounters last_reclaim;  // its reclaim_stats entry as last read
+    uint64_t parent = 0;           // in holders_ (0: a child of the root)
+    bool thr_watch = false;        // cpu.stat source: read it again at the next tick
+    uint64_t seen_tick = 0;        // the last tick its entry was in the map
   };
   // An ancestor of tracked cgroups. It has no map entries of its own (no
   // task of its own waits or runs), but its throttling is theirs: the

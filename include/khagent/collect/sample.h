@@ -90,6 +90,46 @@ struct ThrottleCounters {
   uint64_t throttled_ns = 0;
 };
 
+// Direct memory reclaim by a cgroup's tasks, by enum kh_reclaim_kind (the
+// node ran short, or a memory cgroup's limit): time (ns), reclaims, pages.
+struct ReclaimCounters {
+  std::array<uint64_t, KH_NR_RECLAIM_KINDS> ns{};
+  std::array<uint64_t, KH_NR_RECLAIM_KINDS> count{};
+  std::array<uint64_t, KH_NR_RECLAIM_KINDS> pages{};
+  uint64_t total_ns() const {
+    uint64_t t = 0;
+    for (auto v : ns) t += v;
+    return t;
+  }
+  bool any() const {
+    for (auto v : count)
+      if (v) return true;
+    return false;
+  }
+};
+
+// now - before, field by field; `now` itself where a counter went back (the
+// entry was deleted and made again).
+inline ReclaimCounters reclaim_delta(const ReclaimCounters& now, const ReclaimCounters& before) {
+  for (size_t k = 0; k < now.ns.size(); k++)
+    if (now.ns[k] < before.ns[k] || now.count[k] < before.count[k] || now.pages[k] < before.pages[k]) return now;
+  ReclaimCounters d;
+  for (size_t k = 0; k < now.ns.size(); k++) {
+    d.ns[k] = now.ns[k] - before.ns[k];
+    d.count[k] = now.count[k] - before.count[k];
+    d.pages[k] = now.pages[k] - before.pages[k];
+  }
+  return d;
+}
+
+inline void reclaim_add(ReclaimCounters& into, const ReclaimCounters& d) {
+  for (size_t k = 0; k < d.ns.size(); k++) {
+    into.ns[k] += d.ns[k];
+    into.count[k] += d.count[k];
+    into.pages[k] += d.pages[k];
+  }
+}
+
 // A cgroup's path, relative to the cgroup2 mount ("/" for its root). The
 // collector names each cgroup once and every sample shares that string:
 // copying a path into each sample every tick was a sixth of the agent's
@@ -119,6 +159,10 @@ struct CgroupSample {
   CgroupCounters interval;  // during the last interval
   ThrottleCounters throttle_total;
   ThrottleCounters throttle_interval;
+  // Its tasks' direct memory reclaim in the interval (where the vmscan
+  // tracepoints are attached).
+  ReclaimCounters reclaim_interval;
+  ReclaimCounters reclaim_total;  // since the maps were made (the agent's start)
   // An ancestor of tracked cgroups, listed for its own throttling only (no
   // map entries, no counters): not a member of any class or pod itself.
   bool ancestor = false;

@@ -143,6 +143,9 @@ class RunqBpf {
   bool can_scan_waits() const { return scan_; }
   // Whether the kernel reports removed cgroups (handle_cgroup_rmdir attached).
   bool reports_removals() const { return removals_; }
+  // The kinds of direct reclaim timed per cgroup ("node", "memcg"; the
+  // reclaim_stats map), as attached; empty: none.
+  const std::vector<std::string>& reclaim_kinds() const { return reclaim_kinds_; }
 
  private:
   RunqBpf() = default;
@@ -161,6 +164,7 @@ class RunqBpf {
   bool replace_ = true;
   bool scan_ = false;
   bool removals_ = false;                             // handle_cgroup_rmdir attached
+  std::vector<std::string> reclaim_kinds_;            // reclaim tracepoint pairs attached
   std::unordered_map<uint64_t, uint64_t> protected_;  // what the protected map holds, as last synced
   bool protected_known_ = false;
   uint64_t protected_read_ns_ = 0;  // when the map was last read back

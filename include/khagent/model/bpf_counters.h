@@ -8,9 +8,9 @@
 
 namespace khagent {
 
-static_assert(KH_NR_COUNTERS == 9, "new BPF counter: name it in kBpfCounterNames");
+static_assert(KH_NR_COUNTERS == 10, "new BPF counter: name it in kBpfCounterNames");
 inline constexpr std::array<const char*, KH_NR_COUNTERS> kBpfCounterNames = {
     "switches",   "wakeups", "storage_miss",   "ring_overflow", "stats_full",
-    "pairs_full", "events",  "events_dropped", "removals_lost"};
+    "pairs_full", "events",  "events_dropped", "removals_lost", "reclaim_full"};
 
 }  // namespace khagent

@@ -26,6 +26,11 @@ struct MemoryInput {
   // (it stalled over memory.stall_limit of memory.stall_window); empty: no
   // trigger, the share above decides.
   std::string stall_trigger;
+  // Direct reclaim online tasks paid in the last interval (ns, from the
+  // vmscan tracepoints; 0 where they are not attached): the node's (the
+  // page allocator ran short) and at memory cgroup limits.
+  uint64_t online_node_reclaim_ns = 0;
+  uint64_t online_memcg_reclaim_ns = 0;
 };
 
 struct MemorySignals {

@@ -24,6 +24,8 @@ struct CgroupSignals {
   CgroupCounters interval;
   ThrottleCounters throttle_total;
   ThrottleCounters throttle_interval;
+  ReclaimCounters reclaim_total;  // its tasks' direct memory reclaim
+  ReclaimCounters reclaim_interval;
   double wait_p50_us = 0;  // over the last interval
   double wait_p99_us = 0;
   double cpu_pct = 0;  // of one CPU, over the last interval

@@ -115,7 +115,8 @@ struct PodSignals {
   QosTier qos = QosTier::None;
   CgroupCounters interval;
   ThrottleCounters throttle_interval;
-  uint64_t offline_wait_ns = 0;  // wait while offline cgroups held the CPU
+  ReclaimCounters reclaim_interval;  // its tasks' direct memory reclaim
+  uint64_t offline_wait_ns = 0;      // wait while offline cgroups held the CPU
   double wait_p99_us = 0;
   double cpu_cores = 0;
 };
@@ -146,6 +147,8 @@ struct NodeSignals {
   // class, other online cgroups online, cgroups at or below an offline
   // parent offline, the rest system.
   std::array<uint64_t, 3> throttled_ns{};
+  // Direct memory reclaim in the interval by class, classed as throttling.
+  std::array<ReclaimCounters, 3> reclaim{};
   std::vector<uint64_t> online_cgroups;      // ids of online cgroups (protected)
   std::vector<std::string> offline_parents;  // QoS/YARN roots seen: besteffort, hadoop-yarn
 };
