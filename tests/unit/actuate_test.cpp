@@ -396,6 +396,41 @@ TEST(Actuator, RevertByAnotherWriterIsReportedNotFought) {
   EXPECT_EQ(a.apply({{"/qos", CgroupFile::CpuWeight, "1"}}, 62 * kS)[0].outcome, ActionOutcome::Written);
 }
 
+// CPU burst: cpu.max.burst on v2, cpu.cfs_burst_us in the v1 cpu
+// hierarchy; saved and restored; another writer's value is not fought.
+TEST(Actuator, BurstOnBothBackendsSavedRestoredAndNotFought) {
+  TempDir t;
+  FakeFs f;
+  const std::string pod = "/kubepods/burstable/pod1";
+  f.files[{pod, CgroupFile::CpuMaxBurst}] = "0";
+  f.files[{pod, CgroupFile::V1CpuCfsBurst}] = "0";
+  StateStore st((t.path / "s.json").string());
+  Actuator a(f, st, false, kCpus, 60 * kS);
+  auto p1 = a.plan(CgroupBackend::V1Hybrid, {{pod, CpuBurst{10000}}});
+  ASSERT_EQ(p1.files.size(), 1u);
+  EXPECT_EQ(p1.files[0].file, CgroupFile::V1CpuCfsBurst);
+  EXPECT_EQ(p1.files[0].value, "10000");
+  auto p2 = a.plan(CgroupBackend::V2, {{pod, CpuBurst{10000}}});
+  ASSERT_EQ(p2.files.size(), 1u);
+  EXPECT_EQ(p2.files[0].file, CgroupFile::CpuMaxBurst);
+  auto r = a.apply_plan(p2, kS);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].outcome, ActionOutcome::Written);
+  EXPECT_EQ(r[0].from, "0");
+  EXPECT_EQ((f.files[{pod, CgroupFile::CpuMaxBurst}]), "10000");
+  EXPECT_FALSE(a.plan(CgroupBackend::V2, {{pod, CpuBurst{2'000'000}}}).refused.empty()) << "over 1 s is refused";
+  EXPECT_FALSE(validate_cgroup_value(CgroupFile::CpuMaxBurst, "-1", kCpus).ok());
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::V1CpuCfsBurst, "0", kCpus).ok());
+  // Someone else set another burst: reported, not fought.
+  f.files[{pod, CgroupFile::CpuMaxBurst}] = "5000";
+  EXPECT_EQ(a.apply_plan(p2, 2 * kS)[0].outcome, ActionOutcome::Reverted);
+  EXPECT_EQ(a.apply_plan(p2, 3 * kS)[0].outcome, ActionOutcome::Backoff);
+  // Restored to what was there first.
+  f.files[{pod, CgroupFile::CpuMaxBurst}] = "10000";
+  a.restore();
+  EXPECT_EQ((f.files[{pod, CgroupFile::CpuMaxBurst}]), "0");
+}
+
 TEST(Actuator, CpusetOrderWidenParentsFirstNarrowChildrenFirst) {
   TempDir t;
   FakeFs f;

@@ -64,6 +64,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.online.min_offline_share, b.online.min_offline_share);
   EXPECT_EQ(a.online.self_throttle_share, b.online.self_throttle_share);
   EXPECT_EQ(a.online.min_waits, b.online.min_waits);
+  EXPECT_EQ(a.online.burst_share, b.online.burst_share);
 
   EXPECT_EQ(a.budget.floor_cores, b.budget.floor_cores);
   EXPECT_EQ(a.budget.allow_zero, b.budget.allow_zero);
@@ -193,6 +194,7 @@ online:
   min_offline_share: 0.1
   self_throttle_share: 0.7
   min_waits: 50
+  burst_share: 0.25
 budget:
   floor: 2
   allow_zero: true
@@ -253,6 +255,7 @@ fast_path:
   EXPECT_EQ(c.online.min_offline_share, 0.1);
   EXPECT_EQ(c.online.self_throttle_share, 0.7);
   EXPECT_EQ(c.online.min_waits, 50u);
+  EXPECT_EQ(c.online.burst_share, 0.25);
 
   EXPECT_EQ(c.budget.floor_cores, 2.0);
   EXPECT_TRUE(c.budget.allow_zero);
@@ -785,7 +788,7 @@ TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   EXPECT_EQ(doc["memory"].size(), 12u);
   EXPECT_EQ(doc["ladder"].size(), 7u);
   EXPECT_EQ(doc["classes"].size(), 3u);
-  EXPECT_EQ(doc["online"].size(), 5u);
+  EXPECT_EQ(doc["online"].size(), 6u);
   EXPECT_EQ(doc["budget"].size(), 11u);
   EXPECT_EQ(doc["cpuset"].size(), 4u);
   EXPECT_EQ(doc["offline"].size(), 6u);
@@ -825,6 +828,7 @@ TEST(ConfigYaml, EverythingChangedRoundTrips) {
   c.online.min_offline_share = 1e-5;
   c.online.self_throttle_share = 1;
   c.online.min_waits = 123456789012;
+  c.online.burst_share = 0.7;
   c.budget.floor_cores = 1.0 / 3;
   c.budget.allow_zero = true;
   c.budget.reserve_cores = 0;

@@ -105,3 +105,27 @@ TEST(CpuStat, ATasklessCgroupMapsToV1ThroughADescendant) {
   t.write("v1/elsewhere/cpu.stat", "nr_periods 10\nnr_throttled 4\nthrottled_time 1\n");
   EXPECT_FALSE(r.read(8, "/other").has_value());
 }
+
+// A pod's quota, as the kubelet wrote it: v2 cpu.max, or the v1 pair at the
+// same path on a hybrid host.
+TEST(CpuQuotaRead, V2CpuMaxOrTheV1PairAtTheSamePath) {
+  EXPECT_EQ(parse_cpu_max("20000 100000\n"), (CpuQuota{20000, 100000}));
+  EXPECT_EQ(parse_cpu_max("max 100000\n"), (CpuQuota{std::nullopt, 100000}));
+  EXPECT_FALSE(parse_cpu_max("20000").has_value());
+  EXPECT_FALSE(parse_cpu_max("x 100000").has_value());
+  EXPECT_FALSE(parse_cpu_max("1 0").has_value());
+  EXPECT_EQ(parse_v1_cfs("-1\n", "100000\n"), (CpuQuota{std::nullopt, 100000}));
+  EXPECT_EQ(parse_v1_cfs("50000\n", "100000\n"), (CpuQuota{50000, 100000}));
+  EXPECT_FALSE(parse_v1_cfs("", "100000").has_value());
+
+  TempDir t;
+  t.write("v2/a/cpu.max", "30000 100000\n");
+  t.write("v2/b/cgroup.procs", "");  // v2 without the cpu controller: no cpu.max
+  t.write("v1/b/cpu.cfs_quota_us", "20000\n");
+  t.write("v1/b/cpu.cfs_period_us", "100000\n");
+  const std::string v2 = (t.path / "v2").string(), v1 = (t.path / "v1").string();
+  EXPECT_EQ(read_cpu_quota(v2, v1, "/a"), (CpuQuota{30000, 100000}));
+  EXPECT_EQ(read_cpu_quota(v2, v1, "/b"), (CpuQuota{20000, 100000}));
+  EXPECT_FALSE(read_cpu_quota(v2, "", "/b").has_value()) << "pure v2 without cpu.max";
+  EXPECT_FALSE(read_cpu_quota(v2, v1, "/missing").has_value());
+}

@@ -59,7 +59,7 @@ TEST(Levers, IdleNeverOnACgroupWhoseWeightTheKubeletWrites) {
   in.targets = usual_targets();
   in.budget_cores = 0.5;
   in.node_cpus = 2;
-  auto w = offline_writes(in, default_config());
+  auto w = lever_writes(in, default_config());
   EXPECT_TRUE(has(w, "/hadoop-yarn", Knob::Idle, CpuIdle{true}));
   EXPECT_TRUE(has(w, kPod, Knob::Idle, CpuIdle{true}));
   EXPECT_FALSE(touches(w, kQos, Knob::Idle));
@@ -73,7 +73,7 @@ TEST(Levers, WithoutCpuIdleTheMinimumWeightWhereKhagentOwnsIt) {
   in.targets = usual_targets();
   in.idle_supported = false;
   in.node_cpus = 2;
-  auto w = offline_writes(in, default_config());
+  auto w = lever_writes(in, default_config());
   EXPECT_TRUE(has(w, "/hadoop-yarn", Knob::Weight, CpuWeight{1}));
   EXPECT_FALSE(touches(w, kQos, Knob::Weight));
   EXPECT_FALSE(touches(w, kPod, Knob::Weight));
@@ -87,17 +87,17 @@ TEST(Levers, QuotaOnlyOnTheQuotaRungAndOnlyOverIdleWork) {
   in.budget_cores = 0.4;
   in.node_cpus = 2;
   in.quota = true;
-  auto w = offline_writes(in, cfg);
+  auto w = lever_writes(in, cfg);
   EXPECT_TRUE(has(w, "/hadoop-yarn", Knob::Quota));
   EXPECT_TRUE(has(w, kQos, Knob::Quota));       // its pods are idle
   EXPECT_FALSE(touches(w, kPod, Knob::Quota));  // the kubelet owns pod quotas
   // No cpu.idle configured where the kernel has it: no quota either.
   cfg.offline.idle = false;
-  w = offline_writes(in, cfg);
+  w = lever_writes(in, cfg);
   for (const auto& d : w) EXPECT_NE(knob_of(d.value), Knob::Quota) << d.cgroup;
   // A kernel without cpu.idle: the quota is all there is.
   in.idle_supported = false;
-  EXPECT_TRUE(has(offline_writes(in, cfg), "/hadoop-yarn", Knob::Quota));
+  EXPECT_TRUE(has(lever_writes(in, cfg), "/hadoop-yarn", Knob::Quota));
 }
 
 TEST(Levers, CpusetRungPartitionsParentsWithoutAQuota) {
@@ -107,14 +107,14 @@ TEST(Levers, CpusetRungPartitionsParentsWithoutAQuota) {
   in.node_cpus = 2;
   in.cpuset = true;
   in.offline_cpus = CpuSet{1};
-  auto w = offline_writes(in, default_config());
+  auto w = lever_writes(in, default_config());
   EXPECT_TRUE(has(w, "/hadoop-yarn", Knob::Cpus, CpuList{{1}}));
   EXPECT_TRUE(has(w, kQos, Knob::Cpus, CpuList{{1}}));
   EXPECT_FALSE(touches(w, kPod, Knob::Cpus));
   EXPECT_FALSE(touches(w, "/hadoop-yarn", Knob::Quota));
   Config thr = default_config();
   thr.cpuset.throttle = true;
-  EXPECT_TRUE(has(offline_writes(in, thr), "/hadoop-yarn", Knob::Quota));
+  EXPECT_TRUE(has(lever_writes(in, thr), "/hadoop-yarn", Knob::Quota));
 }
 
 TEST(LeverTable, OneEntryPerLeverWithItsNameAndRungs) {
@@ -144,7 +144,7 @@ TEST(LeverTable, EachLeverWritesOnlyItsKnobOnTheTargetsItTouches) {
   in.node_cpus = 4;
   in.cpuset = in.quota = true;
   in.offline_cpus = CpuSet{2, 3};
-  auto w = offline_writes(in, cfg);
+  auto w = lever_writes(in, cfg);
   for (const auto& set : w) {
     const OfflineTarget* t = nullptr;
     for (const auto& x : in.targets)
@@ -159,8 +159,60 @@ TEST(LeverTable, EachLeverWritesOnlyItsKnobOnTheTargetsItTouches) {
   EXPECT_TRUE(has(w, "/hadoop-yarn", Knob::Quota));
   // The fast path moves the budget only: the cpuset and the quota.
   in.budget_only = true;
-  for (const auto& set : offline_writes(in, cfg))
+  for (const auto& set : lever_writes(in, cfg))
     EXPECT_TRUE(knob_of(set.value) == Knob::Cpus || knob_of(set.value) == Knob::Quota) << set.cgroup;
+}
+
+// CPU burst: only on the online pods listed, those with a quota, as
+// online.burst_share of it (at most the quota, the kernel's cap); no other
+// lever touches them, and burst touches nothing offline.
+TEST(LeverTable, BurstOnlyOnOnlinePodsWithAQuota) {
+  Config cfg = default_config();
+  cfg.cpuset.throttle = true;
+  LeverInput in;
+  in.targets = usual_targets();
+  in.budget_cores = 1;
+  in.node_cpus = 4;
+  in.cpuset = in.quota = true;
+  in.offline_cpus = CpuSet{2, 3};
+  in.memory_budget = uint64_t{1} << 30;
+  for (auto& t : in.targets) t.memory_known = true;
+  const std::string pod = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod42.slice";
+  auto online = [](const std::string& path, std::optional<uint64_t> quota) {
+    OfflineTarget t;
+    t.path = path;
+    t.kind = TargetKind::OnlinePod;
+    t.quota = CpuQuota{quota, 100000};
+    return t;
+  };
+  auto w = lever_writes(in, cfg);
+  for (const auto& s : w) EXPECT_NE(knob_of(s.value), Knob::Burst) << s.cgroup << ": no online pod listed";
+  for (auto [l, on] : levers_in_force(in, cfg))
+    if (l == Lever::Burst) {
+      EXPECT_FALSE(on);
+    }
+  in.online = {online(pod, 20000), online(pod + "/cri-containerd-a.scope", 20000),
+               online(pod + "/cri-containerd-b.scope", std::nullopt)};
+  w = lever_writes(in, cfg);
+  EXPECT_TRUE(has(w, pod, Knob::Burst, CpuBurst{10000})) << "half the 20 ms quota by default";
+  EXPECT_TRUE(has(w, pod + "/cri-containerd-a.scope", Knob::Burst, CpuBurst{10000}));
+  EXPECT_FALSE(touches(w, pod + "/cri-containerd-b.scope", Knob::Burst)) << "no quota: nothing throttles it";
+  for (const auto& s : w) {
+    const bool on_pod = s.cgroup.rfind(pod, 0) == 0;
+    EXPECT_EQ(on_pod, knob_of(s.value) == Knob::Burst) << s.cgroup << " " << knob_name(knob_of(s.value));
+  }
+  for (auto [l, on] : levers_in_force(in, cfg))
+    if (l == Lever::Burst) {
+      EXPECT_TRUE(on);
+    }
+  cfg.online.burst_share = 1.0;
+  EXPECT_TRUE(has(lever_writes(in, cfg), pod, Knob::Burst, CpuBurst{20000})) << "at most the quota";
+  // Not on the fast path (it does not carry the budget), and off at 0.
+  in.budget_only = true;
+  EXPECT_FALSE(touches(lever_writes(in, cfg), pod, Knob::Burst));
+  in.budget_only = false;
+  cfg.online.burst_share = 0;
+  EXPECT_FALSE(touches(lever_writes(in, cfg), pod, Knob::Burst));
 }
 
 TEST(LeverTable, QuotaSplitsTheBudgetByRecentUse) {
@@ -171,13 +223,13 @@ TEST(LeverTable, QuotaSplitsTheBudgetByRecentUse) {
   in.budget_cores = 2;
   in.node_cpus = 8;
   in.quota = true;
-  auto w = offline_writes(in, default_config());
+  auto w = lever_writes(in, default_config());
   EXPECT_TRUE(has(w, "/hadoop-yarn", Knob::Quota, CpuQuota{150000, 100000}));
   EXPECT_TRUE(has(w, kQos, Knob::Quota, CpuQuota{50000, 100000}));
   // The whole node: no limit.
   in.budget_cores = 8;
   in.targets.resize(1);
-  EXPECT_TRUE(has(offline_writes(in, default_config()), "/hadoop-yarn", Knob::Quota, CpuQuota{std::nullopt, 100000}));
+  EXPECT_TRUE(has(lever_writes(in, default_config()), "/hadoop-yarn", Knob::Quota, CpuQuota{std::nullopt, 100000}));
 }
 
 TEST(LeverTable, WeightWhereIdleIsOffAndTheSummarySaysWhatIsInForce) {
@@ -187,18 +239,19 @@ TEST(LeverTable, WeightWhereIdleIsOffAndTheSummarySaysWhatIsInForce) {
   LeverInput in;
   in.targets = usual_targets();
   in.node_cpus = 2;
-  auto w = offline_writes(in, cfg);
+  auto w = lever_writes(in, cfg);
   EXPECT_TRUE(has(w, "/hadoop-yarn", Knob::Weight, CpuWeight{5}));
   EXPECT_FALSE(touches(w, kQos, Knob::Weight));
   EXPECT_FALSE(touches(w, kPod, Knob::Weight));
   for (auto [l, on] : levers_in_force(in, cfg)) EXPECT_EQ(on, l == Lever::Weight) << lever_name(l);
   EXPECT_EQ(levers_summary(cfg, true),
-            "cpu.weight 5 on offline targets; offline memory limited to the memory budget; ladder [cpuset, quota] on "
-            "a lasting breach");
+            "cpu.weight 5 on offline targets; offline memory limited to the memory budget; CPU burst 50% of the quota "
+            "for self-throttled online pods; ladder [cpuset, quota] on a lasting breach");
   Config d = default_config();
   d.ladder.always = {Lever::Quota};
   d.cpuset.enabled = true;
   d.memory.enabled = false;
+  d.online.burst_share = 0;
   EXPECT_EQ(levers_summary(d, false),
             "minimum weight (no cpu.idle in this kernel) on offline targets, cpuset and quota always; ladder "
             "[cpuset, quota] on a lasting breach");

@@ -325,7 +325,7 @@ TEST(MemoryLever, OnTheOfflineParentsOnlyWithABudget) {
   }
   auto memory_writes = [&] {
     std::vector<std::pair<std::string, MemoryLimit>> out;
-    for (const auto& s : offline_writes(in, c))
+    for (const auto& s : lever_writes(in, c))
       if (const auto* m = std::get_if<MemoryLimit>(&s.value)) out.emplace_back(s.cgroup, *m);
     return out;
   };

@@ -43,6 +43,8 @@ int apply_rank(CgroupFile f) {
     case CgroupFile::V1CpusetCpus: return 3;
     case CgroupFile::MemoryHigh:
     case CgroupFile::V1MemoryLimit: return 4;
+    case CgroupFile::CpuMaxBurst:
+    case CgroupFile::V1CpuCfsBurst: return 5;
   }
   return 5;
 }
@@ -58,6 +60,8 @@ int restore_rank(CgroupFile f) {
     case CgroupFile::V1CpusetCpus: return 3;
     case CgroupFile::MemoryHigh:
     case CgroupFile::V1MemoryLimit: return 4;
+    case CgroupFile::CpuMaxBurst:
+    case CgroupFile::V1CpuCfsBurst: return 5;
   }
   return 5;
 }

@@ -109,6 +109,7 @@ CgroupFile file_for(CgroupBackend b, Knob k) {
     case Knob::Idle: return v1 ? CgroupFile::V1CpuIdle : CgroupFile::CpuIdle;
     case Knob::Cpus: return v1 ? CgroupFile::V1CpusetCpus : CgroupFile::CpusetCpus;
     case Knob::Memory: return v1 ? CgroupFile::V1MemoryLimit : CgroupFile::MemoryHigh;
+    case Knob::Burst: return v1 ? CgroupFile::V1CpuCfsBurst : CgroupFile::CpuMaxBurst;
   }
   return CgroupFile::CpuMax;
 }
@@ -144,6 +145,10 @@ Result<DesiredValue> render(CgroupBackend b, const Setting& s, const CpuSet& nod
       return make_error(EINVAL, what + ": " + std::to_string(*m->bytes) + " bytes, want at least one page");
     const std::string none = b == CgroupBackend::V2 ? "max" : "-1";
     out.value = m->bytes ? std::to_string(*m->bytes / page * page) : none;
+  } else if (const auto* bu = std::get_if<CpuBurst>(&s.value)) {
+    if (bu->burst_us > 1'000'000)
+      return make_error(EINVAL, what + ": " + std::to_string(bu->burst_us) + " us, want at most 1000000");
+    out.value = std::to_string(bu->burst_us);
   }
   return out;
 }
@@ -207,6 +212,12 @@ Result<void> validate_cgroup_value(CgroupFile f, const std::string& value, const
       const char* none = f == CgroupFile::MemoryHigh ? "max" : "-1";
       if (v != none && (!parse_u64(v, b) || b == 0))
         return make_error(EINVAL, what + ": want '" + none + "' or a number of bytes");
+      return {};
+    }
+    case CgroupFile::CpuMaxBurst:
+    case CgroupFile::V1CpuCfsBurst: {
+      uint64_t b = 0;
+      if (!parse_u64(v, b) || b > 1'000'000) return make_error(EINVAL, what + ": want 0..1000000 us");
       return {};
     }
   }

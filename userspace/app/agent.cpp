@@ -57,6 +57,8 @@ class Agent {
   // The memory budget into levers_ (`trigger`: the online cgroup whose PSI
   // trigger fired, between ticks); whether it changed.
   bool memory_step(uint64_t now_ns, const std::string& trigger = {});
+  // The online pods that get CPU burst (levers_.online), from the verdicts.
+  void burst_step(const Decision& d, uint64_t now_ns);
   void wait(int timeout_ms);                                   // for wait events, PSI triggers or the timeout
   void memory_event(const std::vector<std::string>& stalled);  // PSI triggers fired: the memory lever only
   void fast_step();
@@ -88,17 +90,18 @@ class Agent {
   LadderState ladder_;
   std::unique_ptr<MemoryReader> memory_;  // none: the memory lever is off or has nothing to write
   MemoryState memory_state_;
-  std::unique_ptr<MemoryStallMeter> stall_;      // online pods' memory.pressure
-  MemoryEventMeter memory_events_;               // OOM kills and refaults
-  std::unique_ptr<PsiTriggers> psi_;             // on the same files: wakes the loop between ticks
-  std::vector<std::string> online_;              // the last tick's online pods
-  ReclaimCounters online_reclaim_;               // the direct reclaim they paid in the last tick
-  bool psi_noted_ = false;                       // psi_->note() logged
-  std::string memory_why_;                       // the last memory budget change, for its writes' log lines
-  std::string memory_critical_;                  // why the node's memory is critical; "" not
-  std::map<std::string, uint64_t> memory_last_;  // each offline parent's last working set read
-  std::unique_ptr<OomOrder> oom_;                // offline processes first in the OOM killer's order
-  uint64_t fast_breaches_ = 0;                   // since the last tick
+  std::unique_ptr<MemoryStallMeter> stall_;        // online pods' memory.pressure
+  MemoryEventMeter memory_events_;                 // OOM kills and refaults
+  std::unique_ptr<PsiTriggers> psi_;               // on the same files: wakes the loop between ticks
+  std::vector<std::string> online_;                // the last tick's online pods
+  ReclaimCounters online_reclaim_;                 // the direct reclaim they paid in the last tick
+  std::map<std::string, std::string> burst_pods_;  // online pods given CPU burst, and why
+  bool psi_noted_ = false;                         // psi_->note() logged
+  std::string memory_why_;                         // the last memory budget change, for its writes' log lines
+  std::string memory_critical_;                    // why the node's memory is critical; "" not
+  std::map<std::string, uint64_t> memory_last_;    // each offline parent's last working set read
+  std::unique_ptr<OomOrder> oom_;                  // offline processes first in the OOM killer's order
+  uint64_t fast_breaches_ = 0;                     // since the last tick
   std::vector<kh_wait_event> pending_;
   uint64_t last_scan_ns_ = 0;             // mono_ns of the last scan for waits still going on
   LogLimiter warned_;                     // a problem that lasts is logged once a minute
@@ -242,7 +245,7 @@ void Agent::memory_event(const std::vector<std::string>& stalled) {
   }
   LeverInput li = levers_;
   li.budget_only = false;  // (a fast step may have left it set) the memory lever does not carry the CPU budget
-  auto want = offline_writes(li, cfg_);
+  auto want = lever_writes(li, cfg_);
   std::erase_if(want, [](const Setting& s) { return !std::holds_alternative<MemoryLimit>(s.value); });
   auto recs = actuator_->apply_plan(actuator_->plan(backend_, want), mono_ns());
   if (metrics_) metrics_->record_actions(recs);
@@ -345,7 +348,7 @@ void Agent::ladder(const Decision& d, const ControllerInput& in) {
 void Agent::apply(const Decision& d, bool fast, uint64_t first_event_ns) {
   LeverInput& li = lever_input(d, fast);
   if (li.cpuset) li.offline_cpus = offline_cpus(d, fast);
-  auto plan = actuator_->plan(backend_, offline_writes(li, cfg_));
+  auto plan = actuator_->plan(backend_, lever_writes(li, cfg_));
   auto recs = actuator_->apply_plan(plan, mono_ns());
   if (!fast && !store_->empty()) {
     // Put back what is no longer wanted: a lever released, a target gone.
@@ -364,14 +367,24 @@ void Agent::apply(const Decision& d, bool fast, uint64_t first_event_ns) {
     reactions_.add(ms);
     why += fmt::format("; reaction {:.2f} ms from the first over-threshold wait", ms);
   }
-  // Memory writes follow the memory budget, not the CPU decision.
-  auto mem = std::stable_partition(recs.begin(), recs.end(), [](const ActionRecord& r) {
-    return r.file != CgroupFile::MemoryHigh && r.file != CgroupFile::V1MemoryLimit;
-  });
-  std::vector<ActionRecord> memory_recs(std::make_move_iterator(mem), std::make_move_iterator(recs.end()));
-  recs.erase(mem, recs.end());
+  // Memory writes follow the memory budget, bursts the online pods'
+  // verdicts, not the CPU decision.
+  auto take = [&recs](std::initializer_list<CgroupFile> files) {
+    auto it = std::stable_partition(recs.begin(), recs.end(), [&](const ActionRecord& r) {
+      return std::find(files.begin(), files.end(), r.file) == files.end();
+    });
+    std::vector<ActionRecord> out(std::make_move_iterator(it), std::make_move_iterator(recs.end()));
+    recs.erase(it, recs.end());
+    return out;
+  };
+  auto memory_recs = take({CgroupFile::MemoryHigh, CgroupFile::V1MemoryLimit});
+  auto burst_recs = take({CgroupFile::CpuMaxBurst, CgroupFile::V1CpuCfsBurst});
   log_actions(recs, why, warned_, mono_ns());
   log_actions(memory_recs, memory_why_, warned_, mono_ns());
+  log_actions(burst_recs,
+              fmt::format("CPU burst {:.0f}% of the quota: an online pod's waits were its own throttling",
+                          cfg_.online.burst_share * 100),
+              warned_, mono_ns());
   if (oom_ && !fast) {
     // The kubelet already puts BestEffort pods at 1000; YARN containers and
     // configured targets are raised here, each new process once.
@@ -462,6 +475,43 @@ bool Agent::memory_step(uint64_t now_ns, const std::string& trigger) {
   return d.changed;
 }
 
+void Agent::burst_step(const Decision& d, uint64_t now_ns) {
+  levers_.online.clear();
+  const bool on = cfg_.online.burst_share > 0;
+  for (const auto& v : d.verdicts) {
+    if (v.kind != PodVerdictKind::SelfThrottled) continue;
+    if (!on) {
+      if (warned_.allow("quota " + v.path, now_ns))
+        spdlog::warn("online {}: {} (not acted on: online.burst_share is 0)", v.path, v.why);
+    } else if (burst_pods_.emplace(v.path, v.why).second) {
+      spdlog::info("online {}: {}; CPU burst of {:.0f}% of its quota on the pod and its containers", v.path, v.why,
+                   cfg_.online.burst_share * 100);
+    }
+  }
+  // A pod keeps its burst while it lives (a burst costs nothing while unused);
+  // one no longer online is forgotten, its originals restored by apply().
+  std::erase_if(burst_pods_,
+                [&](const auto& kv) { return std::find(online_.begin(), online_.end(), kv.first) == online_.end(); });
+  if (!on) return;
+  if (metrics_) metrics_->record_burst(burst_pods_.size(), 0);
+  for (const auto& [pod, _] : burst_pods_) {
+    // The kubelet puts the pod's limit on the pod and each container's on
+    // the container: either can throttle, so each gets its burst.
+    std::vector<std::string> cgroups{pod};
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(mounts_.cgroup2 + pod, ec))
+      if (e.is_directory(ec)) cgroups.push_back(pod + "/" + e.path().filename().string());
+    for (const auto& cg : cgroups) {
+      OfflineTarget t;
+      t.path = cg;
+      t.kind = TargetKind::OnlinePod;
+      t.quota = read_cpu_quota(mounts_.cgroup2, mounts_.cpu_v1, cg);
+      if (t.quota && t.quota->quota_us) levers_.online.push_back(std::move(t));
+    }
+  }
+  if (metrics_) metrics_->record_burst(burst_pods_.size(), levers_.online.size());
+}
+
 void Agent::fast_step() {
   std::vector<kh_wait_event> events;
   events.swap(pending_);
@@ -528,9 +578,7 @@ void Agent::tick() {
   ControllerInput in = controller_input(node, static_cast<double>(topo_.cpus.size()), mono_ns());
   last_input_ = in;
   Decision d = controller_step(in, cfg_, state_);
-  for (const auto& v : d.verdicts)
-    if (v.kind == PodVerdictKind::SelfThrottled && warned_.allow("quota " + v.path, in.now_ns))
-      spdlog::warn("online {}: {} (not acted on)", v.path, v.why);
+  burst_step(d, in.now_ns);
   ladder(d, in);
   if (d.changed || ticks_ == 1) spdlog::info("{}", budget_line(d, in, levers_.targets));
   apply(d, false, 0);

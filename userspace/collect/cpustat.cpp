@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "khagent/util/file.h"
+#include "khagent/util/strings.h"
 
 namespace khagent {
 
@@ -73,6 +74,33 @@ std::optional<std::string> v1_cpu_path(const std::string& text) {
     }
   }
   return std::nullopt;
+}
+
+std::optional<CpuQuota> parse_cpu_max(const std::string& text) {
+  std::istringstream in(text);
+  std::string q, p, extra;
+  uint64_t quota = 0, period = 0;
+  if (!(in >> q >> p) || (in >> extra) || !parse_u64(p, period) || period == 0) return std::nullopt;
+  if (q == "max") return CpuQuota{std::nullopt, period};
+  if (!parse_u64(q, quota)) return std::nullopt;
+  return CpuQuota{quota, period};
+}
+
+std::optional<CpuQuota> parse_v1_cfs(const std::string& quota_text, const std::string& period_text) {
+  const std::string q = trim_space(quota_text), p = trim_space(period_text);
+  uint64_t quota = 0, period = 0;
+  if (!parse_u64(p, period) || period == 0) return std::nullopt;
+  if (q == "-1") return CpuQuota{std::nullopt, period};
+  if (!parse_u64(q, quota)) return std::nullopt;
+  return CpuQuota{quota, period};
+}
+
+std::optional<CpuQuota> read_cpu_quota(const std::string& cgroup2_root, const std::string& cpu_v1_root,
+                                       const std::string& path) {
+  if (std::string t = read_text_file(cgroup2_root + path + "/cpu.max"); !t.empty()) return parse_cpu_max(t);
+  if (cpu_v1_root.empty()) return std::nullopt;
+  const std::string dir = cpu_v1_root + path;
+  return parse_v1_cfs(read_text_file(dir + "/cpu.cfs_quota_us"), read_text_file(dir + "/cpu.cfs_period_us"));
 }
 
 CpuStatThrottleReader::CpuStatThrottleReader(std::string cgroup2_root, std::string cpu_v1_root, std::string proc_root)

@@ -54,6 +54,7 @@ std::string config_to_yaml(const Config& c) {
   key("min_offline_share") << format_double(o.min_offline_share);
   key("self_throttle_share") << format_double(o.self_throttle_share);
   key("min_waits") << o.min_waits;
+  key("burst_share") << format_double(o.burst_share);
   out << YAML::EndMap;
 
   const auto& b = c.budget;

@@ -78,6 +78,7 @@ Result<void> validate_config(const Config& c) {
       {"online.interference_share_limit", o.interference_share_limit},
       {"online.min_offline_share", o.min_offline_share},
       {"online.self_throttle_share", o.self_throttle_share},
+      {"online.burst_share", o.burst_share},
   };
   for (const auto& [key, v] : shares) {
     if (!in_unit_range(v)) return bad(key, "must be between 0 and 1, got " + format_double(v));

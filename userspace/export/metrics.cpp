@@ -193,6 +193,8 @@ struct Metrics::Impl {
   std::array<Gauge*, 7> memory{};
   std::array<Counter*, 2> online_memory_stall{};  // some, full
   Counter* psi_triggers = nullptr;
+  Gauge* burst_pods = nullptr;
+  Gauge* burst_cgroups = nullptr;
   std::array<Counter*, 4> memory_events{};  // kills online, offline; refaults online, offline
   std::map<BudgetAction, Counter*> decisions;
   Histogram* reaction = nullptr;
@@ -723,6 +725,23 @@ void Metrics::record_psi_triggers(size_t n) {
                           .Register(m.registry)
                           .Add({});
   m.psi_triggers->Increment(static_cast<double>(n));
+}
+
+void Metrics::record_burst(size_t pods, size_t cgroups) {
+  auto& m = *impl_;
+  std::lock_guard lk(m.mu);
+  if (!m.burst_pods) {
+    auto& f = prometheus::BuildGauge()
+                  .Name("khagent_online_burst")
+                  .Help(
+                      "Online pods given CPU burst because their waits were their own throttling (what=\"pods\"), "
+                      "and their cgroups with a quota that carry it (what=\"cgroups\")")
+                  .Register(m.registry);
+    m.burst_pods = &f.Add({{"what", "pods"}});
+    m.burst_cgroups = &f.Add({{"what", "cgroups"}});
+  }
+  m.burst_pods->Set(static_cast<double>(pods));
+  m.burst_cgroups->Set(static_cast<double>(cgroups));
 }
 
 void Metrics::record_memory_events(const MemoryEvents& e) {

@@ -14,6 +14,8 @@ const char* cgroup_file_name(CgroupFile f) {
     case CgroupFile::V1CpusetCpus: return "v1:cpuset.cpus";
     case CgroupFile::MemoryHigh: return "memory.high";
     case CgroupFile::V1MemoryLimit: return "v1:memory.limit_in_bytes";
+    case CgroupFile::CpuMaxBurst: return "cpu.max.burst";
+    case CgroupFile::V1CpuCfsBurst: return "v1:cpu.cfs_burst_us";
   }
   return "";
 }
@@ -28,7 +30,8 @@ Hierarchy hierarchy_of(CgroupFile f) {
   switch (f) {
     case CgroupFile::V1CpuCfs:
     case CgroupFile::V1CpuShares:
-    case CgroupFile::V1CpuIdle: return Hierarchy::CpuV1;
+    case CgroupFile::V1CpuIdle:
+    case CgroupFile::V1CpuCfsBurst: return Hierarchy::CpuV1;
     case CgroupFile::V1CpusetCpus: return Hierarchy::CpusetV1;
     case CgroupFile::V1MemoryLimit: return Hierarchy::MemoryV1;
     default: return Hierarchy::Unified;
@@ -42,6 +45,7 @@ std::vector<std::string> kernel_files(CgroupFile f) {
     case CgroupFile::V1CpuIdle: return {"cpu.idle"};
     case CgroupFile::V1CpusetCpus: return {"cpuset.cpus"};
     case CgroupFile::V1MemoryLimit: return {"memory.limit_in_bytes"};
+    case CgroupFile::V1CpuCfsBurst: return {"cpu.cfs_burst_us"};
     default: return {cgroup_file_name(f)};
   }
 }

@@ -9,6 +9,7 @@ const char* knob_name(Knob k) {
     case Knob::Idle: return "cpu.idle";
     case Knob::Cpus: return "cpuset.cpus";
     case Knob::Memory: return "memory.high";
+    case Knob::Burst: return "cpu.max.burst";
   }
   return "";
 }

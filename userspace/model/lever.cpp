@@ -9,6 +9,7 @@ const char* lever_name(Lever l) {
     case Lever::Cpuset: return "cpuset";
     case Lever::Quota: return "quota";
     case Lever::Memory: return "memory";
+    case Lever::Burst: return "burst";
   }
   return "";
 }

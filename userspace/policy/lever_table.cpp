@@ -15,7 +15,10 @@ namespace khagent {
 namespace {
 
 // Whether it is a parent that gets the quota and the cpuset (not a pod).
-bool parent(TargetKind k) { return k != TargetKind::BestEffortPod; }
+bool parent(TargetKind k) {
+  return k == TargetKind::YarnRoot || k == TargetKind::BestEffortQos || k == TargetKind::Configured;
+}
+bool offline(TargetKind k) { return k != TargetKind::OnlinePod; }
 
 // The offline parents' working sets, and how many there are.
 std::pair<uint64_t, size_t> parents_memory(const LeverInput& in) {
@@ -29,7 +32,7 @@ std::pair<uint64_t, size_t> parents_memory(const LeverInput& in) {
   return {total, n};
 }
 
-constexpr std::array<LeverSpec, 5> kTable = {{
+constexpr std::array<LeverSpec, 6> kTable = {{
     {
         Lever::Idle,
         Knob::Idle,
@@ -41,7 +44,7 @@ constexpr std::array<LeverSpec, 5> kTable = {{
         "writes",
         "the original cpu.idle from the state file, then the weight saved with it (clearing idle resets the "
         "weight to the default)",
-        [](TargetKind k) { return k != TargetKind::BestEffortQos; },
+        [](TargetKind k) { return offline(k) && k != TargetKind::BestEffortQos; },
         [](const LeverInput&, const Config& cfg) { return cfg.offline.idle; },
         [](const LeverInput& in, const Config&, const OfflineTarget& t, double) -> std::optional<KnobValue> {
           if (in.idle_supported) return CpuIdle{true};
@@ -118,6 +121,23 @@ constexpr std::array<LeverSpec, 5> kTable = {{
           return MemoryLimit{memory_share(*in.memory_budget, t.memory_used, total, n, cfg.memory)};
         },
     },
+    {
+        Lever::Burst,
+        Knob::Burst,
+        false,
+        false,
+        "cpu.max.burst (cpu.cfs_burst_us on v1): kernel 5.14+",
+        "online pods whose waits were their own throttling (the self-throttled verdict) and that have a quota; "
+        "the kubelet writes the pod's quota, never its burst",
+        "the original burst from the state file (0 unless someone set one)",
+        [](TargetKind k) { return k == TargetKind::OnlinePod; },
+        [](const LeverInput& in, const Config& cfg) { return cfg.online.burst_share > 0 && !in.online.empty(); },
+        [](const LeverInput&, const Config& cfg, const OfflineTarget& t, double) -> std::optional<KnobValue> {
+          if (!t.quota || !t.quota->quota_us) return std::nullopt;  // no quota: nothing throttles it
+          const auto q = *t.quota->quota_us;
+          return CpuBurst{std::min(q, static_cast<uint64_t>(static_cast<double>(q) * cfg.online.burst_share))};
+        },
+    },
 }};
 
 }  // namespace
@@ -142,7 +162,7 @@ std::vector<std::pair<Lever, bool>> levers_in_force(const LeverInput& in, const 
   return out;
 }
 
-std::vector<Setting> offline_writes(const LeverInput& in, const Config& cfg) {
+std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg) {
   // The budget is split by recent use between the parents, each keeping a
   // small share.
   double total = 0;
@@ -153,6 +173,13 @@ std::vector<Setting> offline_writes(const LeverInput& in, const Config& cfg) {
       parents++;
     }
   std::vector<Setting> want;
+  for (const auto& t : in.online) {
+    for (const auto& s : kTable) {
+      if (in.budget_only && !s.carries_budget) continue;
+      if (!s.touches(t.kind) || !s.in_force(in, cfg)) continue;
+      if (auto v = s.value(in, cfg, t, 0)) want.push_back({t.path, std::move(*v)});
+    }
+  }
   for (const auto& t : in.targets) {
     const double share = parents == 1 ? 1.0
                          : total > 0  ? std::max(t.usage_cores / total, 0.1)
@@ -176,7 +203,11 @@ std::string levers_summary(const Config& cfg, bool idle_supported) {
     if (lever_is_rung(l) && rung_in_force(l, cfg, none)) always.emplace_back(lever_name(l));
   return fmt::format("{} on offline targets{}{}; ladder [{}] on a lasting breach", base,
                      always.empty() ? "" : fmt::format(", {} always", fmt::join(always, " and ")),
-                     cfg.memory.enabled ? "; offline memory limited to the memory budget" : "",
+                     fmt::format("{}{}", cfg.memory.enabled ? "; offline memory limited to the memory budget" : "",
+                                 cfg.online.burst_share > 0
+                                     ? fmt::format("; CPU burst {:.0f}% of the quota for self-throttled online pods",
+                                                   cfg.online.burst_share * 100)
+                                     : ""),
                      fmt::join(cfg.ladder.rungs | std::views::transform([](Lever l) { return lever_name(l); }), ", "));
 }
 

@@ -12,6 +12,7 @@ const char* target_kind_name(TargetKind k) {
     case TargetKind::BestEffortQos: return "besteffort-qos";
     case TargetKind::BestEffortPod: return "besteffort-pod";
     case TargetKind::Configured: return "configured";
+    case TargetKind::OnlinePod: return "online-pod";
   }
   return "configured";
 }
@@ -21,7 +22,10 @@ std::vector<OfflineTarget> select_targets(const TargetCandidates& c, const Offli
   std::set<std::string> seen;
   auto add = [&](const std::string& p, TargetKind k) {
     if (p.empty() || p == "/" || !seen.insert(p).second) return;
-    out.push_back({p, k, 0});
+    OfflineTarget t;
+    t.path = p;
+    t.kind = k;
+    out.push_back(std::move(t));
   };
   if (cfg.yarn)
     for (const auto& p : c.yarn_roots) add(p, TargetKind::YarnRoot);

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "khagent/collect/sample.h"
+#include "khagent/model/cgroup_value.h"
 
 namespace khagent {
 
@@ -19,6 +20,19 @@ std::unordered_map<std::string, uint64_t> parse_flat_keyed(const std::string& te
 // From /proc/<pid>/cgroup text, the path in the v1 hierarchy whose controller
 // list contains "cpu" (e.g. "4:cpu,cpuacct:/foo" gives "/foo").
 std::optional<std::string> v1_cpu_path(const std::string& proc_pid_cgroup);
+
+// A cgroup's CPU quota and where its cgroups are that could hold one.
+// `cpu_quota_text`: the quota from a v2 cpu.max ("max 100000", "20000
+// 100000") or the v1 pair (cpu.cfs_quota_us, cpu.cfs_period_us: "-1" is no
+// limit); nullopt for text the kernel would not have written.
+std::optional<CpuQuota> parse_cpu_max(const std::string& text);
+std::optional<CpuQuota> parse_v1_cfs(const std::string& quota_text, const std::string& period_text);
+// The quota of the cgroup at `path` (relative to the cgroup2 mount): its
+// cpu.max where cgroup v2 has the cpu controller, else the v1 cpu
+// hierarchy's files at the same path (a hybrid host; cpu_v1_root empty on
+// pure v2). nullopt: unreadable (no such cgroup, no cpu controller).
+std::optional<CpuQuota> read_cpu_quota(const std::string& cgroup2_root, const std::string& cpu_v1_root,
+                                       const std::string& path);
 
 class ThrottleStatReader {
  public:

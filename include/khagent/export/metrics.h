@@ -82,6 +82,8 @@ class Metrics {
   void record_memory_stall(const MemoryStall& s);
   // PSI triggers on online pods' memory.pressure that fired between ticks.
   void record_psi_triggers(size_t n);
+  // Online pods given CPU burst (self-throttled), and their cgroups with one.
+  void record_burst(size_t pods, size_t cgroups);
   // OOM kills and refaults of online pods and offline parents.
   void record_memory_events(const MemoryEvents& e);
   // Actuator results counted by cgroup file and outcome.

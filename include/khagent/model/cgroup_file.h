@@ -18,7 +18,8 @@ namespace khagent {
 // hierarchies of a hybrid host, at the same relative path. V1CpuCfs is the
 // pair cpu.cfs_quota_us + cpu.cfs_period_us, read and written as one value
 // "QUOTA PERIOD" (QUOTA -1: no limit). MemoryHigh is v2's memory.high,
-// V1MemoryLimit its counterpart in the v1 memory hierarchy.
+// V1MemoryLimit its counterpart in the v1 memory hierarchy. CpuMaxBurst is
+// v2's cpu.max.burst, V1CpuCfsBurst v1's cpu.cfs_burst_us.
 enum class CgroupFile {
   CpuMax,
   CpuWeight,
@@ -30,11 +31,13 @@ enum class CgroupFile {
   V1CpusetCpus,
   MemoryHigh,
   V1MemoryLimit,
+  CpuMaxBurst,
+  V1CpuCfsBurst,
 };
-inline constexpr std::array<CgroupFile, 10> kAllCgroupFiles = {
-    CgroupFile::CpuMax,     CgroupFile::CpuWeight,    CgroupFile::CpuIdle,   CgroupFile::CpusetCpus,
-    CgroupFile::V1CpuCfs,   CgroupFile::V1CpuShares,  CgroupFile::V1CpuIdle, CgroupFile::V1CpusetCpus,
-    CgroupFile::MemoryHigh, CgroupFile::V1MemoryLimit};
+inline constexpr std::array<CgroupFile, 12> kAllCgroupFiles = {
+    CgroupFile::CpuMax,     CgroupFile::CpuWeight,     CgroupFile::CpuIdle,     CgroupFile::CpusetCpus,
+    CgroupFile::V1CpuCfs,   CgroupFile::V1CpuShares,   CgroupFile::V1CpuIdle,   CgroupFile::V1CpusetCpus,
+    CgroupFile::MemoryHigh, CgroupFile::V1MemoryLimit, CgroupFile::CpuMaxBurst, CgroupFile::V1CpuCfsBurst};
 
 // The name in logs and in the state file: "cpu.max", ..., and for v1 files
 // the hierarchy first: "v1:cpu.shares", "v1:cpu.cfs_quota_us+cpu.cfs_period_us".

@@ -43,9 +43,17 @@ struct MemoryLimit {
   bool operator==(const MemoryLimit&) const = default;
 };
 
+// cpu.max.burst (v2), cpu.cfs_burst_us (v1), kernel 5.14+: quota a group
+// may carry over from periods it did not use, on top of its quota in one
+// period; the kernel refuses more than the quota.
+struct CpuBurst {
+  uint64_t burst_us = 0;
+  bool operator==(const CpuBurst&) const = default;
+};
+
 // The knobs, in the order of KnobValue's alternatives.
-enum class Knob { Quota, Weight, Idle, Cpus, Memory };
-using KnobValue = std::variant<CpuQuota, CpuWeight, CpuIdle, CpuList, MemoryLimit>;
+enum class Knob { Quota, Weight, Idle, Cpus, Memory, Burst };
+using KnobValue = std::variant<CpuQuota, CpuWeight, CpuIdle, CpuList, MemoryLimit, CpuBurst>;
 inline Knob knob_of(const KnobValue& v) { return static_cast<Knob>(v.index()); }
 // The v2 file name of a knob, for logs: "cpu.max", "cpu.weight", "cpu.idle",
 // "cpuset.cpus", "memory.high".

@@ -16,9 +16,10 @@ enum class Lever {
   Cpuset,  // offline on CPUs of its own: a ladder rung
   Quota,   // a CPU quota over idle offline work: a ladder rung
   Memory,  // a memory limit on the offline parents, following the memory budget
+  Burst,   // CPU burst for online pods throttled by their own quota
 };
-inline constexpr std::array<Lever, 5> kAllLevers = {Lever::Idle, Lever::Weight, Lever::Cpuset, Lever::Quota,
-                                                    Lever::Memory};
+inline constexpr std::array<Lever, 6> kAllLevers = {Lever::Idle,  Lever::Weight, Lever::Cpuset,
+                                                    Lever::Quota, Lever::Memory, Lever::Burst};
 
 // Its name in the configuration, the logs and the metrics' `lever` label.
 const char* lever_name(Lever l);

@@ -1,6 +1,6 @@
 // The lever table: one entry per lever (model/lever.h) saying what it
 // writes as a typed value, on which offline targets, when it is in force,
-// where the kernel has it and how it is undone. offline_writes(), the
+// where the kernel has it and how it is undone. lever_writes(), the
 // ladder, the agent's logs and the metrics read it; adding a lever is one
 // entry here, its tests, and (for a rung) its name in model/lever.h.
 // Pure functions of plain data, no files.
@@ -31,6 +31,8 @@ struct LeverInput {
   // The offline memory budget (policy/memory.h); none: the memory lever is
   // off, or the node has no memory controller to write.
   std::optional<uint64_t> memory_budget;
+  // Online pods that get CPU burst (TargetKind::OnlinePod, with their quota).
+  std::vector<OfflineTarget> online;
 };
 
 struct LeverSpec {
@@ -72,8 +74,10 @@ std::vector<std::pair<Lever, bool>> levers_in_force(const LeverInput& in, const 
 //     idle offline work (or where the kernel has no cpu.idle), on the quota
 //     rung or on the cpuset rung with cpuset.throttle; never on pods;
 //   - memory: the memory budget split between the parents (memory_share),
-//     whenever there is a budget; never on pods.
-std::vector<Setting> offline_writes(const LeverInput& in, const Config& cfg);
+//     whenever there is a budget; never on pods;
+//   - burst: online.burst_share of the quota, on the online pods listed
+//     (in.online), those with a quota.
+std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg);
 
 // One line for the start-up log: the base lever, the rungs always in force
 // and the ladder.

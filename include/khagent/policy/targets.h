@@ -2,20 +2,24 @@
 // Pure functions of plain data, no files.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "khagent/config/config.h"
+#include "khagent/model/cgroup_value.h"
 #include "khagent/signals/offline_candidates.h"
 
 namespace khagent {
 
-// An offline cgroup khagent writes, and what owns its weight.
+// A cgroup khagent writes: an offline one, and what owns its weight; or an
+// online pod that gets CPU burst.
 enum class TargetKind {
   YarnRoot,       // the YARN hierarchy root: the NodeManager writes its children only
   BestEffortQos,  // kubepods-besteffort: the kubelet writes its cpu.shares/cpu.weight
   BestEffortPod,  // a BestEffort pod: the kubelet writes its shares once, at creation
   Configured,     // offline.targets
+  OnlinePod,      // an online pod throttled by its own quota: the burst lever only
 };
 const char* target_kind_name(TargetKind k);
 
@@ -25,6 +29,9 @@ struct OfflineTarget {
   double usage_cores = 0;     // last tick
   uint64_t memory_used = 0;   // working set in bytes, last tick
   bool memory_known = false;  // it is in the memory hierarchy and was read
+  // OnlinePod: its own quota (the kubelet's cpu.max, v1 cpu.cfs_quota_us),
+  // as read this tick; none: no quota or unreadable.
+  std::optional<CpuQuota> quota;
 };
 
 // Which of the candidates found in the cgroup tree
