@@ -209,25 +209,13 @@ int BPF_PROG(handle_sched_migrate_task, struct task_struct *p, int dest_cpu)
 }
 
 /*
- * The fast path for waits still going on. sched_switch reports a wait when
- * it ends, so a task starved for long (behind a SCHED_FIFO hog, a long
- * throttle, a CPU stuck in the kernel) would be reported late, or never
- * while it lasts. Userspace runs this iterator over every task now and then:
- * a task of a protected cgroup that has waited past its threshold, and was
- * not reported in this wait yet, gets an event now. The aggressor is
- * whoever holds the task's CPU now (this CPU's cpu_state as the switches
- * left it), blamed for the time since it was switched in, or since the
- * wait began if later. A wait that began throttled is reported as
- * throttled, with no aggressor.
- */
-/*
  * Direct reclaim, by the task that does it. The memcg pair exists with
  * CONFIG_MEMCG only: the loader leaves those two out on kernels without it.
  */
 SEC("tp_btf/mm_vmscan_direct_reclaim_begin")
 int BPF_PROG(handle_direct_reclaim_begin, int order, gfp_t gfp_flags)
 {
-	reclaim_begins(KH_RECLAIM_NODE);
+	reclaim_begins(KH_RECLAIM_NODE, order);
 	return 0;
 }
 
@@ -241,7 +229,7 @@ int BPF_PROG(handle_direct_reclaim_end, unsigned long nr_reclaimed)
 SEC("tp_btf/mm_vmscan_memcg_reclaim_begin")
 int BPF_PROG(handle_memcg_reclaim_begin, int order, gfp_t gfp_flags)
 {
-	reclaim_begins(KH_RECLAIM_MEMCG);
+	reclaim_begins(KH_RECLAIM_MEMCG, order);
 	return 0;
 }
 
@@ -252,6 +240,18 @@ int BPF_PROG(handle_memcg_reclaim_end, unsigned long nr_reclaimed)
 	return 0;
 }
 
+/*
+ * The fast path for waits still going on. sched_switch reports a wait when
+ * it ends, so a task starved for long (behind a SCHED_FIFO hog, a long
+ * throttle, a CPU stuck in the kernel) would be reported late, or never
+ * while it lasts. Userspace runs this iterator over every task now and then:
+ * a task of a protected cgroup that has waited past its threshold, and was
+ * not reported in this wait yet, gets an event now. The aggressor is
+ * whoever holds the task's CPU now (this CPU's cpu_state as the switches
+ * left it), blamed for the time since it was switched in, or since the
+ * wait began if later. A wait that began throttled is reported as
+ * throttled, with no aggressor.
+ */
 SEC("iter/task")
 int scan_waits(struct bpf_iter__task *ctx)
 {
@@ -333,7 +333,6 @@ int BPF_PROG(handle_cgroup_rmdir, struct cgroup *cgrp, const char *path)
 	if (cgrp->root->hierarchy_id != 0)
 		return 0;
 	id = cgrp->kn->id;
-	bpf_map_delete_elem(&reclaim_stats, &id);
 	if (!bpf_map_lookup_elem(&cgroup_slots, &id))
 		return 0;
 	if (bpf_map_push_elem(&removed_cgroups, &id, 0))

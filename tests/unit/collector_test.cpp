@@ -271,10 +271,13 @@ TEST(Collector, ReclaimIsListedAsItMovesEvenWhenNothingElseDid) {
   o.maps.next.reclaim[b] = r;
   auto s = o.c.tick_at(1'000'000'000, 1);
   ASSERT_TRUE(s.ok());
+  bool listed = false;
   for (const auto& cs : s->cgroups)
     if (cs.id == b) {
+      listed = true;
       EXPECT_EQ(cs.reclaim_interval.ns[KH_RECLAIM_MEMCG], 5'000'000u) << "counted from the map's start";
     }
+  EXPECT_TRUE(listed);
 
   r.ns[KH_RECLAIM_MEMCG] = 7'000'000;
   r.count[KH_RECLAIM_MEMCG] = 4;
@@ -296,6 +299,32 @@ TEST(Collector, ReclaimIsListedAsItMovesEvenWhenNothingElseDid) {
   s = o.c.tick_at(3'000'000'000, 3);
   ASSERT_TRUE(s.ok());
   EXPECT_TRUE(s->cgroups.empty()) << "nothing moved";
+  // Time added before its count (the programs add one field at a time): a
+  // change, listed and counted.
+  r.ns[KH_RECLAIM_MEMCG] += 500;
+  o.maps.next.reclaim[b] = r;
+  s = o.c.tick_at(3'500'000'000, 3);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->cgroups.size(), 1u);
+  EXPECT_EQ(s->cgroups[0].reclaim_interval.ns[KH_RECLAIM_MEMCG], 500u);
+  EXPECT_EQ(s->cgroups[0].reclaim_interval.count[KH_RECLAIM_MEMCG], 0u);
+  // A source that says which entries moved: only those are looked at.
+  o.maps.next.moved_only = true;
+  o.maps.next.moved.clear();
+  o.maps.next.reclaim_moved_known = true;
+  o.maps.next.reclaim_moved.clear();
+  r.ns[KH_RECLAIM_MEMCG] += 100;
+  o.maps.next.reclaim[b] = r;
+  s = o.c.tick_at(3'700'000'000, 3);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->cgroups.empty()) << "not said to have moved: not looked at this tick";
+  o.maps.next.reclaim_moved = {b};
+  s = o.c.tick_at(3'800'000'000, 3);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->cgroups.size(), 1u);
+  EXPECT_EQ(s->cgroups[0].reclaim_interval.ns[KH_RECLAIM_MEMCG], 100u) << "nothing lost, only later";
+  o.maps.next.reclaim_moved_known = false;
+  o.maps.next.moved_only = false;
   // An entry made again (deleted and made anew) counts from zero.
   r = {};
   r.ns[KH_RECLAIM_MEMCG] = 10;

@@ -129,3 +129,17 @@ TEST(CpuQuotaRead, V2CpuMaxOrTheV1PairAtTheSamePath) {
   EXPECT_FALSE(read_cpu_quota(v2, "", "/b").has_value()) << "pure v2 without cpu.max";
   EXPECT_FALSE(read_cpu_quota(v2, v1, "/missing").has_value());
 }
+
+TEST(CpuQuotaRead, BurstFromWhereTheQuotaIs) {
+  TempDir t;
+  t.write("v2/a/cpu.max", "30000 100000\n");
+  t.write("v2/a/cpu.max.burst", "15000\n");
+  t.write("v2/old/cpu.max", "30000 100000\n");  // a kernel before 5.14: no burst file
+  t.write("v2/b/cgroup.procs", "");
+  t.write("v1/b/cpu.cfs_burst_us", "0\n");
+  const std::string v2 = (t.path / "v2").string(), v1 = (t.path / "v1").string();
+  EXPECT_EQ(read_cpu_burst(v2, v1, "/a"), 15000u);
+  EXPECT_EQ(read_cpu_burst(v2, v1, "/b"), 0u);
+  EXPECT_FALSE(read_cpu_burst(v2, v1, "/old").has_value());
+  EXPECT_FALSE(read_cpu_burst(v2, "", "/b").has_value());
+}

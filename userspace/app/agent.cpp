@@ -95,6 +95,7 @@ class Agent {
   std::unique_ptr<PsiTriggers> psi_;               // on the same files: wakes the loop between ticks
   std::vector<std::string> online_;                // the last tick's online pods
   ReclaimCounters online_reclaim_;                 // the direct reclaim they paid in the last tick
+  uint64_t online_reclaim_interval_ns_ = 0;        // that tick's interval
   std::map<std::string, std::string> burst_pods_;  // online pods given CPU burst, and why
   bool psi_noted_ = false;                         // psi_->note() logged
   std::string memory_why_;                         // the last memory budget change, for its writes' log lines
@@ -312,7 +313,8 @@ std::optional<CpuSet> Agent::offline_cpus(const Decision& d, bool fast) {
   if (!fast || !exclusive_cpus_) {
     exclusive_cpus_.reset();
     if (auto cms = read_cpu_manager_state(cfg_.cpuset.cpu_manager_state)) exclusive_cpus_ = cms->exclusive;
-    else spdlog::warn("cpuset partition skipped: {}", cms.error().str());
+    else if (warned_.allow("cpuset partition", mono_ns()))  // a lasting problem: once a minute, not every tick
+      spdlog::warn("cpuset partition skipped: {}", cms.error().str());
   }
   if (!exclusive_cpus_) return std::nullopt;
   PartitionInput pi;
@@ -353,7 +355,7 @@ void Agent::apply(const Decision& d, bool fast, uint64_t first_event_ns) {
   if (!fast && !store_->empty()) {
     // Put back what is no longer wanted: a lever released, a target gone.
     auto back = actuator_->restore_outside(plan);
-    log_actions(back, "no longer wanted (lever released or not an offline target)", warned_, mono_ns());
+    log_actions(back, "no longer wanted (lever released, or no longer a target)", warned_, mono_ns());
     recs.insert(recs.end(), back.begin(), back.end());
   }
   if (metrics_) {
@@ -381,6 +383,13 @@ void Agent::apply(const Decision& d, bool fast, uint64_t first_event_ns) {
   auto burst_recs = take({CgroupFile::CpuMaxBurst, CgroupFile::V1CpuCfsBurst});
   log_actions(recs, why, warned_, mono_ns());
   log_actions(memory_recs, memory_why_, warned_, mono_ns());
+  // A burst someone else changed is theirs from then on: not written again,
+  // and not restored over their value.
+  for (const auto& r : burst_recs)
+    if (r.outcome == ActionOutcome::Reverted) {
+      store_->forget(r.cgroup, r.file);
+      if (auto s = store_->save(); !s) spdlog::warn("saving the state file: {}", s.error().str());
+    }
   log_actions(burst_recs,
               fmt::format("CPU burst {:.0f}% of the quota: an online pod's waits were its own throttling",
                           cfg_.online.burst_share * 100),
@@ -453,6 +462,7 @@ bool Agent::memory_step(uint64_t now_ns, const std::string& trigger) {
   ms.input.stall_trigger = trigger;
   ms.input.online_node_reclaim_ns = online_reclaim_.ns[KH_RECLAIM_NODE];
   ms.input.online_memcg_reclaim_ns = online_reclaim_.ns[KH_RECLAIM_MEMCG];
+  ms.input.interval_ns = online_reclaim_interval_ns_;
   if (ms.input.capacity == 0) {  // the node's memory is unknown: the last budget stays
     if (memory_state_.initialized) levers_.memory_budget = memory_state_.budget;
     memory_critical_.clear();
@@ -480,12 +490,20 @@ void Agent::burst_step(const Decision& d, uint64_t now_ns) {
   const bool on = cfg_.online.burst_share > 0;
   for (const auto& v : d.verdicts) {
     if (v.kind != PodVerdictKind::SelfThrottled) continue;
-    if (!on) {
+    // Online cgroups outside pods are summed under one name: not a cgroup.
+    const bool pod = std::find(online_.begin(), online_.end(), v.path) != online_.end();
+    if (!on || !pod) {
       if (warned_.allow("quota " + v.path, now_ns))
-        spdlog::warn("online {}: {} (not acted on: online.burst_share is 0)", v.path, v.why);
+        spdlog::warn("online {}: {} (not acted on: {})", v.path, v.why,
+                     on ? "not a pod's cgroup" : "online.burst_share is 0");
     } else if (burst_pods_.emplace(v.path, v.why).second) {
       spdlog::info("online {}: {}; CPU burst of {:.0f}% of its quota on the pod and its containers", v.path, v.why,
                    cfg_.online.burst_share * 100);
+    } else if (warned_.allow("quota " + v.path, now_ns)) {
+      spdlog::warn(
+          "online {}: {} with its CPU burst in place (a burst lends only what earlier periods left unused: a "
+          "pod busy at its limit needs a larger limit)",
+          v.path, v.why);
     }
   }
   // A pod keeps its burst while it lives (a burst costs nothing while unused);
@@ -506,7 +524,22 @@ void Agent::burst_step(const Decision& d, uint64_t now_ns) {
       t.path = cg;
       t.kind = TargetKind::OnlinePod;
       t.quota = read_cpu_quota(mounts_.cgroup2, mounts_.cpu_v1, cg);
-      if (t.quota && t.quota->quota_us) levers_.online.push_back(std::move(t));
+      if (!t.quota || !t.quota->quota_us) continue;  // no quota: nothing throttles it
+      // A burst khagent did not write is someone else's: left alone.
+      if (!store_->has(cg, file_for(backend_, Knob::Burst))) {
+        auto cur = read_cpu_burst(mounts_.cgroup2, mounts_.cpu_v1, cg);
+        if (!cur) {
+          if (warned_.allow("no burst", now_ns))
+            spdlog::warn("CPU burst: {} has no burst file (kernels before 5.14): no burst for it", cg);
+          continue;
+        }
+        if (*cur != 0) {
+          if (warned_.allow("foreign burst " + cg, now_ns))
+            spdlog::info("CPU burst: {} already has a burst of {} us that khagent did not write: left alone", cg, *cur);
+          continue;
+        }
+      }
+      levers_.online.push_back(std::move(t));
     }
   }
   if (metrics_) metrics_->record_burst(burst_pods_.size(), levers_.online.size());
@@ -573,6 +606,7 @@ void Agent::tick() {
   for (const auto& p : node.pods)
     if (p.cls == CgroupClass::Online) online_.push_back(p.path);
   online_reclaim_ = node.reclaim[static_cast<size_t>(CgroupClass::Online)];
+  online_reclaim_interval_ns_ = node.interval_ns;
   memory_step(mono_ns());
 
   ControllerInput in = controller_input(node, static_cast<double>(topo_.cpus.size()), mono_ns());

@@ -184,6 +184,8 @@ Result<void> BpfMapSource::read_into(RawMaps& raw) {
   }
 
   raw.reclaim.clear();
+  raw.reclaim_moved.clear();
+  raw.reclaim_moved_known = true;
   if (fds_.reclaim_stats >= 0) {
     auto r = for_each_entry<uint64_t, kh_reclaim_stats>(fds_.reclaim_stats, batch_ok_, reclaim_buf_,
                                                         [&](const uint64_t& id, const kh_reclaim_stats& v) {
@@ -195,6 +197,17 @@ Result<void> BpfMapSource::read_into(RawMaps& raw) {
                                                           }
                                                         });
     if (!r) return make_error(r.error().err, "reading reclaim_stats: " + r.error().message);
+    // Only the entries that changed are looked at this tick: a cgroup that
+    // reclaimed once keeps its entry while it lives.
+    for (const auto& [id, c] : raw.reclaim) {
+      auto [it, fresh] = reclaim_last_.try_emplace(id, c);
+      if (fresh || it->second.ns != c.ns || it->second.count != c.count || it->second.pages != c.pages) {
+        raw.reclaim_moved.push_back(id);
+        it->second = c;
+      }
+    }
+    if (reclaim_last_.size() != raw.reclaim.size())
+      std::erase_if(reclaim_last_, [&](const auto& kv) { return !raw.reclaim.count(kv.first); });
   }
 
   counter_vals_.resize(static_cast<size_t>(ncpus_));

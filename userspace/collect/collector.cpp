@@ -164,7 +164,9 @@ void Collector::visit_cgroups(TickWork& w, Sample& out) {
     todo.insert(watch_.begin(), watch_.end());
     todo.insert(w.gone.begin(), w.gone.end());
     for (const auto& [id, _] : raw_.throttle) todo.insert(id);
-    for (const auto& [id, _] : raw_.reclaim) todo.insert(id);  // few: cgroups that reclaimed
+    if (raw_.reclaim_moved_known) todo.insert(raw_.reclaim_moved.begin(), raw_.reclaim_moved.end());
+    else
+      for (const auto& [id, _] : raw_.reclaim) todo.insert(id);
     for (uint64_t id : todo) {
       auto r = raw_.cgroups.find(id);
       if (r != raw_.cgroups.end()) {

@@ -103,6 +103,17 @@ std::optional<CpuQuota> read_cpu_quota(const std::string& cgroup2_root, const st
   return parse_v1_cfs(read_text_file(dir + "/cpu.cfs_quota_us"), read_text_file(dir + "/cpu.cfs_period_us"));
 }
 
+std::optional<uint64_t> read_cpu_burst(const std::string& cgroup2_root, const std::string& cpu_v1_root,
+                                       const std::string& path) {
+  const bool v2 = !read_text_file(cgroup2_root + path + "/cpu.max").empty();
+  if (!v2 && cpu_v1_root.empty()) return std::nullopt;
+  const std::string t = trim_space(
+      read_text_file(v2 ? cgroup2_root + path + "/cpu.max.burst" : cpu_v1_root + path + "/cpu.cfs_burst_us"));
+  uint64_t v = 0;
+  if (!parse_u64(t, v)) return std::nullopt;
+  return v;
+}
+
 CpuStatThrottleReader::CpuStatThrottleReader(std::string cgroup2_root, std::string cpu_v1_root, std::string proc_root)
     : v2_root_(std::move(cgroup2_root)), v1_root_(std::move(cpu_v1_root)), proc_root_(std::move(proc_root)) {}
 

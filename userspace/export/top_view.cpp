@@ -117,8 +117,8 @@ std::string render_top(const TopModel& m, int rows_i, int cols_i) {
         mib_text(m.memory.capacity), m.memory.online_stall_share * 100,
         m.memory.worst.empty() || m.memory.online_stall_share == 0 ? "" : " (" + m.memory.worst + ")",
         m.memory.online_reclaim_ns && m.interval_ns
-            ? fmt::format("   in reclaim {:.1f}%",
-                          static_cast<double>(*m.memory.online_reclaim_ns) / static_cast<double>(m.interval_ns) * 100)
+            ? fmt::format("   in reclaim {:.1f} ms/s",
+                          static_cast<double>(*m.memory.online_reclaim_ns) / static_cast<double>(m.interval_ns) * 1e3)
             : std::string()));
   else lines.push_back("memory   -");
   lines.push_back("");

@@ -182,6 +182,7 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   s->rodata->cfg_interference = o.interference;
   s->rodata->cfg_event_min_ns = o.event_min_ns;
   s->rodata->cfg_event_interval_ns = o.event_interval_ns;
+  s->rodata->cfg_self_tgid = static_cast<__u32>(getpid());  // its limit writes reclaim in it: not counted
   // Slot arrays, their indexes, free queues and moved bitmaps: one size each
   // for cgroups and for pairs.
   for (bpf_map* m :

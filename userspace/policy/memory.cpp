@@ -39,10 +39,12 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
                              mib_text(free_above), mib_text(d.reserve), mib_text(in.offline_used));
   const bool cut_due = st.last_cut_ns == 0 || sub_sat(in.now_ns, st.last_cut_ns) >= 1'000'000'000;
   const bool stalled = in.online_stall_share > cfg.stall_limit || !in.stall_trigger.empty();
-  // Online tasks reclaimed for the node (the page allocator ran short):
-  // the node is short whatever the working sets say (page cache they count
-  // as free was not free fast enough).
-  const bool node_reclaim = in.online_node_reclaim_ns > 0;
+  // Online tasks spent stall_limit of the interval reclaiming for the node
+  // (the page allocator ran short for small allocations): the node is
+  // short whatever the working sets say (page cache they count as free was
+  // not free fast enough). A moment of it is not enough.
+  const bool node_reclaim = in.interval_ns > 0 && static_cast<double>(in.online_node_reclaim_ns) >=
+                                                      cfg.stall_limit * static_cast<double>(in.interval_ns);
   if (stalled && in.offline_used > 0 && (tight || node_reclaim) && cut_due) {
     // The arithmetic left online short (its page cache counted as free, a
     // burst within a tick): offline gives back part of what it holds.

@@ -82,6 +82,7 @@ class BpfMapSource : public MapSource {
   MappedArray cgroup_stats_, cgroup_moved_, interference_, pair_moved_;
   BatchBuffers<uint64_t, kh_throttle_stats> throttle_buf_;
   BatchBuffers<uint64_t, kh_reclaim_stats> reclaim_buf_;
+  std::unordered_map<uint64_t, ReclaimCounters> reclaim_last_;  // reclaim_stats as last read
   std::vector<uint64_t> counter_vals_;
   std::vector<RawPair> pair_by_slot_;    // the pairs as last read (victim 0: none)
   std::vector<uint8_t> pair_moved_now_;  // by slot: read by this read_pairs()

@@ -31,8 +31,11 @@ struct RawMaps {
   std::unordered_map<uint64_t, CgroupCounters> cgroups;
   std::vector<RawPair> pairs;
   std::unordered_map<uint64_t, ThrottleCounters> throttle;
-  // Cumulative direct reclaim of the cgroups whose tasks reclaimed.
+  // Cumulative direct reclaim of the cgroups whose tasks reclaimed, and
+  // (where reclaim_moved_known) those whose entry changed since the last read.
   std::unordered_map<uint64_t, ReclaimCounters> reclaim;
+  std::vector<uint64_t> reclaim_moved;
+  bool reclaim_moved_known = false;
   std::array<uint64_t, KH_NR_COUNTERS> counters{};
   // Cgroups the kernel reported removed since the last read (where the
   // source reports removals).

@@ -33,6 +33,11 @@ std::optional<CpuQuota> parse_v1_cfs(const std::string& quota_text, const std::s
 // pure v2). nullopt: unreadable (no such cgroup, no cpu controller).
 std::optional<CpuQuota> read_cpu_quota(const std::string& cgroup2_root, const std::string& cpu_v1_root,
                                        const std::string& path);
+// Its CPU burst in us, from the same place (v2 cpu.max.burst, v1
+// cpu.cfs_burst_us); nullopt where the kernel has none (before 5.14) or
+// the cgroup cannot be read.
+std::optional<uint64_t> read_cpu_burst(const std::string& cgroup2_root, const std::string& cpu_v1_root,
+                                       const std::string& path);
 
 class ThrottleStatReader {
  public:

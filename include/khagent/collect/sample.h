@@ -102,8 +102,8 @@ struct ReclaimCounters {
     return t;
   }
   bool any() const {
-    for (auto v : count)
-      if (v) return true;
+    for (size_t k = 0; k < ns.size(); k++)
+      if (ns[k] || count[k] || pages[k]) return true;
     return false;
   }
 };

@@ -46,8 +46,8 @@ struct TopMemory {
   uint64_t working_set = 0;
   double online_stall_share = 0;  // the largest of one online pod (PSI "some")
   std::string worst;              // that pod
-  // Direct reclaim online tasks paid in the interval (ns); unknown where
-  // the vmscan tracepoints are not attached.
+  // Direct reclaim online tasks paid in the interval (ns, summed over
+  // tasks); unknown where the vmscan tracepoints are not attached.
   std::optional<uint64_t> online_reclaim_ns;
 };
 

@@ -31,6 +31,7 @@ struct MemoryInput {
   // page allocator ran short) and at memory cgroup limits.
   uint64_t online_node_reclaim_ns = 0;
   uint64_t online_memcg_reclaim_ns = 0;
+  uint64_t interval_ns = 0;  // the interval those cover (0: unknown)
 };
 
 struct MemorySignals {
