@@ -229,12 +229,13 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   // stamps each wait as its handlers end, which is when khagent's start;
   // that total is the one to match. The total stamped at the handlers'
   // entries is printed only. In the TCG guest the dispatch between the two
-  // programs costs microseconds of emulated time, more when the host is
-  // busy: 2.1 us a wait over the tracer's 34 us mean (6.2%) was seen in a
-  // clean-checkout run, 0.1 us in the next. The real kernel's clock is held
-  // to 5%; the guest to 10%.
-  const double tol = in_vmtest_guest() ? 0.10 : 0.05;
-  EXPECT_NEAR(ours_ns, tracer_exit_ns, tol * tracer_exit_ns)
+  // programs costs microseconds of emulated time a wait, more when the host
+  // is busy: 2.1 and 3.5 us a wait over the tracer's 34-36 us mean (6.2%,
+  // 9.5%) were seen in clean-checkout runs, 0.1 us in another. The real
+  // kernel's clock is held to 5%; the guest to 5% plus 5 us a wait.
+  const double waits = static_cast<double>(bd.waits);
+  auto tol = [&](double truth) { return 0.05 * truth + (in_vmtest_guest() ? 5000.0 * waits : 0.0); };
+  EXPECT_NEAR(ours_ns, tracer_exit_ns, tol(tracer_exit_ns))
       << "disagrees with the reference tracer stamped at its handlers' exits";
 
   // (2) B's interference is A's. Kernel threads and daemons in the root
@@ -253,7 +254,7 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   // The truth for A's part: how long the tracer saw the hog run on CPU 0
   // while B waited there, stamped as the tracer's handlers end (as above).
   ASSERT_GT(held, 0) << "the reference tracer saw the hog hold none of B's wait";
-  EXPECT_NEAR(by_a, held, tol * held) << "A's blame off the time the hog held B's CPU";
+  EXPECT_NEAR(by_a, held, tol(held)) << "A's blame off the time the hog held B's CPU";
   EXPECT_GE(by_a / (other - by_root), 0.95);
   // The root cgroup's share is usually under 5%, but on a shared 2-CPU
   // host it follows whatever else runs there: 27% and 35% were seen. The
