@@ -15,6 +15,7 @@
  *   runq_slots.bpf.h     slots of the shared counters, moved bitmaps, each
  *                        CPU's pending batch (and why they are so)
  *   runq_throttle.bpf.h  the throttled clock: how much of a wait was throttled
+ *   runq_stall.bpf.h     the stall detector: time a CPU ran nothing at all
  *   runq_wait.bpf.h      the wait bookkeeping and the blame ring
  *   runq_reclaim.bpf.h   who paid for memory reclaim (direct reclaim time)
  * (core_fixes.bpf.h, the CO-RE helpers for kernel layout differences, comes
@@ -34,6 +35,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "runq_common.bpf.h"
 #include "runq_slots.bpf.h"
 #include "runq_throttle.bpf.h"
+#include "runq_stall.bpf.h"
 #include "runq_wait.bpf.h"
 #include "runq_reclaim.bpf.h"
 
@@ -133,6 +135,8 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 	}
 	cgid = task_cgid(next);
 	cs->cur_cgid = cgid;
+	if (cfg_stall_period_ns && cs->stall_state == KH_STALL_IDLE)
+		stall_arm(cs, now);
 	ts = bpf_task_storage_get(&task_state, next, 0, 0);
 	if (ts && ts->wait_start) {
 		t0 = ts->wait_start;
@@ -178,6 +182,7 @@ int BPF_PROG(handle_sched_migrate_task, struct task_struct *p, int dest_cpu)
 	w0 = ts->wait_start;
 	if (ts->seg_start > w0) {
 		w0 = ts->seg_start;
+		b.stolen = ts->acc_stolen;
 		b.same = ts->acc_same;
 		b.other = ts->acc_other;
 		if (ts->acc_top)
@@ -188,7 +193,10 @@ int BPF_PROG(handle_sched_migrate_task, struct task_struct *p, int dest_cpu)
 	cgid = task_cgid(p);
 	/* The task on the source CPU now: its slice is not in the ring yet. */
 	if (cs->cur_cgid && cs->cur_start < now) {
-		__u64 ov = now - (cs->cur_start > w0 ? cs->cur_start : w0);
+		__u64 from = cs->cur_start > w0 ? cs->cur_start : w0, ov = now - from;
+		__u64 lost = stall_overlap(cs, from, now);
+
+		ov = ov > lost ? ov - lost : 0;
 
 		if (cs->cur_cgid == cgid) {
 			b.same += ov;
@@ -201,11 +209,38 @@ int BPF_PROG(handle_sched_migrate_task, struct task_struct *p, int dest_cpu)
 		}
 	}
 	blame_ring(cs, cs->head, cgid, w0, now, &b);
+	ts->acc_stolen = b.stolen;
 	ts->acc_same = b.same;
 	ts->acc_other = b.other;
 	ts->acc_top = blame_top(&b, &ts->acc_top_ns);
 	ts->seg_start = now;
 	return 0;
+}
+
+/*
+ * Sets up CPU ctx->cpu's stall timer (runq_stall.bpf.h); the loader runs it
+ * once per possible CPU after the load (BPF_PROG_TEST_RUN). It does not
+ * start the timer: sched_switch does, on the CPU the timer is pinned to.
+ * Returns 0, or the negative errno of the helper that refused.
+ */
+struct stall_init_args {
+	__u32 cpu;
+};
+
+SEC("syscall")
+int init_stall_timer(struct stall_init_args *ctx)
+{
+	struct stall_timer *st;
+	__u32 cpu = ctx->cpu;
+	long err;
+
+	st = bpf_map_lookup_elem(&stall_timers, &cpu);
+	if (!st)
+		return -2; /* ENOENT */
+	err = bpf_timer_init(&st->timer, &stall_timers, 1 /* CLOCK_MONOTONIC */);
+	if (err && err != -16 /* EBUSY: set up already */)
+		return err;
+	return bpf_timer_set_callback(&st->timer, stall_tick);
 }
 
 /*

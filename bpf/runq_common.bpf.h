@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * What every part of runq.bpf.c shares: constants, the load-time settings
- * (.rodata, set by the loader), the per-CPU and per-task state, all 18 maps,
+ * (.rodata, set by the loader), the per-CPU and per-task state, all 20 maps,
  * and the two helpers everything calls (count, task_cgid). One place for
  * them, so that each map is declared once, with what it holds, and the other
  * headers only use them. Not an ABI: the layouts userspace reads are in
@@ -15,6 +15,7 @@
 
 #define TASK_RUNNING 0
 #define SLICE_RING 16 /* power of two */
+#define STALL_RING 8  /* power of two */
 #define KH_EEXIST 17  /* errno: vmlinux.h has no macros */
 
 /*
@@ -55,6 +56,14 @@ const volatile bool cfg_fentry_clock = false;
  */
 const volatile __u32 cfg_self_tgid = 0;
 
+/*
+ * The stall detector (runq_stall.bpf.h): each busy CPU's timer fires every
+ * cfg_stall_period_ns; firing later than cfg_stall_min_ns is a stall. A
+ * period of 0 turns it off.
+ */
+const volatile __u64 cfg_stall_period_ns = 0;
+const volatile __u64 cfg_stall_min_ns = 250000;
+
 
 /* A run of one task on a CPU: who ran (cgroup v2 id) and when. */
 struct slice {
@@ -87,6 +96,12 @@ struct pending {
 	__u32 pad;
 };
 
+/* A stretch in which this CPU ran nothing (runq_stall.bpf.h). */
+struct stall {
+	__u64 start;
+	__u64 end;
+};
+
 struct cpu_state {
 	__u64 cur_cgid;   /* cgroup v2 id of the task on this CPU; 0 = idle */
 	__u64 cur_start;  /* when it was switched in; 0 = unknown */
@@ -94,6 +109,11 @@ struct cpu_state {
 	__u64 switches;   /* sched_switch events not yet added to counters */
 	struct slice ring[SLICE_RING];
 	struct pending pd;
+	/* Stalls seen so far; stalls[(stall_head - 1) % STALL_RING] is newest. */
+	__u64 stall_head;
+	struct stall stalls[STALL_RING];
+	__u32 stall_state; /* enum kh_stall_state of this CPU's timer */
+	__u32 pad;
 };
 
 struct task_state {
@@ -113,6 +133,7 @@ struct task_state {
 	__u64 acc_other;  /* ns behind other cgroups (already in the interference pairs) */
 	__u64 acc_top;    /* the cgroup that held the CPU longest in total in the earlier part */
 	__u64 acc_top_ns;
+	__u64 acc_stolen; /* ns of the earlier part its CPUs stalled */
 	__u64 reclaim_start; /* when its direct reclaim began; 0 = not reclaiming */
 	__u64 reclaim_cgid;  /* its cgroup v2 id then, which pays for all of it */
 	__u32 reclaim_kind;  /* enum kh_reclaim_kind of that reclaim */
@@ -248,6 +269,31 @@ struct {
 	__type(key, __u32);
 	__type(value, struct cpu_state);
 } cpu_state SEC(".maps");
+
+/* The stall detector's timer of each CPU: key = CPU number. */
+struct stall_timer {
+	struct bpf_timer timer;
+	__u64 due;  /* when it should fire next; 0 = not armed */
+};
+
+/*
+ * key: CPU; value: its stall timer. Sized to the possible CPUs by the loader;
+ * never pinned (a pin would keep the timers firing after the agent exits).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stall_timer);
+} stall_timers SEC(".maps");
+
+/* key: 0; value: what this CPU's stall detector saw (struct kh_stall_stats) */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kh_stall_stats);
+} stall_stats SEC(".maps");
 
 /* key: enum kh_counter; value: how often it happened on this CPU */
 struct {

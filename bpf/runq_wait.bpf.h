@@ -13,6 +13,7 @@
 #include "runq_common.bpf.h"
 #include "runq_slots.bpf.h"
 #include "runq_throttle.bpf.h"
+#include "runq_stall.bpf.h"
 
 static __always_inline void start_wait(struct task_struct *p, __u64 now)
 {
@@ -83,6 +84,7 @@ static __always_inline void report_wait(__u64 cgid, __u64 wait, __u64 now, __u64
  */
 #define BLAME_TOP 4
 struct blame {
+	__u64 stolen; /* ns the CPU stalled (no one ran: runq_stall.bpf.h) */
 	__u64 same;   /* ns a task of its own cgroup ran */
 	__u64 other;  /* ns other cgroups ran (charged to the interference pairs) */
 	__u64 agg;    /* the cgroup of the run being summed, and its ns */
@@ -140,14 +142,19 @@ static __always_inline void blame_run_ends(struct blame *b, __u64 victim)
 /*
  * Adds to b the slices of cs's ring (head: slices pushed so far) that
  * overlap [w0, w1], newest first, runs of one cgroup summed before they go
- * to the pairs. Returns how many slices it looked at (SLICE_RING: the ring
+ * to the pairs. The CPU's stalls in the window are added to b->stolen and
+ * taken out of the slices they fell in: whoever was current then did not
+ * run either. Returns how many slices it looked at (SLICE_RING: the ring
  * may not reach back to w0).
  */
 static __always_inline int blame_ring(struct cpu_state *cs, __u64 head, __u64 victim, __u64 w0, __u64 w1,
 				      struct blame *b)
 {
+	bool stalled = stalled_since(cs, w0);
 	int i;
 
+	if (stalled)
+		b->stolen += stall_overlap(cs, w0, w1);
 	for (i = 0; i < SLICE_RING; i++) {
 		struct slice *sl = &cs->ring[(head - 1 - i) & (SLICE_RING - 1)];
 		__u64 from, to, ov;
@@ -157,6 +164,11 @@ static __always_inline int blame_ring(struct cpu_state *cs, __u64 head, __u64 vi
 		from = sl->start > w0 ? sl->start : w0;
 		to = sl->end < w1 ? sl->end : w1;
 		ov = to > from ? to - from : 0;
+		if (stalled && ov) {
+			__u64 lost = stall_overlap(cs, from, to);
+
+			ov = ov > lost ? ov - lost : 0;
+		}
 		if (sl->cgid == victim) {
 			b->same += ov;
 			continue;
@@ -186,7 +198,7 @@ static __always_inline int blame_ring(struct cpu_state *cs, __u64 head, __u64 vi
 static __always_inline void end_wait(struct cpu_state *cs, struct pending *pd, __u64 cgid, __u64 t0,
 				     __u64 now, __u64 thr, struct task_state *ts)
 {
-	__u64 wait = now - t0, rest, same, other;
+	__u64 wait = now - t0, rest, same, other, stolen;
 	__u64 w0 = t0, w1 = now, span, seg = ts->seg_start;
 	struct blame bl = {};
 	__u32 began_throttled = ts->throttled;
@@ -216,6 +228,7 @@ static __always_inline void end_wait(struct cpu_state *cs, struct pending *pd, _
 	 * charged where it was queued then; this CPU's ring covers the rest.
 	 */
 	if (seg > t0) {
+		bl.stolen = ts->acc_stolen;
 		bl.same = ts->acc_same;
 		bl.other = ts->acc_other;
 		if (ts->acc_top)
@@ -231,20 +244,31 @@ static __always_inline void end_wait(struct cpu_state *cs, struct pending *pd, _
 	if (i == SLICE_RING && cs->ring[cs->head & (SLICE_RING - 1)].start > w0)
 		count(KH_CNT_RING_OVERFLOW);
 
-	if (same + other > span) /* clock skew between CPUs */
-		other = span > same ? span - same : 0;
-	rest = span - same - other;
+	if (same > span) /* clock skew between CPUs */
+		same = span;
+	if (same + other > span)
+		other = span - same;
+	stolen = bl.stolen;
+	if (same + other + stolen > span)
+		stolen = span - same - other;
+	rest = span - same - other - stolen;
 	pd->cause_ns[KH_WAIT_SAME_CGROUP] += same;
 	pd->cause_ns[KH_WAIT_OTHER_CGROUP] += other;
+	pd->cause_ns[KH_WAIT_STOLEN] += stolen;
 	pd->cause_ns[KH_WAIT_UNATTRIBUTED] += rest;
 	if (wait >= cfg_event_min_ns) {
 		__u64 top_ns, top = blame_top(&bl, &top_ns);
 
 		cause = other >= same ? (other >= rest ? KH_WAIT_OTHER_CGROUP : KH_WAIT_UNATTRIBUTED)
 				      : KH_WAIT_SAME_CGROUP;
-		if (thr >= other && thr >= same && thr >= rest)
+		if (stolen >= other && stolen >= same && stolen >= rest)
+			cause = KH_WAIT_STOLEN;
+		if (thr >= other && thr >= same && thr >= rest && thr >= stolen)
 			cause = KH_WAIT_THROTTLED;
-		report_wait(cgid, wait, now, cause == KH_WAIT_THROTTLED ? 0 : top,
-			    cause == KH_WAIT_THROTTLED ? 0 : top_ns, cause);
+		if (cause == KH_WAIT_THROTTLED || cause == KH_WAIT_STOLEN) {
+			top = 0;
+			top_ns = 0;
+		}
+		report_wait(cgid, wait, now, top, top_ns, cause);
 	}
 }

@@ -60,3 +60,35 @@ echo "all programs: $(echo "$total / $switches" | bc) ns of BPF time per context
 echo "agent: $(echo "scale=2; 100 * ($t1 - $t0) / $hz / ($wall_ns / 1000000000)" | bc)% of one CPU," \
      "peak RSS $(awk '/VmHWM/ {printf "%.1f MiB", $2 / 1024}' "/proc/$agent/status")," \
      "$(find "$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)" -type d | wc -l) cgroups on the machine"
+
+# The stall detector's timers fire in softirq on busy CPUs, charged to
+# whatever runs there, so their cost shows as work lost by a CPU-bound
+# load: stress-ng bogo ops per second on every CPU with the detector at its
+# default period against it turned off (--stall-period 0), interleaved.
+# STALL_ROUNDS=0 skips this part.
+rounds="${STALL_ROUNDS:-3}"
+if ((rounds > 0)) && command -v stress-ng >/dev/null; then
+  kill "$agent" 2>/dev/null && wait "$agent" 2>/dev/null || true
+  agent=""
+  bogo() {  # ops/s of stress-ng --cpu on every CPU for 5 s
+    stress-ng --cpu "$(nproc)" --cpu-method int64 -t 5 --metrics-brief 2>&1 |
+      awk '$4 == "cpu" && $5 ~ /^[0-9]+$/ {print $9; exit}'
+  }
+  declare -A sum=([on]=0 [off]=0)
+  echo "stall detector: stress-ng --cpu $(nproc) bogo ops/s (real time), $rounds rounds interleaved"
+  for ((r = 1; r <= rounds; r++)); do
+    for mode in on off; do
+      period=$([[ $mode == on ]] && echo 500us || echo 0)
+      "$root/build/khagent" --no-pin --log-level warn --stall-period "$period" observe --json --interval 1s \
+        >/dev/null &
+      agent=$!
+      sleep 1
+      v=$(bogo)
+      kill "$agent" 2>/dev/null && wait "$agent" 2>/dev/null || true
+      agent=""
+      echo "  round $r detector $mode: $v"
+      sum[$mode]=$(echo "${sum[$mode]} + $v" | bc -l)
+    done
+  done
+  echo "stall detector on/off: $(echo "scale=4; ${sum[on]} / ${sum[off]}" | bc -l) of the throughput"
+fi

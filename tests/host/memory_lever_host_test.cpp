@@ -170,7 +170,10 @@ TEST(AgentMemory, OfflineLimitedToWhatOnlineLeavesAndTheOnlineProcessSurvivesAHo
   uint64_t grown_ns = mono_ns_now();
   const bool grew = online_alive && ::write(on_ctl[1], "x", 1) == 1 &&
                     ::read(on_done[0], &held, sizeof held) == static_cast<ssize_t>(sizeof held);
-  const bool cut = grew && wait_for(3, [&] { return limit_of(m, v1, yarn) + 100 * kMiB <= mid; });
+  // Within 3 s on a real kernel; the emulated guest's clock and ticks are
+  // slow, so there the bound is only that the cut comes (10 s).
+  const int cut_bound_s = in_vmtest_guest() ? 10 : 3;
+  const bool cut = grew && wait_for(cut_bound_s, [&] { return limit_of(m, v1, yarn) + 100 * kMiB <= mid; });
   const double cut_ms = static_cast<double>(mono_ns_now() - grown_ns) / 1e6;
   const uint64_t after_growth = limit_of(m, v1, yarn);
 
@@ -208,7 +211,7 @@ TEST(AgentMemory, OfflineLimitedToWhatOnlineLeavesAndTheOnlineProcessSurvivesAHo
   EXPECT_LT(hog_held, 600u) << "the hog got all it asked for\n" << text;
   EXPECT_LE(hog_held * kMiB, first + 64 * kMiB) << "the hog grew past its limit\n" << text;
   EXPECT_TRUE(grew) << "the online process could not grow by 128 MiB\n" << text;
-  EXPECT_TRUE(cut) << "the limit did not follow online's growth within 3 s\n" << text;
+  EXPECT_TRUE(cut) << "the limit did not follow online's growth within " << cut_bound_s << " s\n" << text;
   EXPECT_EQ(text.find("rejected"), std::string::npos) << text;
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text;
   EXPECT_EQ(limit_of(m, v1, yarn), before) << "the original limit was not restored\n" << text;

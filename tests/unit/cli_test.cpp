@@ -34,6 +34,13 @@ TEST(Cli, GlobalOptions) {
   EXPECT_FALSE(p.options->loader.pin);
   EXPECT_FALSE(p.options->loader.allow_fentry);
   EXPECT_EQ(p.options->loader.max_cgroups, 1024u);
+  EXPECT_EQ(p.options->loader.stall_period_ns, 500'000u);  // the default
+  auto q = parse_cli({"--stall-period", "200us", "observe"});
+  ASSERT_TRUE(q.options.has_value()) << q.output;
+  EXPECT_EQ(q.options->loader.stall_period_ns, 200'000u);
+  auto off = parse_cli({"--stall-period", "0", "observe"});
+  ASSERT_TRUE(off.options.has_value()) << off.output;
+  EXPECT_EQ(off.options->loader.stall_period_ns, 0u);
 }
 
 TEST(Cli, ErrorsExitWithTwoAndSayWhy) {
@@ -49,6 +56,9 @@ TEST(Cli, ErrorsExitWithTwoAndSayWhy) {
       {{"observe", "--count", "x"}, "count"},
       {{"--log-level", "loud", "observe"}, "log-level"},
       {{"--max-cgroups", "1", "observe"}, "max-cgroups"},
+      {{"--stall-period", "50us", "observe"}, "between 100us and 100ms"},
+      {{"--stall-period", "1s", "observe"}, "between 100us and 100ms"},
+      {{"--stall-period", "soon", "observe"}, "--stall-period"},
   };
   for (const auto& c : cases) {
     auto p = parse_cli(c.args);

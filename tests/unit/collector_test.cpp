@@ -132,6 +132,39 @@ TEST(Collector, TotalsAndIntervalDeltas) {
   }
 }
 
+TEST(Collector, StallsSinceLoadAndInTheInterval) {
+  TempDir t;
+  CgroupIndex idx(t.path.string());
+  FakeMaps maps;
+  Collector c(maps, idx, nullptr, ThrottleSource::None);
+  maps.next.stall.available = true;
+  maps.next.stall.stolen_ns = 4'000'000;
+  maps.next.stall.stalls = 2;
+  auto s1 = c.tick_at(1'000'000'000, 1);
+  ASSERT_TRUE(s1.ok());
+  EXPECT_EQ(s1->stall_total.stolen_ns, 4'000'000u);
+  EXPECT_EQ(s1->stall_interval_ns, 0u);  // the first tick is the base
+  maps.next.stall.stolen_ns = 10'000'000;
+  maps.next.stall.stalls = 5;
+  auto s2 = c.tick_at(2'000'000'000, 2);
+  ASSERT_TRUE(s2.ok());
+  EXPECT_EQ(s2->stall_interval_ns, 6'000'000u);
+  EXPECT_EQ(s2->stall_interval_count, 3u);
+  Signals sig = compute_signals(*s2);
+  EXPECT_EQ(sig.stall_interval_ns, 6'000'000u);
+  EXPECT_TRUE(sig.stall_total.available);
+  // Maps loaded again: counts went back, this interval counts nothing.
+  maps.next.stall.stolen_ns = 1'000;
+  maps.next.stall.stalls = 1;
+  auto s3 = c.tick_at(3'000'000'000, 3);
+  ASSERT_TRUE(s3.ok());
+  EXPECT_EQ(s3->stall_interval_ns, 0u);
+  maps.next.stall.stolen_ns = 3'000;
+  auto s4 = c.tick_at(4'000'000'000, 4);
+  ASSERT_TRUE(s4.ok());
+  EXPECT_EQ(s4->stall_interval_ns, 2'000u);
+}
+
 TEST(Collector, CounterResetCountsFromZero) {
   OverTree tree({"a"});
   FakeMaps& maps = tree.maps;

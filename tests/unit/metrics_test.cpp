@@ -320,6 +320,20 @@ TEST(MetricsCounters, KernelCumulativeCountersAdvanceByDifference) {
   m.update(NodeSignals{}, s);
   EXPECT_EQ(value(m.render(), "khagent_bpf_events_total", {{"counter", "switches"}}), 30);
 
+  // The stall detectors: seconds and stalls since load, advanced by difference.
+  s.stall_total.available = true;
+  s.stall_total.stolen_ns = 2'000'000;
+  s.stall_total.stalls = 3;
+  m.update(NodeSignals{}, s);
+  s.stall_total.stolen_ns = 5'000'000;
+  s.stall_total.stalls = 4;
+  s.stall_total.cpus_failed = 1;
+  m.update(NodeSignals{}, s);
+  t = m.render();
+  EXPECT_DOUBLE_EQ(*value(t, "khagent_cpu_stall_seconds_total", {}), 0.005);
+  EXPECT_EQ(value(t, "khagent_cpu_stalls_total", {}), 4);
+  EXPECT_EQ(value(t, "khagent_cpu_stall_detector_failed_cpus", {}), 1);
+
   m.update_bpf_cost({{"handle_switch", 2'000'000'000, 100}, {"handle_wakeup", 0, 0}});
   m.update_bpf_cost({{"handle_switch", 3'000'000'000, 150}, {"handle_wakeup", 1'000, 2}});
   t = m.render();

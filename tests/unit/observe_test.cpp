@@ -21,7 +21,7 @@ Signals sample_signals() {
   on.total.wait_ns = 300;
   on.total.waits = 3;
   on.total.preemptions = 2;
-  on.total.cause_ns = {10, 20, 250, 20};
+  on.total.cause_ns = {10, 20, 250, 15, 5};
   on.interval.wait_ns = 100;
   on.interval.waits = 1;
   on.wait_p50_us = 1.5;
@@ -34,6 +34,11 @@ Signals sample_signals() {
   off.id = 12;
   off.path = "/hadoop-yarn/container_1";
   s.cgroups = {on, off};
+  s.stall_total.available = true;
+  s.stall_total.stolen_ns = 9'000'000;
+  s.stall_total.stalls = 4;
+  s.stall_interval_ns = 3'000'000;
+  s.stall_interval_count = 2;
   return s;
 }
 
@@ -44,6 +49,11 @@ TEST(Observe, JsonHasTheDocumentedFields) {
   EXPECT_EQ(j["ts_ns"], 1700000000000000000ULL);
   EXPECT_EQ(j["interval_ns"], 1000000000ULL);
   EXPECT_EQ(j["throttle_source"], "cpu.stat");
+  EXPECT_EQ(j["cpu_stalls"]["stolen_ns_total"], 9'000'000);
+  EXPECT_EQ(j["cpu_stalls"]["stalls_total"], 4);
+  Signals none = sample_signals();
+  none.stall_total = {};
+  EXPECT_TRUE(nlohmann::json::parse(observe_json(none, {}))["cpu_stalls"].is_null());
   ASSERT_EQ(j["cgroups"].size(), 2u);
   const auto& c = j["cgroups"][0];
   EXPECT_EQ(c["id"], 11);
@@ -56,6 +66,8 @@ TEST(Observe, JsonHasTheDocumentedFields) {
   EXPECT_EQ(c["wait_ns_total"]["throttled"], 10);
   EXPECT_EQ(c["wait_ns_total"]["same_cgroup"], 20);
   EXPECT_EQ(c["wait_ns_total"]["other_cgroup"], 250);
+  EXPECT_EQ(c["wait_ns_total"]["unattributed"], 15);
+  EXPECT_EQ(c["wait_ns_total"]["stolen"], 5);
   EXPECT_EQ(c["preemptions_total"], 2);
   EXPECT_EQ(c["throttled_ns_total"], 4000);
   EXPECT_EQ(c["reclaim_ns_total"]["memcg"], 7000);
@@ -97,6 +109,8 @@ TEST(Observe, PrefixFilter) {
 
 TEST(Observe, TableShowsCgroupsAndAggressor) {
   auto t = observe_table(sample_signals(), {"", 25});
+  EXPECT_NE(t.find("CPU stalls 2 (3.0ms in 1.00s)"), std::string::npos) << t;
+  EXPECT_NE(t.find("STOLE"), std::string::npos) << t;
   EXPECT_NE(t.find("cpu.stat"), std::string::npos);
   EXPECT_NE(t.find("/kubepods.slice/pod-a"), std::string::npos);
   EXPECT_NE(t.find("/hadoop-yarn/container_1 (250ns)"), std::string::npos);

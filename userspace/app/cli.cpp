@@ -28,6 +28,7 @@ namespace {
 struct Flags {
   bool no_pin = false, no_fentry = false, no_interference = false, no_metrics = false;
   std::string interval = "1s";
+  std::string stall_period = "500us";
   std::vector<std::string> labels;
 };
 
@@ -40,6 +41,10 @@ void add_global_options(CLI::App& app, CliOptions& o, Flags& f) {
   app.add_flag("--no-interference", f.no_interference, "do not record (victim, aggressor) pairs");
   app.add_option("--max-cgroups", o.loader.max_cgroups, "cgroups tracked in the kernel maps")
       ->check(CLI::Range(16u, 1u << 20));
+  app.add_option("--stall-period", f.stall_period,
+                 "how often each busy CPU's stall detector fires (100us to 100ms; 0: no detector): "
+                 "waits through a CPU stall are charged to 'stolen'")
+      ->capture_default_str();
 }
 
 // The live views: observe and top.
@@ -116,6 +121,15 @@ std::optional<std::string> finish(const CLI::App& app, const Flags& f, CliOption
   o.loader.pin = !f.no_pin;
   o.loader.allow_fentry = !f.no_fentry;
   o.loader.interference = !f.no_interference;
+  if (f.stall_period == "0") {
+    o.loader.stall_period_ns = 0;
+  } else {
+    auto p = parse_duration_ns(f.stall_period);
+    if (!p) return "khagent: --stall-period: " + p.error().message + "\n";
+    if (*p < 100'000ULL || *p > 100'000'000ULL)
+      return "khagent: --stall-period must be 0 or between 100us and 100ms, got '" + f.stall_period + "'\n";
+    o.loader.stall_period_ns = *p;
+  }
   static const std::pair<const char*, Command> kOneShot[] = {
       {"version", Command::Version},    {"run", Command::Run},       {"restore", Command::Restore},
       {"config", Command::ConfigCheck}, {"status", Command::Status}, {"doctor", Command::Doctor}};

@@ -216,6 +216,28 @@ Result<void> BpfMapSource::read_into(RawMaps& raw) {
     if (bpf_map_lookup_elem(fds_.counters, &k, counter_vals_.data()) != 0) return make_error(errno, "reading counters");
     for (auto v : counter_vals_) raw.counters[k] += v;
   }
+  return read_stalls(raw.stall);
+}
+
+Result<void> BpfMapSource::read_stalls(StallCounters& out) {
+  out = {};
+  if (fds_.stall_stats < 0) return {};
+  stall_vals_.resize(static_cast<size_t>(ncpus_));
+  uint32_t zero = 0;
+  if (bpf_map_lookup_elem(fds_.stall_stats, &zero, stall_vals_.data()) != 0)
+    return make_error(errno, "reading stall_stats");
+  out.available = true;
+  for (const auto& v : stall_vals_) {
+    out.stolen_ns += v.stolen_ns;
+    out.stalls += v.stalls;
+    out.longest_ns = std::max<uint64_t>(out.longest_ns, v.longest_ns);
+    out.ticks += v.ticks;
+    if (v.state == KH_STALL_ARMED) out.cpus_armed++;
+    if (v.state == KH_STALL_FAILED) {
+      out.cpus_failed++;
+      out.err = v.err;
+    }
+  }
   return {};
 }
 

@@ -1,6 +1,7 @@
 #include "khagent/collect/collector.h"
 
 #include <algorithm>
+#include <cstring>
 #include <ctime>
 #include <set>
 #include <unordered_set>
@@ -52,6 +53,19 @@ Result<Sample> Collector::tick_at(uint64_t mono_ns, uint64_t real_ns) {
   out.interval_ns = last_mono_ ? mono_ns - *last_mono_ : 0;
   out.throttle_source = source_;
   out.bpf_counters = raw_.counters;
+  out.stall_total = raw_.stall;
+  if (last_stall_ && raw_.stall.stolen_ns >= last_stall_->stolen_ns && raw_.stall.stalls >= last_stall_->stalls) {
+    out.stall_interval_ns = raw_.stall.stolen_ns - last_stall_->stolen_ns;
+    out.stall_interval_count = raw_.stall.stalls - last_stall_->stalls;
+  }
+  last_stall_ = raw_.stall;
+  if (raw_.stall.cpus_failed && !stall_failure_logged_) {
+    stall_failure_logged_ = true;
+    spdlog::warn(
+        "stall detector: the kernel refused to start the timer on {} CPU(s) ({}); waits through their stalls are "
+        "blamed on whoever was current",
+        raw_.stall.cpus_failed, std::strerror(-raw_.stall.err));
+  }
   out.complete = !changes_only_;
 
   visit_cgroups(w, out);

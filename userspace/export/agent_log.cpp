@@ -61,6 +61,7 @@ std::string describe_ongoing_waits(const kh_wait_event& longest, size_t ongoing,
   switch (longest.cause) {
     case KH_WAIT_THROTTLED: held = "its cgroup throttled"; break;
     case KH_WAIT_SAME_CGROUP: held = "a task of its own cgroup on the CPU"; break;
+    case KH_WAIT_STOLEN: held = "its CPU stalled (ran nothing: time taken by the hypervisor)"; break;
     case KH_WAIT_OTHER_CGROUP:
       held = fmt::format("{} on the CPU for {:.1f} ms", name_of(longest.aggressor_id),
                          static_cast<double>(longest.aggressor_ns) / 1e6);

@@ -56,10 +56,10 @@ constexpr std::array<uint64_t, 19> kWaitBoundsNs = {2'000,       5'000,       10
 
 const std::vector<double> kReactionBounds = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0};
 
-static_assert(KH_NR_WAIT_CAUSES == 4, "new wait cause: name it in kCauseNames");
+static_assert(KH_NR_WAIT_CAUSES == 5, "new wait cause: name it in kCauseNames");
 constexpr std::array<const char*, KH_NR_RECLAIM_KINDS> kReclaimKindNames = {"node", "memcg"};
 constexpr std::array<const char*, KH_NR_WAIT_CAUSES> kCauseNames = {"throttled", "same_cgroup", "other_cgroup",
-                                                                    "unattributed"};
+                                                                    "unattributed", "stolen"};
 
 constexpr std::array<BudgetAction, 6> kBudgetActions = {BudgetAction::Hold,     BudgetAction::Init,
                                                         BudgetAction::Decrease, BudgetAction::Increase,
@@ -199,6 +199,8 @@ struct Metrics::Impl {
   std::map<BudgetAction, Counter*> decisions;
   Histogram* reaction = nullptr;
   std::array<CumulativeCounter, KH_NR_COUNTERS> bpf_events{};
+  CumulativeCounter stall_seconds, stall_count;
+  Gauge* stall_cpus_failed = nullptr;
   std::map<std::string, std::pair<CumulativeCounter, CumulativeCounter>> progs;  // time, runs
   Gauge* source = nullptr;
   std::string source_value;
@@ -367,6 +369,23 @@ void Metrics::Impl::build() {
                        "ring_overflow, stats_full, pairs_full, events_dropped, removals_lost)")
                    .Register(r);
   for (size_t i = 0; i < KH_NR_COUNTERS; i++) bpf_events[i].counter = &ev_f.Add({{"counter", kBpfCounterNames[i]}});
+  stall_seconds.counter = &prometheus::BuildCounter()
+                               .Name("khagent_cpu_stall_seconds_total")
+                               .Help(
+                                   "Time the node's CPUs ran nothing at all (vCPU stalls seen by the stall "
+                                   "detector; waits through them are cause=\"stolen\"), summed over CPUs")
+                               .Register(r)
+                               .Add({});
+  stall_count.counter = &prometheus::BuildCounter()
+                             .Name("khagent_cpu_stalls_total")
+                             .Help("CPU stalls seen by the stall detector, all CPUs")
+                             .Register(r)
+                             .Add({});
+  stall_cpus_failed = &prometheus::BuildGauge()
+                           .Name("khagent_cpu_stall_detector_failed_cpus")
+                           .Help("CPUs whose stall detector timer the kernel refused (needs Linux 6.7+)")
+                           .Register(r)
+                           .Add({});
 
   source_info = &prometheus::BuildGauge()
                      .Name("khagent_throttle_source_info")
@@ -656,6 +675,11 @@ void Metrics::update(const NodeSignals& node, const Sample& sample) {
     m.update_aggressors(node.yarn);
     m.update_throttled(node);
     for (size_t i = 0; i < KH_NR_COUNTERS; i++) m.bpf_events[i].advance(sample.bpf_counters[i], 1.0);
+    if (sample.stall_total.available) {
+      m.stall_seconds.advance(sample.stall_total.stolen_ns, 1e-9);
+      m.stall_count.advance(sample.stall_total.stalls, 1.0);
+      m.stall_cpus_failed->Set(static_cast<double>(sample.stall_total.cpus_failed));
+    }
   }
   m.last_update_ns = mono_ns();
 }

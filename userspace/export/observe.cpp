@@ -73,13 +73,21 @@ std::string observe_json(const Signals& s, const ObserveView& v) {
       str(a.path);
       fmt::format_to(std::back_inserter(out), ",\"wait_ns_total\":{}}}", a.wait_ns_total);
     }
+    fmt::format_to(std::back_inserter(out),
+                   "],\"wait_ns_total\":{{\"other_cgroup\":{},\"same_cgroup\":{},\"stolen\":{},\"throttled\":{},"
+                   "\"unattributed\":{}}}}}",
+                   c.total.cause_ns[KH_WAIT_OTHER_CGROUP], c.total.cause_ns[KH_WAIT_SAME_CGROUP],
+                   c.total.cause_ns[KH_WAIT_STOLEN], c.total.cause_ns[KH_WAIT_THROTTLED],
+                   c.total.cause_ns[KH_WAIT_UNATTRIBUTED]);
+  }
+  // The node's CPU stalls (null: no stall detector).
+  if (s.stall_total.available)
     fmt::format_to(
         std::back_inserter(out),
-        "],\"wait_ns_total\":{{\"other_cgroup\":{},\"same_cgroup\":{},\"throttled\":{},\"unattributed\":{}}}}}",
-        c.total.cause_ns[KH_WAIT_OTHER_CGROUP], c.total.cause_ns[KH_WAIT_SAME_CGROUP],
-        c.total.cause_ns[KH_WAIT_THROTTLED], c.total.cause_ns[KH_WAIT_UNATTRIBUTED]);
-  }
-  fmt::format_to(std::back_inserter(out), "],\"interval_ns\":{},\"throttle_source\":", s.interval_ns);
+        "],\"cpu_stalls\":{{\"failed_cpus\":{},\"longest_ns\":{},\"stalls_total\":{},\"stolen_ns_total\":{}}}",
+        s.stall_total.cpus_failed, s.stall_total.longest_ns, s.stall_total.stalls, s.stall_total.stolen_ns);
+  else fmt::format_to(std::back_inserter(out), "],\"cpu_stalls\":null");
+  fmt::format_to(std::back_inserter(out), ",\"interval_ns\":{},\"throttle_source\":", s.interval_ns);
   str(throttle_source_name(s.throttle_source));
   fmt::format_to(std::back_inserter(out), ",\"ts_ns\":{}}}", s.ts_ns);
   return fmt::to_string(out);
@@ -96,10 +104,15 @@ std::string observe_table(const Signals& s, const ObserveView& v) {
   });
 
   std::string out =
-      fmt::format("khagent observe  interval {}  throttling from {}  cgroups {}\n",
+      fmt::format("khagent observe  interval {}  throttling from {}  cgroups {}",
                   human_ns(static_cast<double>(s.interval_ns)), throttle_source_name(s.throttle_source), rows.size());
-  out += fmt::format("{:<44} {:>6} {:>8} {:>8} {:>9} {:>5} {:>5} {:>5} {:>7} {:>9} {:>9}  {}\n", "CGROUP", "CPU%",
-                     "WAIT_P50", "WAIT_P99", "WAIT", "THR", "SAME", "OTHER", "PREEMPT", "THROTTLED", "RECLAIM",
+  if (s.stall_total.available)
+    out +=
+        fmt::format("  CPU stalls {} ({} in {})", s.stall_interval_count,
+                    human_ns(static_cast<double>(s.stall_interval_ns)), human_ns(static_cast<double>(s.interval_ns)));
+  out += "\n";
+  out += fmt::format("{:<44} {:>6} {:>8} {:>8} {:>9} {:>5} {:>5} {:>5} {:>5} {:>7} {:>9} {:>9}  {}\n", "CGROUP", "CPU%",
+                     "WAIT_P50", "WAIT_P99", "WAIT", "THR", "SAME", "OTHER", "STOLE", "PREEMPT", "THROTTLED", "RECLAIM",
                      "TOP AGGRESSOR");
   size_t n = 0;
   for (const auto* c : rows) {
@@ -111,12 +124,12 @@ std::string observe_table(const Signals& s, const ObserveView& v) {
       agg = fmt::format("{} ({})", a.path.empty() ? std::to_string(a.id) : shorten(a.path, 40),
                         human_ns(static_cast<double>(a.wait_ns_total)));
     }
-    out += fmt::format("{:<44} {:>6.1f} {:>8} {:>8} {:>9} {:>5} {:>5} {:>5} {:>7} {:>9} {:>9}  {}\n",
+    out += fmt::format("{:<44} {:>6.1f} {:>8} {:>8} {:>9} {:>5} {:>5} {:>5} {:>5} {:>7} {:>9} {:>9}  {}\n",
                        shorten(c->path, 44), c->cpu_pct, i.waits ? human_ns(c->wait_p50_us * 1e3) : "-",
                        i.waits ? human_ns(c->wait_p99_us * 1e3) : "-", human_ns(static_cast<double>(i.wait_ns)),
                        pct(i.cause_ns[KH_WAIT_THROTTLED], i.wait_ns), pct(i.cause_ns[KH_WAIT_SAME_CGROUP], i.wait_ns),
-                       pct(i.cause_ns[KH_WAIT_OTHER_CGROUP], i.wait_ns), i.preemptions,
-                       human_ns(static_cast<double>(c->throttle_interval.throttled_ns)),
+                       pct(i.cause_ns[KH_WAIT_OTHER_CGROUP], i.wait_ns), pct(i.cause_ns[KH_WAIT_STOLEN], i.wait_ns),
+                       i.preemptions, human_ns(static_cast<double>(c->throttle_interval.throttled_ns)),
                        human_ns(static_cast<double>(c->reclaim_interval.total_ns())), agg);
   }
   if (rows.size() > v.limit)

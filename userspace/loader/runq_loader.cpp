@@ -98,6 +98,26 @@ bool has_throttled_clock(const struct btf* vmlinux) {
   return false;
 }
 
+// Whether the kernel's BTF has an enumerator named `name` (a uapi flag the
+// kernel knows, such as BPF_F_TIMER_CPU_PIN: 6.7+).
+bool has_enum_value(const struct btf* vmlinux, const char* name) {
+  if (!vmlinux) return false;
+  const __u32 n = btf__type_cnt(vmlinux);
+  for (__u32 id = 1; id < n; id++) {
+    const struct btf_type* t = btf__type_by_id(vmlinux, id);
+    if (btf_is_enum(t)) {
+      const struct btf_enum* e = btf_enum(t);
+      for (int i = 0; i < btf_vlen(t); i++, e++)
+        if (std::strcmp(btf__name_by_offset(vmlinux, e->name_off), name) == 0) return true;
+    } else if (btf_is_enum64(t)) {
+      const struct btf_enum64* e = btf_enum64(t);
+      for (int i = 0; i < btf_vlen(t); i++, e++)
+        if (std::strcmp(btf__name_by_offset(vmlinux, e->name_off), name) == 0) return true;
+    }
+  }
+  return false;
+}
+
 // Loads `r0 = 0; exit` as a tracing program of `type` on the kernel's BTF
 // function `btf_id`: its fd, or -1 with errno set.
 int load_trivial_tracing(enum bpf_attach_type type, int btf_id) {
@@ -183,6 +203,15 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   s->rodata->cfg_event_min_ns = o.event_min_ns;
   s->rodata->cfg_event_interval_ns = o.event_interval_ns;
   s->rodata->cfg_self_tgid = static_cast<__u32>(getpid());  // its limit writes reclaim in it: not counted
+  // The stall detector: a timer per possible CPU, set up after the load by
+  // a syscall program (5.14+), started by sched_switch on its own CPU.
+  const int ncpus = libbpf_num_possible_cpus();
+  bool stalls = o.stall_period_ns > 0 && ncpus > 0;
+  std::string no_stalls = "turned off (--stall-period 0)";
+  if (stalls && libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_SYSCALL, nullptr) != 1) {
+    stalls = false;
+    no_stalls = "no syscall programs in this kernel (5.14+) to set the timers up";
+  }
   // Slot arrays, their indexes, free queues and moved bitmaps: one size each
   // for cgroups and for pairs.
   for (bpf_map* m :
@@ -207,6 +236,10 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
              probe_fentry_in(vmlinux.btf, "unthrottle_cfs_rq", &no_fentry);
     kernel_clock = has_throttled_clock(vmlinux.btf);
     no_task_iter = iterator_refusal(vmlinux.btf, "task");
+    if (stalls && !has_enum_value(vmlinux.btf, "BPF_F_TIMER_CPU_PIN")) {
+      stalls = false;
+      no_stalls = "the kernel has no BPF timers pinned to a CPU (BPF_F_TIMER_CPU_PIN, Linux 6.7+)";
+    }
     // Direct reclaim by the task that pays for it: each pair of tracepoints
     // where the kernel has it (the memcg pair needs CONFIG_MEMCG).
     for (auto [begin, end, event] :
@@ -221,6 +254,9 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
       }
     }
   }
+  s->rodata->cfg_stall_period_ns = stalls ? o.stall_period_ns : 0;
+  s->rodata->cfg_stall_min_ns = o.stall_min_ns;
+  bpf_map__set_max_entries(s->maps.stall_timers, stalls ? static_cast<uint32_t>(ncpus) : 1);
   // The task iterator is optional: refused, it is left out, never the whole load.
   s->rodata->cfg_fentry_clock = fentry && !kernel_clock;
   if (!fentry) {
@@ -267,6 +303,7 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
                                           : "throttled as a whole if they began throttled (no throttled clock before "
                                             "6.6 without fentry: approximate)");
 
+  if (!stalls) leave_out(s->progs.init_stall_timer, no_stalls);
   if (o.before_load) o.before_load(s->obj, left_out);
   if (int err = runq_bpf__load(s); err)
     return make_error(err, "loading the runq BPF programs (the verifier log above says why)");
@@ -275,6 +312,9 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
     for (uint32_t i = 0; i < n; i++)
       if (bpf_map_update_elem(bpf_map__fd(q), nullptr, &i, BPF_ANY) != 0)
         return make_error(errno, std::string("filling ") + bpf_map__name(q));
+  if (stalls) self->stall_detector_ = self->init_stall_timers(ncpus);
+  if (!stalls)
+    spdlog::info("stall detector: {}; waits through CPU stalls are blamed on whoever was current", no_stalls);
   if (!o.attach) {
     self->scan_ = false;  // nothing to run without its link
     return self;
@@ -297,6 +337,30 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
     if (auto r = self->pin(o.pin_dir); !r) spdlog::warn("maps not pinned: {}", r.error().str());
   }
   return self;
+}
+
+bool RunqBpf::init_stall_timers(int ncpus) {
+  const int fd = bpf_program__fd(skel_->progs.init_stall_timer);
+  for (int cpu = 0; cpu < ncpus; cpu++) {
+    struct {
+      uint32_t cpu;
+    } args{static_cast<uint32_t>(cpu)};
+    LIBBPF_OPTS(bpf_test_run_opts, run, .ctx_in = &args, .ctx_size_in = sizeof(args));
+    int err = bpf_prog_test_run_opts(fd, &run);
+    if (err == 0 && run.retval != 0) err = static_cast<int>(run.retval);
+    if (err != 0) {
+      spdlog::warn(
+          "stall detector: off (setting up the timer of CPU {} failed: {}); waits through CPU stalls are blamed "
+          "on whoever was current",
+          cpu, std::strerror(-err));
+      return false;
+    }
+  }
+  spdlog::info(
+      "stall detector: a timer on each busy CPU every {} us; a CPU that runs nothing for over {} us (a vCPU "
+      "stall) is charged as 'stolen' to the waits it holds up",
+      skel_->rodata->cfg_stall_period_ns / 1000, skel_->rodata->cfg_stall_min_ns / 1000);
+  return true;
 }
 
 Result<void> RunqBpf::attach() {
@@ -400,9 +464,10 @@ Result<void> RunqBpf::pin(const std::string& dir) {
     spdlog::info("{} already has pinned maps (another khagent?): not pinning", dir);
     return {};
   }
-  bpf_map* maps[] = {skel_->maps.cgroup_stats, skel_->maps.cgroup_slots,      skel_->maps.interference,
-                     skel_->maps.pair_slots,   skel_->maps.throttle_stats,    skel_->maps.cpu_state,
-                     skel_->maps.counters,     skel_->maps.protected_cgroups, skel_->maps.reclaim_stats};
+  std::vector<bpf_map*> maps = {skel_->maps.cgroup_stats, skel_->maps.cgroup_slots,      skel_->maps.interference,
+                                skel_->maps.pair_slots,   skel_->maps.throttle_stats,    skel_->maps.cpu_state,
+                                skel_->maps.counters,     skel_->maps.protected_cgroups, skel_->maps.reclaim_stats};
+  if (stall_detector_) maps.push_back(skel_->maps.stall_stats);  // empty without the detector
   for (bpf_map* m : maps) {
     std::string path = dir + "/" + bpf_map__name(m);
     if (::unlink(path.c_str()) == 0) spdlog::info("replaced stale pin {}", path);
@@ -427,6 +492,7 @@ RunqMapFds RunqBpf::map_fds(bool owner) const {
   }
   f.throttle_stats = throttle_source_ == ThrottleSource::Fentry ? bpf_map__fd(skel_->maps.throttle_stats) : -1;
   f.counters = bpf_map__fd(skel_->maps.counters);
+  if (stall_detector_) f.stall_stats = bpf_map__fd(skel_->maps.stall_stats);
   f.reclaim_stats = reclaim_kinds_.empty() ? -1 : bpf_map__fd(skel_->maps.reclaim_stats);
   f.removed_cgroups = removals_ ? bpf_map__fd(skel_->maps.removed_cgroups) : -1;
   return f;

@@ -27,6 +27,9 @@ Signals compute_signals(const Sample& s, size_t top_n) {
   out.ts_ns = s.ts_ns;
   out.interval_ns = s.interval_ns;
   out.throttle_source = s.throttle_source;
+  out.stall_total = s.stall_total;
+  out.stall_interval_ns = s.stall_interval_ns;
+  out.stall_interval_count = s.stall_interval_count;
   out.bpf_counters = s.bpf_counters;
 
   std::unordered_map<uint64_t, const CgroupSample*> by_id;

@@ -69,6 +69,7 @@ enum kh_wait_cause {
 	KH_WAIT_SAME_CGROUP,     /* another task of the same cgroup held the CPU */
 	KH_WAIT_OTHER_CGROUP,    /* another cgroup held the CPU: interference */
 	KH_WAIT_UNATTRIBUTED,    /* older than the slice ring, or the CPU was idle */
+	KH_WAIT_STOLEN,          /* the CPU itself did not run: a vCPU stall (struct kh_stall_stats) */
 	KH_NR_WAIT_CAUSES,
 };
 
@@ -90,8 +91,10 @@ enum kh_wait_cause {
  *    nr_throttled does (was: per-CPU unthrottles); field nr_throttled.
  * 7: map reclaim_stats (struct kh_reclaim_stats per cgroup v2 id); counter
  *    KH_CNT_RECLAIM_FULL.
+ * 8: wait cause KH_WAIT_STOLEN (kh_cgroup_stats.cause_ns has 5 entries);
+ *    per-CPU map stall_stats (struct kh_stall_stats).
  */
-enum { KH_RUNQ_ABI_VERSION = 7 };
+enum { KH_RUNQ_ABI_VERSION = 8 };
 
 /*
  * A slot of the cgroup_stats array: one per cgroup, shared by all CPUs. Each
@@ -165,6 +168,33 @@ struct kh_reclaim_stats {
 	__u64 pages[KH_NR_RECLAIM_KINDS];  /* pages they reclaimed */
 };
 KH_STATIC_ASSERT(sizeof(struct kh_reclaim_stats) == 48, "kh_reclaim_stats layout");
+
+/*
+ * Value of the per-CPU stall_stats map: what the CPU's stall detector saw.
+ * A BPF timer pinned to the CPU fires every cfg_stall_period_ns while the
+ * CPU is busy; when it fires more than cfg_stall_min_ns late, the CPU ran
+ * nothing at all from when it was due until it fired (on a VM, the vCPU
+ * had lost its physical CPU; on any machine, interrupts were off that
+ * long). That stretch is a stall: waits overlapping it are charged to
+ * KH_WAIT_STOLEN, not to the task that was current, which did not run
+ * either. Only this CPU writes its value.
+ */
+struct kh_stall_stats {
+	__u64 stolen_ns;   /* stalls' total */
+	__u64 stalls;      /* stalls seen */
+	__u64 longest_ns;  /* the longest stall */
+	__u64 ticks;       /* timer expiries (the detector's own cost) */
+	__s32 err;         /* the last bpf_timer_start error (negative errno); 0 = none */
+	__u32 state;       /* enum kh_stall_state */
+};
+KH_STATIC_ASSERT(sizeof(struct kh_stall_stats) == 40, "kh_stall_stats layout");
+
+/* kh_stall_stats::state, as the CPU's timer stands. */
+enum kh_stall_state {
+	KH_STALL_IDLE = 0,    /* not armed: the CPU was idle when it last fired (or never busy) */
+	KH_STALL_ARMED = 1,   /* firing every period */
+	KH_STALL_FAILED = 2,  /* bpf_timer_start refused (err): no detection on this CPU */
+};
 
 /* Value of the protected map: a cgroup whose long waits are reported at once. */
 struct kh_protect {

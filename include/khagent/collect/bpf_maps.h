@@ -84,6 +84,7 @@ class BpfMapSource : public MapSource {
   BatchBuffers<uint64_t, kh_reclaim_stats> reclaim_buf_;
   std::unordered_map<uint64_t, ReclaimCounters> reclaim_last_;  // reclaim_stats as last read
   std::vector<uint64_t> counter_vals_;
+  std::vector<kh_stall_stats> stall_vals_;
   std::vector<RawPair> pair_by_slot_;    // the pairs as last read (victim 0: none)
   std::vector<uint8_t> pair_moved_now_;  // by slot: read by this read_pairs()
   Quarantine cgroup_q_, pair_q_;
@@ -92,6 +93,7 @@ class BpfMapSource : public MapSource {
 
   Result<void> map_arrays();
   Result<void> read_stats_whole(RawMaps& raw);
+  Result<void> read_stalls(StallCounters& out);
   void read_stats_moved(RawMaps& raw);
   void read_pairs(RawMaps& raw);
   void release_quarantined(uint64_t now);

@@ -37,6 +37,7 @@ struct RawMaps {
   std::vector<uint64_t> reclaim_moved;
   bool reclaim_moved_known = false;
   std::array<uint64_t, KH_NR_COUNTERS> counters{};
+  StallCounters stall;
   // Cgroups the kernel reported removed since the last read (where the
   // source reports removals).
   std::vector<uint64_t> removed;
@@ -206,6 +207,8 @@ class Collector {
   std::optional<uint64_t> last_full_;      // failed inserts (stats + pairs) at the last tick
   std::optional<uint64_t> last_full_warn_;
   std::optional<uint64_t> last_removals_lost_;
+  std::optional<StallCounters> last_stall_;  // the stall detectors at the last tick
+  bool stall_failure_logged_ = false;
   RawMaps raw_;  // the last read, updated in place by the next
   bool totals_ = true;
   bool changes_only_ = false;

@@ -176,6 +176,19 @@ struct PairSample {
   uint64_t wait_ns_interval = 0;
 };
 
+// What the CPUs' stall detectors saw (the stall_stats map, summed over
+// CPUs; bpf/runq_stall.bpf.h): time in which a CPU ran nothing at all.
+struct StallCounters {
+  uint64_t stolen_ns = 0;
+  uint64_t stalls = 0;
+  uint64_t longest_ns = 0;   // the longest on any CPU (a maximum, not a sum)
+  uint64_t ticks = 0;        // timer expiries
+  uint32_t cpus_armed = 0;   // CPUs whose timer runs now (the others are idle, or failed)
+  uint32_t cpus_failed = 0;  // CPUs whose timer the kernel refused
+  int32_t err = 0;           // a refusal's negative errno
+  bool available = false;    // the map is read (false: no detector)
+};
+
 struct Sample {
   uint64_t ts_ns = 0;        // CLOCK_REALTIME at the end of the interval
   uint64_t interval_ns = 0;  // length of the interval (0 for the first sample)
@@ -192,6 +205,9 @@ struct Sample {
   std::vector<uint64_t> removed;  // cgroups the collector stopped tracking at this tick
   std::vector<PairSample> pairs;  // not complete: only those that moved
   std::array<uint64_t, KH_NR_COUNTERS> bpf_counters{};
+  StallCounters stall_total;       // since the maps were loaded
+  uint64_t stall_interval_ns = 0;  // stolen_ns in this interval, all CPUs
+  uint64_t stall_interval_count = 0;
 };
 
 }  // namespace khagent

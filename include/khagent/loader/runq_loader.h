@@ -39,6 +39,10 @@ struct LoaderOptions {
   uint32_t max_cgroups = 4096;  // entries of cgroup_stats / throttle_stats
   uint32_t max_pairs = 16384;   // entries of interference
   bool allow_fentry = true;     // false: always use cpu.stat for throttling
+  // The stall detector (bpf/runq_stall.bpf.h): each busy CPU's timer fires
+  // this often (0: no detector); firing stall_min_ns late is a stall.
+  uint64_t stall_period_ns = 500'000;
+  uint64_t stall_min_ns = 250'000;
   // The cpu controller is on a cgroup v1 hierarchy (a hybrid host): a
   // throttled cfs_rq belongs to a v1 cgroup, whose id is not the v2 id the
   // maps are keyed by, so throttled time comes from cpu.stat (fentry still
@@ -146,10 +150,15 @@ class RunqBpf {
   // The kinds of direct reclaim timed per cgroup ("node", "memcg"; the
   // reclaim_stats map), as attached; empty: none.
   const std::vector<std::string>& reclaim_kinds() const { return reclaim_kinds_; }
+  // Whether the stall detector's timers are set up (each CPU's starts when
+  // a task first runs there; a kernel may still refuse to start it, which
+  // stall_stats then shows).
+  bool stall_detector() const { return stall_detector_; }
 
  private:
   RunqBpf() = default;
   Result<void> attach();
+  bool init_stall_timers(int ncpus);
   Result<void> pin(const std::string& dir);
 
   runq_bpf* skel_ = nullptr;
@@ -163,7 +172,8 @@ class RunqBpf {
   std::vector<std::string> pinned_;
   bool replace_ = true;
   bool scan_ = false;
-  bool removals_ = false;                             // handle_cgroup_rmdir attached
+  bool removals_ = false;  // handle_cgroup_rmdir attached
+  bool stall_detector_ = false;
   std::vector<std::string> reclaim_kinds_;            // reclaim tracepoint pairs attached
   std::unordered_map<uint64_t, uint64_t> protected_;  // what the protected map holds, as last synced
   bool protected_known_ = false;

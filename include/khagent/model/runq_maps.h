@@ -25,6 +25,8 @@ struct RunqMapFds {
   int pair_free = -1;
   int throttle_stats = -1;
   int counters = -1;
+  // What each CPU's stall detector saw (per CPU); -1: no detector.
+  int stall_stats = -1;
   // Direct reclaim time per cgroup; -1 where no vmscan tracepoint is attached.
   int reclaim_stats = -1;
   // Queue of removed cgroup ids (handle_cgroup_rmdir); -1 where the hook is

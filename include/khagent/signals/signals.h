@@ -40,6 +40,10 @@ struct Signals {
   ThrottleSource throttle_source = ThrottleSource::None;
   std::vector<CgroupSignals> cgroups;
   std::array<uint64_t, KH_NR_COUNTERS> bpf_counters{};
+  // The CPUs' stall detectors: since load, and this interval (all CPUs).
+  StallCounters stall_total;
+  uint64_t stall_interval_ns = 0;
+  uint64_t stall_interval_count = 0;
 };
 
 Signals compute_signals(const Sample& s, size_t top_aggressors = 3);
