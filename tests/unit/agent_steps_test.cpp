@@ -133,6 +133,10 @@ TEST(AgentSteps, LadderInputSeesBreachesAndTheRateBehindOffline) {
   EXPECT_EQ(li.now_ns, 42u);
   EXPECT_FALSE(li.breach);
   EXPECT_DOUBLE_EQ(li.offline_wait_rate, 100'000'000.0) << "50 ms behind offline in a 0.5 s tick";
+  EXPECT_DOUBLE_EQ(li.stolen_wait_rate, 0.0);
+  in.online_pods[0].stolen_wait_ns = 5'000'000;  // through CPU stalls: not behind offline
+  EXPECT_DOUBLE_EQ(ladder_input(d, in, 0, 500'000'000, true).offline_wait_rate, 100'000'000.0);
+  EXPECT_DOUBLE_EQ(ladder_input(d, in, 0, 500'000'000, true).stolen_wait_rate, 10'000'000.0);
   EXPECT_TRUE(li.can_cpuset);
   EXPECT_TRUE(ladder_input(d, in, 2, 500'000'000, false).breach) << "fast-path breaches since the last tick";
   d.verdicts.push_back({"u", "/p", PodVerdictKind::SelfThrottled, 9000, 0, 1, ""});

@@ -46,9 +46,14 @@ LadderInput ladder_input(const Decision& d, const ControllerInput& in, uint64_t 
   li.breach = fast_breaches > 0;
   for (const auto& v : d.verdicts)
     if (v.kind == PodVerdictKind::Breach) li.breach = true;
-  uint64_t behind = 0;
-  for (const auto& p : in.online_pods) behind += p.offline_wait_ns;
-  li.offline_wait_rate = static_cast<double>(behind) * 1e9 / static_cast<double>(std::max<uint64_t>(tick_ns, 1));
+  uint64_t behind = 0, stolen = 0;
+  for (const auto& p : in.online_pods) {
+    behind += p.offline_wait_ns;
+    stolen += p.stolen_wait_ns;
+  }
+  const double per_s = 1e9 / static_cast<double>(std::max<uint64_t>(tick_ns, 1));
+  li.offline_wait_rate = static_cast<double>(behind) * per_s;
+  li.stolen_wait_rate = static_cast<double>(stolen) * per_s;
   li.can_cpuset = can_cpuset;
   return li;
 }
@@ -128,9 +133,9 @@ LadderDecision ladder_step(const LadderInput& in, const LadderConfig& cfg, Ladde
       d.before_rate = before;
       d.reason = fmt::format(
           "online in breach for {:.1f}s with cpu.idle{}: adding {} (waits behind offline "
-          "{:.2f} ms/s before){}",
+          "{:.2f} ms/s before; through CPU stalls {:.2f} ms/s this tick, not counted){}",
           static_cast<double>(in.now_ns - st.breach_since_ns) / 1e9, st.active.size() > 1 ? " and the rungs below" : "",
-          lever_name(*next), before / 1e6, skipped.empty() ? "" : "; skipped " + skipped);
+          lever_name(*next), before / 1e6, in.stolen_wait_rate / 1e6, skipped.empty() ? "" : "; skipped " + skipped);
       d.level = st.active.size();
       return d;
     }

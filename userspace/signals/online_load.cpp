@@ -15,6 +15,7 @@ std::vector<OnlinePodLoad> online_loads(const NodeSignals& node) {
     l.wait_ns = p.interval.wait_ns;
     l.throttled_wait_ns = p.interval.cause_ns[KH_WAIT_THROTTLED];
     l.offline_wait_ns = p.offline_wait_ns;
+    l.stolen_wait_ns = p.interval.cause_ns[KH_WAIT_STOLEN];
     l.wait_p99_us = p.wait_p99_us;
     out.push_back(std::move(l));
   }
@@ -27,11 +28,13 @@ std::vector<OnlinePodLoad> online_loads(const NodeSignals& node) {
   rest.waits = on.interval.waits - pod_waits;
   rest.wait_ns = on.interval.wait_ns;
   rest.throttled_wait_ns = on.interval.cause_ns[KH_WAIT_THROTTLED];
+  rest.stolen_wait_ns = on.interval.cause_ns[KH_WAIT_STOLEN];
   rest.offline_wait_ns = on.wait_by_aggressor_class_ns[static_cast<size_t>(CgroupClass::Offline)];
   for (const auto& p : out) {
     rest.wait_ns -= std::min(rest.wait_ns, p.wait_ns);
     rest.offline_wait_ns -= std::min(rest.offline_wait_ns, p.offline_wait_ns);
     rest.throttled_wait_ns -= std::min(rest.throttled_wait_ns, p.throttled_wait_ns);
+    rest.stolen_wait_ns -= std::min(rest.stolen_wait_ns, p.stolen_wait_ns);
   }
   rest.wait_p99_us = on.wait_p99_us;
   out.push_back(std::move(rest));

@@ -28,7 +28,10 @@ struct LadderInput {
   uint64_t now_ns = 0;
   bool breach = false;           // an online pod in breach this tick (or a fast-path event)
   double offline_wait_rate = 0;  // online waits behind offline, ns per second, this tick
-  bool can_cpuset = true;        // a partition can be made on this node
+  // Online waits through CPU stalls (cause stolen), ns per second, this
+  // tick: not in offline_wait_rate, never a reason to step; logged.
+  double stolen_wait_rate = 0;
+  bool can_cpuset = true;  // a partition can be made on this node
 };
 
 enum class LadderAction { Hold, Escalate, Kept, Undone, Relaxed, Skipped };

@@ -18,6 +18,7 @@ struct OnlinePodLoad {
   uint64_t wait_ns = 0;
   uint64_t throttled_wait_ns = 0;  // wait because its own quota throttled it
   uint64_t offline_wait_ns = 0;    // wait while offline cgroups held the CPU
+  uint64_t stolen_wait_ns = 0;     // wait while its CPU stalled (counted in none of the above)
   double wait_p99_us = 0;
 };
 
