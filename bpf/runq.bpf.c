@@ -135,7 +135,7 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 	}
 	cgid = task_cgid(next);
 	cs->cur_cgid = cgid;
-	if (cfg_stall_period_ns && cs->stall_state == KH_STALL_IDLE)
+	if (cfg_stall_period_ns && stall_enabled && cs->stall_state == KH_STALL_IDLE)
 		stall_arm(cs, now);
 	ts = bpf_task_storage_get(&task_state, next, 0, 0);
 	if (ts && ts->wait_start) {
@@ -194,9 +194,18 @@ int BPF_PROG(handle_sched_migrate_task, struct task_struct *p, int dest_cpu)
 	/* The task on the source CPU now: its slice is not in the ring yet. */
 	if (cs->cur_cgid && cs->cur_start < now) {
 		__u64 from = cs->cur_start > w0 ? cs->cur_start : w0, ov = now - from;
-		__u64 lost = stall_overlap(cs, from, now);
+		__u64 lost = stall_overlap(cs, from, now), going = stall_ongoing(cs, src, from, now);
 
+		/*
+		 * Stalls the ring has are in b.stolen by blame_ring below; one
+		 * going on now (idle balance pulls from a stalled CPU) is not in
+		 * the ring yet. Neither is the current task's.
+		 */
 		ov = ov > lost ? ov - lost : 0;
+		if (going > ov)
+			going = ov;
+		b.stolen += going;
+		ov -= going;
 
 		if (cs->cur_cgid == cgid) {
 			b.same += ov;
@@ -284,8 +293,9 @@ int BPF_PROG(handle_memcg_reclaim_end, unsigned long nr_reclaimed)
  * not reported in this wait yet, gets an event now. The aggressor is
  * whoever holds the task's CPU now (this CPU's cpu_state as the switches
  * left it), blamed for the time since it was switched in, or since the
- * wait began if later. A wait that began throttled is reported as
- * throttled, with no aggressor.
+ * wait began if later, less the time that CPU stalled meanwhile; mostly
+ * stalled, the cause is stolen, with no aggressor. A wait that began
+ * throttled is reported as throttled, with no aggressor.
  */
 SEC("iter/task")
 int scan_waits(struct bpf_iter__task *ctx)
@@ -323,12 +333,21 @@ int scan_waits(struct bpf_iter__task *ctx)
 	} else {
 		cs = bpf_map_lookup_percpu_elem(&cpu_state, &zero, cpu);
 		if (cs && cs->cur_cgid) {
+			__u64 from = cs->cur_start > t0 ? cs->cur_start : t0, stolen;
+
 			agg = cs->cur_cgid;
-			agg_ns = now - (cs->cur_start > t0 ? cs->cur_start : t0);
+			agg_ns = now - from;
 			if (agg_ns > now - t0)
 				agg_ns = 0; /* clock skew between CPUs */
+			/* Its CPU stalled meanwhile (or stalls now): not the holder's doing. */
+			stolen = stall_overlap(cs, from, now) + stall_ongoing(cs, cpu, from, now);
+			if (stolen > agg_ns)
+				stolen = agg_ns;
+			agg_ns -= stolen;
 			cause = agg == cgid ? KH_WAIT_SAME_CGROUP : KH_WAIT_OTHER_CGROUP;
-			if (agg == cgid) {
+			if (stolen > agg_ns)
+				cause = KH_WAIT_STOLEN;
+			if (agg == cgid || cause == KH_WAIT_STOLEN) {
 				agg = 0;
 				agg_ns = 0;
 			}

@@ -63,6 +63,11 @@ const volatile __u32 cfg_self_tgid = 0;
  */
 const volatile __u64 cfg_stall_period_ns = 0;
 const volatile __u64 cfg_stall_min_ns = 250000;
+/*
+ * Set by the loader once every CPU's timer is set up (init_stall_timer):
+ * until then, and for good if that failed, sched_switch starts none.
+ */
+bool stall_enabled = false;
 
 
 /* A run of one task on a CPU: who ran (cgroup v2 id) and when. */

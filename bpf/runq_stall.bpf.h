@@ -22,8 +22,13 @@
  *
  * What counts as a stall besides a vCPU stall: a stretch with interrupts
  * off longer than cfg_stall_min_ns, or timer softirqs deferred that long
- * (to ksoftirqd under a softirq flood). Neither is caused by who ran
- * either, and both are rare at 250 us.
+ * (to ksoftirqd under a softirq flood) with no context switch meanwhile
+ * (a switch proves the CPU ran: the stall is cut there). Neither is caused
+ * by who ran either, and both are rare at 250 us.
+ *
+ * A stall still going on is not in the ring yet (its timer has not fired):
+ * stall_ongoing() gives it to readers on other CPUs (the migration handler,
+ * the task iterator) from the timer's due time.
  */
 #pragma once
 
@@ -38,22 +43,45 @@
  */
 static int stall_tick(void *map, __u32 *key, struct stall_timer *st)
 {
-	__u64 now = bpf_ktime_get_ns(), late;
+	__u64 now = bpf_ktime_get_ns(), from, to, late;
 	struct kh_stall_stats *ss;
 	struct cpu_state *cs;
 	__u32 zero = 0;
 
+	if (*key != bpf_get_smp_processor_id()) {
+		/*
+		 * Its CPU went offline and the kernel moved the timer here: stop
+		 * it, and let sched_switch arm it again when the CPU is back.
+		 */
+		st->due = 0;
+		cs = bpf_map_lookup_percpu_elem(&cpu_state, &zero, *key);
+		if (cs)
+			cs->stall_state = KH_STALL_IDLE;
+		return 0;
+	}
 	cs = bpf_map_lookup_elem(&cpu_state, &zero);
 	ss = bpf_map_lookup_elem(&stall_stats, &zero);
 	if (!cs || !ss)
 		return 0;
 	ss->ticks++;
-	if (st->due && now > st->due + cfg_stall_min_ns) {
+	/*
+	 * A switch on this CPU proves it ran then: a busy CPU's stall starts
+	 * no earlier than its last switch, an idle CPU's ends when it went
+	 * idle (after that nothing waited here). Late softirqs with tasks
+	 * running meanwhile are so not taken for a stall.
+	 */
+	from = st->due;
+	to = now;
+	if (cs->cur_cgid && cs->cur_start > from)
+		from = cs->cur_start;
+	if (!cs->cur_cgid && cs->cur_start && cs->cur_start < to)
+		to = cs->cur_start;
+	if (st->due && to > from + cfg_stall_min_ns) {
 		struct stall *r = &cs->stalls[cs->stall_head & (STALL_RING - 1)];
 
-		late = now - st->due;
-		r->start = st->due;
-		r->end = now;
+		late = to - from;
+		r->start = from;
+		r->end = to;
 		cs->stall_head++;
 		ss->stolen_ns += late;
 		ss->stalls++;
@@ -126,6 +154,27 @@ __noinline __u64 stall_overlap(struct cpu_state *cs, __u64 from, __u64 to)
 			sum += b - a;
 	}
 	return sum;
+}
+
+/*
+ * How much of [from, to] CPU cpu has been stalling without its timer
+ * having fired yet (read from another CPU: the timer overdue by more than
+ * cfg_stall_min_ns while the CPU is busy).
+ */
+static __always_inline __u64 stall_ongoing(struct cpu_state *cs, __u32 cpu, __u64 from, __u64 to)
+{
+	struct stall_timer *st;
+	__u64 a;
+
+	if (!cfg_stall_period_ns || !cs->cur_cgid)
+		return 0;
+	st = bpf_map_lookup_elem(&stall_timers, &cpu);
+	if (!st || !st->due || to <= st->due + cfg_stall_min_ns)
+		return 0;
+	a = st->due > from ? st->due : from;
+	if (cs->cur_start > a)
+		a = cs->cur_start;
+	return to > a ? to - a : 0;
 }
 
 /* Whether this CPU stalled after t (the newest stall ends last). */

@@ -72,7 +72,7 @@ if ((rounds > 0)) && command -v stress-ng >/dev/null; then
   agent=""
   bogo() {  # ops/s of stress-ng --cpu on every CPU for 5 s
     stress-ng --cpu "$(nproc)" --cpu-method int64 -t 5 --metrics-brief 2>&1 |
-      awk '$4 == "cpu" && $5 ~ /^[0-9]+$/ {print $9; exit}'
+      awk '$4 == "cpu" && $5 ~ /^[0-9]+$/ && !done {print $9; done = 1}'
   }
   declare -A sum=([on]=0 [off]=0)
   echo "stall detector: stress-ng --cpu $(nproc) bogo ops/s (real time), $rounds rounds interleaved"

@@ -36,11 +36,14 @@ khagent="${KHAGENT:-$here/build/khagent}"
 tmp="$(mktemp -d)"
 hog=""
 agent=""
+late_pid=""
 pins="/sys/fs/bpf/khagent-stall-bench-$$"
 cleanup() {
   if [ -n "$hog" ]; then kill "$hog" 2>/dev/null || true; wait "$hog" 2>/dev/null || true; fi
+  if [ -n "$late_pid" ]; then kill "$late_pid" 2>/dev/null || true; wait "$late_pid" 2>/dev/null || true; fi
   if [ -n "$agent" ]; then kill "$agent" 2>/dev/null || true; wait "$agent" 2>/dev/null || true; fi
   rm -rf "$tmp"
+  rm -rf "$pins" 2>/dev/null || true  # pins the agent left, if it died
 }
 trap cleanup EXIT INT TERM
 
@@ -86,8 +89,9 @@ EOF
 cc -O2 -o "$tmp/gaps" "$tmp/gaps.c"
 
 # The same CPU seen by a timer, as khagent's stall detector sees it: a
-# SCHED_FIFO thread (where allowed) sleeping to absolute deadlines 200 us
-# apart, summing how late it wakes where that is over 250 us.
+# SCHED_FIFO thread (where allowed) sleeping to absolute deadlines 500 us
+# apart (the detector's default period), summing how late it wakes where
+# that is over 250 us.
 cat > "$tmp/late.c" <<'EOF'
 #define _GNU_SOURCE
 #include <sched.h>
@@ -112,7 +116,7 @@ int main(int argc, char **argv) {
   sched_setscheduler(0, SCHED_FIFO, &sp); /* best effort: not root, it stays SCHED_OTHER */
   uint64_t end = now() + (uint64_t)(atof(argv[2]) * 1e9), late = 0;
   while (now() < end) {
-    uint64_t due = now() + 200000, l;
+    uint64_t due = now() + 500000, l;
     struct timespec ts = {(time_t)(due / 1000000000ull), (long)(due % 1000000000ull)};
     clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
     l = now() - due;
@@ -162,6 +166,7 @@ for ((r = 0; r < rounds; r++)); do
     late_pid=$!
     read -r gaps over lost longest stall < <("$tmp/gaps" "$watch" "$secs")
     wait "$late_pid"
+    late_pid=""
     late="$(cat "$tmp/late.out")"
     d1=0
     [ "$detector" = yes ] && d1="$(stolen_ns)"

@@ -23,6 +23,7 @@
 #include "khagent/collect/collector.h"
 #include "khagent/loader/runq_loader.h"
 #include "mintrace.skel.h"
+#include "stall_inject.skel.h"
 
 using namespace khagent;
 using namespace hosttest;
@@ -1295,4 +1296,109 @@ TEST_F(RunqHost, StallDetectorAgreesWithATimersLateness) {
   // Agreement: the two sample the same CPU at the same rate, at different
   // phases, so a stall is seen by both with up to a period of difference.
   EXPECT_NEAR(det, ref, 0.35 * std::max(det, ref) + 2.0) << "detector and timer disagree on this CPU's stalls";
+}
+
+// The split of a wait around a stall, with stalls the test makes itself: a
+// test program (tests/host/stall_inject.bpf.c) writes stretches of the near
+// future into CPU 0's stall ring, as the stall detector would after a real
+// stall, while two busy loops in cgroups A and B share CPU 0: at any moment
+// one of them runs and the other waits. Every injected stretch is then
+// waited through by exactly one of them: the stolen parts of A's and B's
+// waits must add up to what was injected, be taken out of what the other
+// one is blamed for (their causes still adding up to their waits, the
+// pairs no larger than the other-cgroup part), not be left unattributed.
+// The real detector is off in this load, so only the injected stalls count.
+TEST_F(RunqHost, AStallInAWaitIsStolenNotBlamedOnWhoRan) {
+  LoaderOptions o;
+  o.pin_dir = "/sys/fs/bpf/" + unique("khagent-test-stall");
+  o.cpu_controller_on_v1 = !m_.cpu_v1.empty();
+  o.stall_period_ns = 0;
+  auto own = RunqBpf::open_and_load(o);
+  ASSERT_TRUE(own.ok()) << own.error().str();
+  BpfMapSource src((*own)->map_fds(true));
+  const int cs_fd = bpf_obj_get((o.pin_dir + "/cpu_state").c_str());
+  ASSERT_GE(cs_fd, 0) << "cpu_state not pinned under " << o.pin_dir;
+  stall_inject_bpf* inj = stall_inject_bpf__open();
+  ASSERT_NE(inj, nullptr);
+  ASSERT_EQ(bpf_map__reuse_fd(inj->maps.cpu_state, cs_fd), 0);
+  for (bpf_map* m :
+       {inj->maps.cgroup_stats, inj->maps.cgroup_slots, inj->maps.cgroup_free, inj->maps.interference,
+        inj->maps.pair_slots, inj->maps.pair_free, inj->maps.protected_cgroups, inj->maps.throttle_stats,
+        inj->maps.throttle_start, inj->maps.throttle_clock, inj->maps.reclaim_stats, inj->maps.removed_cgroups})
+    bpf_map__set_max_entries(m, 1);
+  ASSERT_EQ(stall_inject_bpf__load(inj), 0) << "loading the stall injector";
+  auto inject = [&](uint64_t start, uint64_t end) {
+    struct {
+      uint64_t start, end;
+    } args{start, end};
+    LIBBPF_OPTS(bpf_test_run_opts, run, .ctx_in = &args, .ctx_size_in = sizeof(args));
+    return bpf_prog_test_run_opts(bpf_program__fd(inj->progs.inject_stall), &run) == 0 &&
+           run.retval == static_cast<__u32>(kCpu);
+  };
+
+  auto& a = cgroup("a");
+  auto& b = cgroup("b");
+  ASSERT_GT(spawn(a, 0, [] { busy_loop(); }), 0);
+  ASSERT_GT(spawn(b, 0, [] { busy_loop(); }), 0);
+  sleep_s(0.3);
+  auto read_own = [&] {
+    auto r = src.read();
+    EXPECT_TRUE(r.ok()) << r.error().str();
+    return r.ok() ? r.value() : RawMaps{};
+  };
+  RawMaps r0 = read_own();
+  // From CPU 0: stretches of 3 ms starting 2 ms ahead, every 10 ms, for 2 s.
+  cpu_set_t old_set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(old_set), &old_set), 0);
+  pin_to(kCpu);
+  uint64_t injected = 0;
+  int stalls = 0;
+  const uint64_t stop = mono_ns_now() + 2'000'000'000ULL;
+  while (mono_ns_now() < stop) {
+    const uint64_t t = mono_ns_now();
+    if (inject(t + 2'000'000, t + 5'000'000)) {
+      injected += 3'000'000;
+      stalls++;
+    }
+    sleep_s(0.01);
+  }
+  sched_setaffinity(0, sizeof(old_set), &old_set);
+  sleep_s(0.05);  // the last stretch is over; waits through it end, batches are added
+  RawMaps r1 = read_own();
+  stall_inject_bpf__destroy(inj);
+  ::close(cs_fd);
+  ASSERT_GT(stalls, 100) << "the injector did not run on CPU " << kCpu;
+
+  CgroupCounters da = counters_delta(of(r1, a.id()), of(r0, a.id()));
+  CgroupCounters db = counters_delta(of(r1, b.id()), of(r0, b.id()));
+  auto ms = [](uint64_t ns) { return static_cast<double>(ns) / 1e6; };
+  const double stolen = static_cast<double>(da.cause_ns[KH_WAIT_STOLEN] + db.cause_ns[KH_WAIT_STOLEN]);
+  for (const auto* d : {&da, &db})
+    std::printf("%s: wait %.1f ms = other %.1f + same %.1f + stolen %.1f + throttled %.1f + unattributed %.1f ms\n",
+                d == &da ? "A" : "B", ms(d->wait_ns), ms(d->cause_ns[KH_WAIT_OTHER_CGROUP]),
+                ms(d->cause_ns[KH_WAIT_SAME_CGROUP]), ms(d->cause_ns[KH_WAIT_STOLEN]),
+                ms(d->cause_ns[KH_WAIT_THROTTLED]), ms(d->cause_ns[KH_WAIT_UNATTRIBUTED]));
+  std::printf("injected %d stalls, %.1f ms; stolen in A's and B's waits %.1f ms (%.3f of it)\n", stalls, ms(injected),
+              stolen / 1e6, stolen / static_cast<double>(injected));
+  // Each stretch waited through by one of the two; a kworker or the test
+  // itself on CPU 0 at that moment makes both wait (a little over).
+  EXPECT_GE(stolen, 0.9 * static_cast<double>(injected)) << "stalls in waits not charged as stolen";
+  EXPECT_LE(stolen, 1.15 * static_cast<double>(injected)) << "more stolen than was injected";
+  for (const auto* d : {&da, &db}) {
+    const char* who = d == &da ? "A" : "B";
+    const double wait = static_cast<double>(d->wait_ns);
+    double sum = 0;
+    for (auto c : d->cause_ns) sum += static_cast<double>(c);
+    ASSERT_GT(wait, 2e8) << who << " barely waited";
+    EXPECT_NEAR(sum / wait, 1.0, 0.01) << who << ": causes do not add up to the wait";
+    EXPECT_LE(static_cast<double>(d->cause_ns[KH_WAIT_UNATTRIBUTED]), 0.05 * wait)
+        << who << ": stalls left unattributed (taken out of no slice?)";
+    // Its other-cgroup part is net of the stalls, and so is its pair.
+    const uint64_t other_id = d == &da ? b.id() : a.id();
+    const uint64_t victim = d == &da ? a.id() : b.id();
+    const double pair = static_cast<double>(pair_ns(r1, victim, other_id) - pair_ns(r0, victim, other_id));
+    EXPECT_LE(pair, 1.01 * static_cast<double>(d->cause_ns[KH_WAIT_OTHER_CGROUP]))
+        << who << ": its pair with the other loop still holds the stolen time";
+    EXPECT_GE(pair, 0.8 * static_cast<double>(d->cause_ns[KH_WAIT_OTHER_CGROUP]));
+  }
 }

@@ -38,9 +38,11 @@ TEST(Cli, GlobalOptions) {
   auto q = parse_cli({"--stall-period", "200us", "observe"});
   ASSERT_TRUE(q.options.has_value()) << q.output;
   EXPECT_EQ(q.options->loader.stall_period_ns, 200'000u);
-  auto off = parse_cli({"--stall-period", "0", "observe"});
-  ASSERT_TRUE(off.options.has_value()) << off.output;
-  EXPECT_EQ(off.options->loader.stall_period_ns, 0u);
+  for (const char* zero : {"0", "0us", "0s"}) {
+    auto off = parse_cli({"--stall-period", zero, "observe"});
+    ASSERT_TRUE(off.options.has_value()) << zero << ": " << off.output;
+    EXPECT_EQ(off.options->loader.stall_period_ns, 0u) << zero;
+  }
 }
 
 TEST(Cli, ErrorsExitWithTwoAndSayWhy) {

@@ -121,14 +121,16 @@ std::optional<std::string> finish(const CLI::App& app, const Flags& f, CliOption
   o.loader.pin = !f.no_pin;
   o.loader.allow_fentry = !f.no_fentry;
   o.loader.interference = !f.no_interference;
-  if (f.stall_period == "0") {
-    o.loader.stall_period_ns = 0;
-  } else {
-    auto p = parse_duration_ns(f.stall_period);
-    if (!p) return "khagent: --stall-period: " + p.error().message + "\n";
-    if (*p < 100'000ULL || *p > 100'000'000ULL)
+  {
+    // 0 (with or without a unit) turns the detector off.
+    std::string t = f.stall_period;
+    if (!t.empty() && t.find_first_not_of("0123456789.") == std::string::npos) t += "s";
+    uint64_t ns = 0;
+    if (auto err = duration_text::parse_duration_ns(t, ns); !err.empty())
+      return "khagent: --stall-period: " + err + "\n";
+    if (ns != 0 && (ns < 100'000ULL || ns > 100'000'000ULL))
       return "khagent: --stall-period must be 0 or between 100us and 100ms, got '" + f.stall_period + "'\n";
-    o.loader.stall_period_ns = *p;
+    o.loader.stall_period_ns = ns;
   }
   static const std::pair<const char*, Command> kOneShot[] = {
       {"version", Command::Version},    {"run", Command::Run},       {"restore", Command::Restore},

@@ -224,8 +224,13 @@ Result<void> BpfMapSource::read_stalls(StallCounters& out) {
   if (fds_.stall_stats < 0) return {};
   stall_vals_.resize(static_cast<size_t>(ncpus_));
   uint32_t zero = 0;
-  if (bpf_map_lookup_elem(fds_.stall_stats, &zero, stall_vals_.data()) != 0)
-    return make_error(errno, "reading stall_stats");
+  if (bpf_map_lookup_elem(fds_.stall_stats, &zero, stall_vals_.data()) != 0) {
+    // The stall figures only: the tick goes on without them.
+    if (!stall_read_failed_)
+      spdlog::warn("reading stall_stats failed ({}): no CPU stall figures", std::strerror(errno));
+    stall_read_failed_ = true;
+    return {};
+  }
   out.available = true;
   for (const auto& v : stall_vals_) {
     out.stolen_ns += v.stolen_ns;

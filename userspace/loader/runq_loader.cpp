@@ -356,6 +356,7 @@ bool RunqBpf::init_stall_timers(int ncpus) {
       return false;
     }
   }
+  skel_->bss->stall_enabled = true;  // sched_switch may start them now
   spdlog::info(
       "stall detector: a timer on each busy CPU every {} us; a CPU that runs nothing for over {} us (a vCPU "
       "stall) is charged as 'stolen' to the waits it holds up",

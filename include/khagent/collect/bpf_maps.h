@@ -85,6 +85,7 @@ class BpfMapSource : public MapSource {
   std::unordered_map<uint64_t, ReclaimCounters> reclaim_last_;  // reclaim_stats as last read
   std::vector<uint64_t> counter_vals_;
   std::vector<kh_stall_stats> stall_vals_;
+  bool stall_read_failed_ = false;       // warned once
   std::vector<RawPair> pair_by_slot_;    // the pairs as last read (victim 0: none)
   std::vector<uint8_t> pair_moved_now_;  // by slot: read by this read_pairs()
   Quarantine cgroup_q_, pair_q_;
