@@ -135,8 +135,11 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 	}
 	cgid = task_cgid(next);
 	cs->cur_cgid = cgid;
-	if (cfg_stall_period_ns && stall_enabled && cs->stall_state == KH_STALL_IDLE)
-		stall_arm(cs, now);
+	if (cfg_stall_period_ns) {
+		cs->queued = rq_nr_running(next);
+		if (stall_enabled && cs->stall_state == KH_STALL_IDLE && cs->queued > 1)
+			stall_arm(cs, now);
+	}
 	ts = bpf_task_storage_get(&task_state, next, 0, 0);
 	if (ts && ts->wait_start) {
 		t0 = ts->wait_start;

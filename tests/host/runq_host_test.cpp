@@ -1250,13 +1250,17 @@ TEST_F(RunqHost, StallDetectorAgreesWithATimersLateness) {
   ASSERT_TRUE(bpf_->stall_detector()) << "the stall detector was not set up (see the load log)";
   auto before = stall_stats(*bpf_);
   ASSERT_FALSE(before.empty()) << "no stall_stats map: the stall detector was not set up (see the load log)";
-  constexpr uint64_t kPeriod = 500'000, kMin = 250'000, kRunNs = 3'000'000'000ULL;
+  const uint64_t kPeriod = LoaderOptions{}.stall_period_ns, kMin = LoaderOptions{}.stall_min_ns;
+  constexpr uint64_t kRunNs = 3'000'000'000ULL;
   std::atomic<bool> stop{false};
-  std::thread busy([&] {
+  // Two loops: one always waits, so the timer runs all along (it stops
+  // while no task waits on the CPU).
+  auto loop = [&] {
     pin_to(kCpu);
     while (!stop.load(std::memory_order_relaxed)) {
     }
-  });
+  };
+  std::thread busy(loop), busy2(loop);
   uint64_t late_ns = 0, wakeups = 0;
   std::thread timer([&] {
     pin_to(kCpu);
@@ -1277,6 +1281,7 @@ TEST_F(RunqHost, StallDetectorAgreesWithATimersLateness) {
   auto after = stall_stats(*bpf_);
   stop = true;
   busy.join();
+  busy2.join();
   ASSERT_EQ(after.size(), before.size());
   const auto& b0 = before[kCpu];
   const auto& b1 = after[kCpu];
