@@ -38,6 +38,10 @@ TEST(Cli, GlobalOptions) {
   auto q = parse_cli({"--stall-period", "200us", "observe"});
   ASSERT_TRUE(q.options.has_value()) << q.output;
   EXPECT_EQ(q.options->loader.stall_period_ns, 200'000u);
+  auto after = parse_cli({"run", "--stall-period", "0", "--dry-run"});  // after the subcommand too
+  ASSERT_TRUE(after.options.has_value()) << after.output;
+  EXPECT_EQ(after.options->loader.stall_period_ns, 0u);
+  EXPECT_TRUE(after.options->dry_run);
   for (const char* zero : {"0", "0us", "0s"}) {
     auto off = parse_cli({"--stall-period", zero, "observe"});
     ASSERT_TRUE(off.options.has_value()) << zero << ": " << off.output;

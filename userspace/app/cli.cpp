@@ -42,7 +42,7 @@ void add_global_options(CLI::App& app, CliOptions& o, Flags& f) {
   app.add_option("--max-cgroups", o.loader.max_cgroups, "cgroups tracked in the kernel maps")
       ->check(CLI::Range(16u, 1u << 20));
   app.add_option("--stall-period", f.stall_period,
-                 "how often each busy CPU's stall detector fires (100us to 100ms; 0: no detector): "
+                 "how often the stall detector fires on a CPU where a task waits (100us to 100ms; 0: no detector): "
                  "waits through a CPU stall are charged to 'stolen'")
       ->capture_default_str();
 }
@@ -157,6 +157,9 @@ CliParse parse_cli(const std::vector<std::string>& args) {
   CLI::App app{"khagent: node isolation agent for colocating online services with batch work"};
   app.name("khagent");
   app.require_subcommand(1);
+  // Global options (--stall-period, --no-pin, ...) after the subcommand too:
+  // `khagent run --stall-period 0` as well as `khagent --stall-period 0 run`.
+  app.fallthrough();
   app.set_version_flag("--version", "khagent " KHAGENT_VERSION);
   add_global_options(app, o, f);
   add_view_commands(app, o, f);
