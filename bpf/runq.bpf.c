@@ -135,11 +135,8 @@ int BPF_PROG(handle_sched_switch, bool preempt, struct task_struct *prev,
 	}
 	cgid = task_cgid(next);
 	cs->cur_cgid = cgid;
-	if (cfg_stall_period_ns) {
-		cs->queued = rq_nr_running(next);
-		if (stall_enabled && cs->stall_state == KH_STALL_IDLE && cs->queued > 1)
-			stall_arm(cs, now);
-	}
+	if (cfg_stall_period_ns && stall_enabled && cs->stall_state == KH_STALL_IDLE)
+		stall_arm(cs, now);
 	ts = bpf_task_storage_get(&task_state, next, 0, 0);
 	if (ts && ts->wait_start) {
 		t0 = ts->wait_start;
@@ -348,7 +345,8 @@ int scan_waits(struct bpf_iter__task *ctx)
 				stolen = agg_ns;
 			agg_ns -= stolen;
 			cause = agg == cgid ? KH_WAIT_SAME_CGROUP : KH_WAIT_OTHER_CGROUP;
-			if (stolen > agg_ns)
+			/* Stolen only if the stalls are most of the whole wait so far. */
+			if (2 * stolen > now - t0)
 				cause = KH_WAIT_STOLEN;
 			if (agg == cgid || cause == KH_WAIT_STOLEN) {
 				agg = 0;

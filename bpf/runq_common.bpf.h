@@ -118,7 +118,7 @@ struct cpu_state {
 	__u64 stall_head;
 	struct stall stalls[STALL_RING];
 	__u32 stall_state; /* enum kh_stall_state of this CPU's timer */
-	__u32 queued;      /* its run queue's nr_running at the last switch to a task */
+	__u32 pad;
 };
 
 struct task_state {

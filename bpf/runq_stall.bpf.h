@@ -9,18 +9,18 @@
  * not count it.
  *
  * How: a BPF timer pinned to each CPU (BPF_F_TIMER_CPU_PIN, Linux 6.7+)
- * fires every cfg_stall_period_ns while a task waits on the CPU (its run
- * queue holds more than the running task). When it fires more
+ * fires every cfg_stall_period_ns while the CPU is busy. When it fires more
  * than cfg_stall_min_ns after it was due, the CPU ran nothing from then to
  * now (hard interrupts were not taken, so neither was anything else): the
  * stretch [due, now] is pushed on the CPU's stall ring and counted in
  * stall_stats. A stall shorter than the period may fall between two
  * expiries unseen; of a longer one, the part before the first missed
  * expiry (up to one period) is not seen. The timer is not re-armed while
- * no task waits on the CPU (idle, or one task alone: no wait to charge);
- * sched_switch arms it again at a switch with tasks queued. A wait that
- * begins by a wakeup from another CPU, with no switch here, is covered from
- * the next switch (or the next expiry, if the timer runs). The end of a wait (end_wait) and blame_ring take the
+ * the CPU is idle (no wait to charge there); sched_switch arms it again
+ * when a task runs. It is not stopped while one task has the CPU to
+ * itself: a task woken onto it (an online task behind an offline loop)
+ * waits there before any switch, which is when a stall blamed on the loop
+ * would matter most. Its cost: docs/benchmarks.md, "Stolen time". The end of a wait (end_wait) and blame_ring take the
  * stalls that overlap it out of what they blame on who ran.
  *
  * What counts as a stall besides a vCPU stall: a stretch with interrupts
@@ -41,18 +41,6 @@
 /* BPF_F_TIMER_CPU_PIN (uapi, 6.7+); older kernels refuse it with -EINVAL. */
 #define KH_TIMER_CPU_PIN (1ULL << 1)
 
-/*
- * The number of tasks on the run queue of the CPU p is switched in on, the
- * running one included (its cfs_rq's rq: the kernel's runqueues symbol is
- * not always in kallsyms). sched_switch keeps it in cpu_state.queued: a
- * task waits there besides the one running only while it is over 1, and
- * only then can a stall hold a wait up. The timer runs only then, which
- * keeps its cost off a CPU that one task has to itself.
- */
-static __always_inline __u32 rq_nr_running(struct task_struct *p)
-{
-	return p->se.cfs_rq->rq->nr_running;
-}
 
 /*
  * The timer fired: a stall if it fired late. Runs in the timer softirq of
@@ -105,8 +93,8 @@ static int stall_tick(void *map, __u32 *key, struct stall_timer *st)
 		if (late > ss->longest_ns)
 			ss->longest_ns = late;
 	}
-	if (!cs->cur_cgid || cs->queued < 2) {
-		/* Idle, or one task alone: nothing waits here. sched_switch arms it again. */
+	if (!cs->cur_cgid) {
+		/* Idle: nothing waits here. sched_switch arms it again. */
 		st->due = 0;
 		cs->stall_state = KH_STALL_IDLE;
 		ss->state = KH_STALL_IDLE;
@@ -123,8 +111,8 @@ static int stall_tick(void *map, __u32 *key, struct stall_timer *st)
 }
 
 /*
- * A switch on this CPU with tasks queued, and its timer is not armed: arm
- * it (at most once a period). A refusal (a kernel without
+ * A task runs on this CPU and its timer is not armed: arm it (at most once
+ * a period, after the CPU was idle). A refusal (a kernel without
  * BPF_F_TIMER_CPU_PIN) is kept, and not retried.
  */
 static __always_inline void stall_arm(struct cpu_state *cs, __u64 now)
@@ -189,8 +177,6 @@ static __always_inline __u64 stall_ongoing(struct cpu_state *cs, __u32 cpu, __u6
 	if (!st || !st->due || to <= st->due + cfg_stall_min_ns)
 		return 0;
 	a = st->due > from ? st->due : from;
-	if (cs->cur_start > a)
-		a = cs->cur_start;
 	return to > a ? to - a : 0;
 }
 

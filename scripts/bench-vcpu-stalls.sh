@@ -8,7 +8,8 @@
 #   scripts/bench-vcpu-stalls.sh            CPU 0 watched, CPU 1 idle then busy, 8 s each
 #
 # Environment: SECONDS_EACH=S [8], WATCH_CPU=N [0], BUSY_CPU=N [1],
-# ROUNDS=N [2] (idle, busy, idle, busy, ...), KHAGENT=path to a built
+# ROUNDS=N [2] (idle, busy, idle, busy, ...), STALL_PERIOD_US=N [2000] (the
+# detector's period and the reference timer's), KHAGENT=path to a built
 # khagent [build/khagent if present; "none": no detector column].
 #
 # A loop pinned to WATCH_CPU reads CLOCK_MONOTONIC back to back and counts
@@ -19,8 +20,7 @@
 # khagent binary and root, `khagent observe` runs meanwhile with its maps
 # pinned, and the last column is what its stall detector charged to the
 # watched CPU (the stall_stats map): its agreement with the timer column is
-# its stolen-time figure. The detector's timer runs only while a task waits
-# on the CPU, so a SCHED_IDLE loop waits there during each run. Figures only: exit 0 unless the probe could not be
+# its stolen-time figure. Figures only: exit 0 unless the probe could not be
 # built or run. Needs a C compiler (cc) and at least 2 CPUs; starts one
 # busy loop (and khagent), stopped by their pids on exit.
 set -euo pipefail
@@ -92,9 +92,9 @@ EOF
 cc -O2 -o "$tmp/gaps" "$tmp/gaps.c"
 
 # The same CPU seen by a timer, as khagent's stall detector sees it: a
-# SCHED_FIFO thread (where allowed) sleeping to absolute deadlines 500 us
-# apart (the detector's default period), summing how late it wakes where
-# that is over 250 us.
+# SCHED_FIFO thread (where allowed) sleeping to absolute deadlines a
+# detector period apart (STALL_PERIOD_US [2000], the agent's default),
+# summing how late it wakes where that is over 250 us.
 cat > "$tmp/late.c" <<'EOF'
 #define _GNU_SOURCE
 #include <sched.h>
@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
   sched_setscheduler(0, SCHED_FIFO, &sp); /* best effort: not root, it stays SCHED_OTHER */
   uint64_t end = now() + (uint64_t)(atof(argv[2]) * 1e9), late = 0;
   while (now() < end) {
-    uint64_t due = now() + 500000, l;
+    uint64_t due = now() + (uint64_t)atoll(getenv("STALL_PERIOD_US") ? getenv("STALL_PERIOD_US") : "2000") * 1000, l;
     struct timespec ts = {(time_t)(due / 1000000000ull), (long)(due % 1000000000ull)};
     clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
     l = now() - due;
@@ -137,7 +137,7 @@ steal_ms() { awk -v hz="$(getconf CLK_TCK)" -v c="cpu$watch" '$1 == c {print $9 
 detector=no
 if [ "$khagent" != none ] && [ -x "$khagent" ] && [ "$(id -u)" = 0 ] && command -v bpftool >/dev/null &&
   command -v jq >/dev/null; then
-  "$khagent" --pin-dir "$pins" observe -i 1s --limit 1 > "$tmp/agent.log" 2>&1 &
+  "$khagent" --pin-dir "$pins" --stall-period "${STALL_PERIOD_US:-2000}us" observe -i 1s --limit 1 > "$tmp/agent.log" 2>&1 &
   agent=$!
   for _ in $(seq 50); do [ -e "$pins/stall_stats" ] && break; sleep 0.2; done
   if [ -e "$pins/stall_stats" ]; then
@@ -165,13 +165,6 @@ for ((r = 0; r < rounds; r++)); do
     s0="$(steal_ms)"
     d0=0
     [ "$detector" = yes ] && d0="$(stolen_ns)"
-    # The detector's timer runs only while a task waits on the CPU: a
-    # SCHED_IDLE loop there waits nearly all the time (it takes ~0.3% of
-    # the CPU, in short slices the probe also counts as gaps).
-    if [ "$detector" = yes ]; then
-      chrt -i 0 taskset -c "$watch" sh -c 'while :; do :; done' &
-      waiter=$!
-    fi
     "$tmp/late" "$watch" "$secs" > "$tmp/late.out" &
     late_pid=$!
     read -r gaps over lost longest stall < <("$tmp/gaps" "$watch" "$secs")

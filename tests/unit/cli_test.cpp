@@ -34,7 +34,7 @@ TEST(Cli, GlobalOptions) {
   EXPECT_FALSE(p.options->loader.pin);
   EXPECT_FALSE(p.options->loader.allow_fentry);
   EXPECT_EQ(p.options->loader.max_cgroups, 1024u);
-  EXPECT_EQ(p.options->loader.stall_period_ns, 500'000u);  // the default
+  EXPECT_EQ(p.options->loader.stall_period_ns, 2'000'000u);  // the default
   auto q = parse_cli({"--stall-period", "200us", "observe"});
   ASSERT_TRUE(q.options.has_value()) << q.output;
   EXPECT_EQ(q.options->loader.stall_period_ns, 200'000u);

@@ -28,7 +28,7 @@ namespace {
 struct Flags {
   bool no_pin = false, no_fentry = false, no_interference = false, no_metrics = false;
   std::string interval = "1s";
-  std::string stall_period = "500us";
+  std::string stall_period = "2ms";
   std::vector<std::string> labels;
 };
 
@@ -42,7 +42,7 @@ void add_global_options(CLI::App& app, CliOptions& o, Flags& f) {
   app.add_option("--max-cgroups", o.loader.max_cgroups, "cgroups tracked in the kernel maps")
       ->check(CLI::Range(16u, 1u << 20));
   app.add_option("--stall-period", f.stall_period,
-                 "how often the stall detector fires on a CPU where a task waits (100us to 100ms; 0: no detector): "
+                 "how often each busy CPU's stall detector fires (100us to 100ms; 0: no detector): "
                  "waits through a CPU stall are charged to 'stolen'")
       ->capture_default_str();
 }

@@ -358,7 +358,7 @@ bool RunqBpf::init_stall_timers(int ncpus) {
   }
   skel_->bss->stall_enabled = true;  // sched_switch may start them now
   spdlog::info(
-      "stall detector: a timer every {} us on each CPU where a task waits; a CPU that runs nothing for over {} us (a "
+      "stall detector: a timer on each busy CPU every {} us; a CPU that runs nothing for over {} us (a "
       "vCPU "
       "stall) is charged as 'stolen' to the waits it holds up",
       skel_->rodata->cfg_stall_period_ns / 1000, skel_->rodata->cfg_stall_min_ns / 1000);

@@ -41,7 +41,7 @@ struct LoaderOptions {
   bool allow_fentry = true;     // false: always use cpu.stat for throttling
   // The stall detector (bpf/runq_stall.bpf.h): each busy CPU's timer fires
   // this often (0: no detector); firing stall_min_ns late is a stall.
-  uint64_t stall_period_ns = 500'000;
+  uint64_t stall_period_ns = 2'000'000;
   uint64_t stall_min_ns = 250'000;
   // The cpu controller is on a cgroup v1 hierarchy (a hybrid host): a
   // throttled cfs_rq belongs to a v1 cgroup, whose id is not the v2 id the
