@@ -21,11 +21,21 @@ using namespace hosttest;
 
 namespace {
 
+#ifdef KHAGENT_SANITIZED
+constexpr bool kSanitized = true;  // an ASan + UBSan build (scripts/test.sh's second build)
+#else
+constexpr bool kSanitized = false;
+#endif
+
 constexpr uint32_t kMaxSamples = 4096;
 // A request every 230 ms: not a multiple of the 100 ms CFS period, so
 // requests start at every point of a period and the throttled ones show.
 constexpr uint64_t kPeriodNs = 230'000'000;
-constexpr uint64_t kWorkNs = 30'000'000;  // of 30 ms CPU each
+// 28 ms of CPU each: quota (20 ms) + burst (10 ms) with 2 ms to spare. At
+// exactly 30 ms a request sat on the edge, where any CPU time charged to
+// the pod besides its work (interrupts, the stall detector's timer) tipped
+// it into the next period (81 ms once).
+constexpr uint64_t kWorkNs = 28'000'000;
 
 struct Responses {
   std::atomic<uint32_t> n{0};
@@ -38,7 +48,7 @@ uint64_t clock_ns(clockid_t c) {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-// Every 200 ms, 30 ms of CPU; the response time counts from the intended
+// Every 230 ms, 28 ms of CPU; the response time counts from the intended
 // start (no coordinated omission).
 [[noreturn]] void request_loop(Responses* r) {
   uint64_t next = clock_ns(CLOCK_MONOTONIC) + kPeriodNs;
@@ -68,7 +78,7 @@ double worst_from(const Responses* r, uint32_t from) {
 }  // namespace
 
 // The pod layout the kubelet makes: a 0.2 CPU quota on the pod and on its
-// container. 30 ms of work per request needs two periods of 20 ms: a
+// container. 28 ms of work per request needs two periods of 20 ms: a
 // request that starts early in a period waits for the next one (up to 110
 // ms). A burst of half the quota (the default online.burst_share) lets the
 // pod spend 10 ms saved in its idle periods: the whole request fits in one
@@ -148,7 +158,7 @@ TEST(AgentBurst, ASelfThrottledPodGetsBurstAndAnswersFaster) {
     waitpid(agent, &st, 0);
     const std::string agent_log = read_file(log);
     std::printf(
-        "self-throttled pod (0.2 CPU quota, 30 ms every 230 ms): p99 %.1f ms without burst (%u requests), "
+        "self-throttled pod (0.2 CPU quota, 28 ms every 230 ms): p99 %.1f ms without burst (%u requests), "
         "%.1f ms with it; burst pod %s container %s\n",
         before, n_before, after, pod_burst_seen.c_str(), burst_seen.c_str());
     for (size_t at = agent_log.find("burst"); at != std::string::npos; at = agent_log.find("burst", at + 1)) {
@@ -170,9 +180,10 @@ TEST(AgentBurst, ASelfThrottledPodGetsBurstAndAnswersFaster) {
     EXPECT_EQ(yarn_quota_during, yarn_quota_before) << "offline was squeezed for a pod its own quota held";
     EXPECT_EQ(agent_log.find("ladder escalate"), std::string::npos) << agent_log;
     // Without burst each request waits for the next period; with it, it fits
-    // in one. The emulated guest's clock makes no latency claim.
+    // in one. The emulated guest's clock makes no latency claim, nor does
+    // the instrumented build (latency claims are judged on the plain one).
     EXPECT_GT(before, 80.0) << "the quota did not hold the requests back";
-    if (!in_vmtest_guest()) {
+    if (!in_vmtest_guest() && !kSanitized) {
       EXPECT_LT(after, 0.6 * before) << "the burst did not shorten the responses";
     }
   }

@@ -1299,7 +1299,11 @@ TEST_F(RunqHost, StallDetectorAgreesWithATimersLateness) {
   EXPECT_GE(static_cast<double>(ticks), 0.5 * static_cast<double>(kRunNs / kPeriod));
   // Agreement: the two sample the same CPU at the same rate, at different
   // phases, so a stall is seen by both with up to a period of difference.
-  EXPECT_NEAR(det, ref, 0.35 * std::max(det, ref) + 2.0) << "detector and timer disagree on this CPU's stalls";
+  // A timing claim: judged on a real kernel's clock, printed in the
+  // emulated guest.
+  if (!in_vmtest_guest()) {
+    EXPECT_NEAR(det, ref, 0.35 * std::max(det, ref) + 2.0) << "detector and timer disagree on this CPU's stalls";
+  }
 }
 
 // The split of a wait around a stall, with stalls the test makes itself: a
