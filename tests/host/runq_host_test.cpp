@@ -249,16 +249,21 @@ TEST_F(RunqHost, WaitsMatchKernelAndTracerAndBlameTheHog) {
   double by_a = static_cast<double>(pair_ns(r1, b.id(), a.id()) - pair_ns(r0, b.id(), a.id()));
   uint64_t root_id = inode_of(m_.cgroup2);
   double by_root = static_cast<double>(pair_ns(r1, b.id(), root_id) - pair_ns(r0, b.id(), root_id));
+  const double stolen = static_cast<double>(bd.cause_ns[KH_WAIT_STOLEN]);
   std::printf(
       "B: other-cgroup wait %.3f ms, of which A %.3f ms (the tracer saw the hog hold CPU 0 for %.3f ms of it), "
-      "root cgroup %.3f ms; same %.3f ms unattributed %.3f ms\n",
+      "root cgroup %.3f ms; same %.3f ms unattributed %.3f ms stolen %.3f ms\n",
       other / 1e6, by_a / 1e6, held / 1e6, by_root / 1e6, static_cast<double>(bd.cause_ns[KH_WAIT_SAME_CGROUP]) / 1e6,
-      static_cast<double>(bd.cause_ns[KH_WAIT_UNATTRIBUTED]) / 1e6);
+      static_cast<double>(bd.cause_ns[KH_WAIT_UNATTRIBUTED]) / 1e6, stolen / 1e6);
   ASSERT_GT(other, 0);
   // The truth for A's part: how long the tracer saw the hog run on CPU 0
   // while B waited there, stamped as the tracer's handlers end (as above).
+  // The tracer counts a stall of CPU 0 in the hog's slice as the hog's;
+  // khagent charges it to stolen (at most all of B's stolen wait: a stall
+  // in another cgroup's slice is not in `held`).
   ASSERT_GT(held, 0) << "the reference tracer saw the hog hold none of B's wait";
-  EXPECT_NEAR(by_a, held, tol(held)) << "A's blame off the time the hog held B's CPU";
+  EXPECT_LE(by_a, held + tol(held)) << "A blamed for more than the hog held B's CPU";
+  EXPECT_GE(by_a + stolen, held - tol(held)) << "A's blame, with the stalls in it, off the time the hog held B's CPU";
   EXPECT_GE(by_a / (other - by_root), 0.95);
   // The root cgroup's share is usually under 5%, but on a shared 2-CPU
   // host it follows whatever else runs there: 27% and 35% were seen. The
