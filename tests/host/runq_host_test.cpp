@@ -323,8 +323,15 @@ TEST_F(RunqHost, AttributionSplitsByAggressorShare) {
   // of 0.754 on the 6.18 host), so the truth is the reference tracer's: who
   // held CPU 0 while B waited there.
   EXPECT_NEAR(share_blame, share_tracer, 0.03) << "blame split off the reference tracer's";
-  EXPECT_NEAR(w1, m1, 0.05 * m1) << "A1's blame off the time the tracer saw it hold B's CPU";
-  EXPECT_NEAR(w2, m2, 0.05 * m2 + 1e6) << "A2's blame off the time the tracer saw it hold B's CPU";
+  // The tracer counts a stall of CPU 0 in a hog's slice as that hog's;
+  // khagent charges it to B's stolen wait (see the test above).
+  const double stolen =
+      static_cast<double>(of(r1, b.id()).cause_ns[KH_WAIT_STOLEN] - of(r0, b.id()).cause_ns[KH_WAIT_STOLEN]);
+  if (stolen > 0) std::printf("B's stolen wait (CPU 0 stalls): %.2f ms\n", stolen / 1e6);
+  EXPECT_LE(w1, m1 + 0.05 * m1) << "A1 blamed for more than it held B's CPU";
+  EXPECT_GE(w1 + stolen, m1 - 0.05 * m1) << "A1's blame off the time the tracer saw it hold B's CPU";
+  EXPECT_LE(w2, m2 + 0.05 * m2 + 1e6) << "A2 blamed for more than it held B's CPU";
+  EXPECT_GE(w2 + stolen, m2 - 0.05 * m2 - 1e6) << "A2's blame off the time the tracer saw it hold B's CPU";
 }
 
 // (2) A wait that moves to another CPU while queued. A nice-19 busy task V
