@@ -38,11 +38,9 @@ tmp="$(mktemp -d)"
 hog=""
 agent=""
 late_pid=""
-waiter=""
 pins="/sys/fs/bpf/khagent-stall-bench-$$"
 cleanup() {
   if [ -n "$hog" ]; then kill "$hog" 2>/dev/null || true; wait "$hog" 2>/dev/null || true; fi
-  if [ -n "$waiter" ]; then kill "$waiter" 2>/dev/null || true; wait "$waiter" 2>/dev/null || true; fi
   if [ -n "$late_pid" ]; then kill "$late_pid" 2>/dev/null || true; wait "$late_pid" 2>/dev/null || true; fi
   if [ -n "$agent" ]; then kill "$agent" 2>/dev/null || true; wait "$agent" 2>/dev/null || true; fi
   rm -rf "$tmp"
@@ -50,12 +48,20 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-cat > "$tmp/gaps.c" <<'EOF'
+# One probe, two modes, pinned to a CPU for a number of seconds:
+# "gaps": a loop reading CLOCK_MONOTONIC back to back, counting the gaps
+# between reads (time the loop did not run); "late": the same CPU seen by a
+# timer, as khagent's stall detector sees it: a SCHED_FIFO thread (where
+# allowed) sleeping to absolute deadlines a detector period apart
+# (STALL_PERIOD_US [2000], the agent's default), summing how late it wakes
+# where that is over 250 us.
+cat > "$tmp/probe.c" <<'EOF'
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static uint64_t now(void) {
@@ -64,14 +70,8 @@ static uint64_t now(void) {
   return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-int main(int argc, char **argv) {
-  if (argc != 3) return 2;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(atoi(argv[1]), &set);
-  if (sched_setaffinity(0, sizeof set, &set)) { perror("sched_setaffinity"); return 1; }
-  uint64_t start = now(), prev = start, end = start + (uint64_t)(atof(argv[2]) * 1e9);
-  uint64_t gaps = 0, over_ms = 0, total = 0, longest = 0, over_stall = 0;
+static int gaps(uint64_t end) {
+  uint64_t prev = now(), gaps = 0, over_ms = 0, total = 0, longest = 0, over_stall = 0;
   for (;;) {
     uint64_t t = now(), d = t - prev;
     if (d > 50000) {
@@ -88,38 +88,14 @@ int main(int argc, char **argv) {
          longest / 1e6, over_stall / 1e6);
   return 0;
 }
-EOF
-cc -O2 -o "$tmp/gaps" "$tmp/gaps.c"
 
-# The same CPU seen by a timer, as khagent's stall detector sees it: a
-# SCHED_FIFO thread (where allowed) sleeping to absolute deadlines a
-# detector period apart (STALL_PERIOD_US [2000], the agent's default),
-# summing how late it wakes where that is over 250 us.
-cat > "$tmp/late.c" <<'EOF'
-#define _GNU_SOURCE
-#include <sched.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-
-static uint64_t now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
-int main(int argc, char **argv) {
-  if (argc != 3) return 2;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(atoi(argv[1]), &set);
-  if (sched_setaffinity(0, sizeof set, &set)) { perror("sched_setaffinity"); return 1; }
+static int late(uint64_t end) {
+  const char *p = getenv("STALL_PERIOD_US");
+  uint64_t period = (uint64_t)atoll(p ? p : "2000") * 1000, late = 0;
   struct sched_param sp = {.sched_priority = 50};
   sched_setscheduler(0, SCHED_FIFO, &sp); /* best effort: not root, it stays SCHED_OTHER */
-  uint64_t end = now() + (uint64_t)(atof(argv[2]) * 1e9), late = 0;
   while (now() < end) {
-    uint64_t due = now() + (uint64_t)atoll(getenv("STALL_PERIOD_US") ? getenv("STALL_PERIOD_US") : "2000") * 1000, l;
+    uint64_t due = now() + period, l;
     struct timespec ts = {(time_t)(due / 1000000000ull), (long)(due % 1000000000ull)};
     clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
     l = now() - due;
@@ -128,8 +104,18 @@ int main(int argc, char **argv) {
   printf("%.1f\n", late / 1e6);
   return 0;
 }
+
+int main(int argc, char **argv) {
+  if (argc != 4) return 2;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(atoi(argv[2]), &set);
+  if (sched_setaffinity(0, sizeof set, &set)) { perror("sched_setaffinity"); return 1; }
+  uint64_t end = now() + (uint64_t)(atof(argv[3]) * 1e9);
+  return strcmp(argv[1], "late") == 0 ? late(end) : gaps(end);
+}
 EOF
-cc -O2 -o "$tmp/late" "$tmp/late.c"
+cc -O2 -o "$tmp/probe" "$tmp/probe.c"
 
 steal_ms() { awk -v hz="$(getconf CLK_TCK)" -v c="cpu$watch" '$1 == c {print $9 * 1000 / hz}' /proc/stat; }
 
@@ -165,16 +151,15 @@ for ((r = 0; r < rounds; r++)); do
     s0="$(steal_ms)"
     d0=0
     [ "$detector" = yes ] && d0="$(stolen_ns)"
-    "$tmp/late" "$watch" "$secs" > "$tmp/late.out" &
+    "$tmp/probe" late "$watch" "$secs" > "$tmp/late.out" &
     late_pid=$!
-    read -r gaps over lost longest stall < <("$tmp/gaps" "$watch" "$secs")
+    read -r gaps over lost longest stall < <("$tmp/probe" gaps "$watch" "$secs")
     wait "$late_pid"
     late_pid=""
     late="$(cat "$tmp/late.out")"
     d1=0
     [ "$detector" = yes ] && d1="$(stolen_ns)"
     s1="$(steal_ms)"
-    if [ -n "$waiter" ]; then kill "$waiter"; wait "$waiter" 2>/dev/null || true; waiter=""; fi
     if [ -n "$hog" ]; then kill "$hog"; wait "$hog" 2>/dev/null || true; hog=""; sleep 0.5; fi
     det="-"
     [ "$detector" = yes ] && det="$(awk -v a="$d0" -v b="$d1" 'BEGIN{printf "%.1f", (b - a) / 1e6}')"
