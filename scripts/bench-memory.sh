@@ -17,11 +17,16 @@
 # process; stress-ng raises its own workers' oom_score_adj, so it is no
 # stand-in where the OOM order matters); "stream" rows read a STREAM_MB file
 # in a loop through the page cache, as a YARN task reading its input does.
+# "grow" rows run the streamer and, GROW_AT s into the client's run, let the
+# online pod grow by GROW_MB of anonymous memory at GROW_RATE MiB/s (a burst
+# of requests, a cache filling): the node is full of offline page cache when
+# online needs room, and the rows time how soon the offline limit is cut.
 #
 # Rows (interleaved, round after round, each round starting one row later;
 # the median over rounds is reported):
 #   alone            the online pod, no offline work
 #   anon, stream     offline work, no restraint
+#   grow             the streamer, and the online pod growing meanwhile
 #   X:limit          a hard limit of LIMIT_MB on <node>/hadoop-yarn
 #                    (memory.limit_in_bytes on v1, memory.max on v2)
 #   X:soft           v1 only: memory.soft_limit_in_bytes LIMIT_MB there
@@ -42,13 +47,16 @@
 #   REQUEST_MB=N     the online pod's memory request, for its oom_score_adj [1024]
 #   HOG_MB=N         the anonymous hog's size [2600]; HOG_RATE=N its growth, MiB/s [500]
 #   STREAM_MB=N      the streamed file [4096]
+#   GROW_MB=N GROW_RATE=N GROW_AT=S  the grow rows' online growth, MiB and
+#                    MiB/s, and when it starts, s after the client [600 1000 WARMUP+2]
 #   LIMIT_MB=N       the offline limit of the limit/soft/high rows [900]
 #   SETTLE=S         seconds offline runs before the measured window [HOG_MB / HOG_RATE + 2]
 #   DURATION=S WARMUP=S  measured and warm-up seconds of the client [8 2; QUICK: 3 1]
 #   RATE=N CONNECTIONS=N requests per second (open loop) and connections [200 8]
 #   ROUNDS=N         rounds of all rows [3; QUICK: 1]
 #   ROWS="..."       rows to run [alone anon anon:limit anon:adj anon:khagent
-#                    stream stream:limit stream:soft|high stream:khagent]
+#                    stream stream:limit stream:soft|high stream:khagent
+#                    grow grow:khagent]
 #   BUILD_DIR=DIR    where khagent and the tools of tests/bench are [build]
 #   KHAGENT_CONFIG   YAML text appended to the khagent rows' configuration
 #   RESULTS=DIR      where per-run files are kept [a new /tmp dir]
@@ -62,7 +70,11 @@
 # pod's memory stall (PSI "some" and "full" of its cgroup2 memory.pressure,
 # ms over the window), the online pod's and offline's memory use (mean over
 # the window, sampled every 0.25 s) and the share of the memory online left
-# free that offline kept (offline mean / (NODE_MB - online mean)). Figures
+# free that offline kept (offline mean / (NODE_MB - online mean)). The grow
+# rows also time, from the start of the online growth, the onset of the
+# online pod's memory stall (its PSI "some" total rising) and the first cut
+# of the offline limit (memory.limit_in_bytes on v1, memory.high on v2), both
+# sampled every 10 ms from outside the agent. Figures
 # only: the exit code is non-zero only when the benchmark itself failed.
 #
 # Everything this script starts is stopped by pid, every file it writes is
@@ -88,16 +100,20 @@ request_mb="${REQUEST_MB:-1024}"
 hog_mb="${HOG_MB:-2600}"
 hog_rate="${HOG_RATE:-500}"
 stream_mb="${STREAM_MB:-4096}"
+grow_mb="${GROW_MB:-600}"
+grow_rate="${GROW_RATE:-1000}"
 limit_mb="${LIMIT_MB:-900}"
 duration="${DURATION:-$def_duration}"
 warmup="${WARMUP:-$def_warmup}"
 rounds="${ROUNDS:-$def_rounds}"
 rate="${RATE:-200}"
 connections="${CONNECTIONS:-8}"
-for v in node_mb online_anon_mb files file_kb request_mb hog_mb hog_rate stream_mb limit_mb rounds connections; do
+for v in node_mb online_anon_mb files file_kb request_mb hog_mb hog_rate stream_mb grow_mb grow_rate limit_mb rounds connections; do
   is_uint "${!v}" && ((${!v} > 0)) || die "${v^^} must be a positive whole number, not '${!v}'"
 done
 for v in duration warmup rate; do is_num "${!v}" || die "${v^^} must be a number, not '${!v}'"; done
+grow_at="${GROW_AT:-$(awk -v w="$warmup" 'BEGIN {print w + 2}')}"
+is_num "$grow_at" || die "GROW_AT must be a number, not '$grow_at'"
 settle="${SETTLE:-$(awk -v m="$hog_mb" -v r="$hog_rate" 'BEGIN {printf "%.1f", m / r + 2}')}"
 is_num "$settle" || die "SETTLE must be a number, not '$settle'"
 ((online_anon_mb + files * file_kb / 1024 < node_mb)) || die "the online pod (ONLINE_ANON_MB + FILES x FILE_KB) must fit in NODE_MB"
@@ -122,16 +138,19 @@ else
 fi
 if [[ "$mem_mode" == v1 ]]; then
   f_limit=memory.limit_in_bytes f_usage=memory.usage_in_bytes soft_row=soft
+  f_cut=memory.limit_in_bytes # what khagent's memory lever writes
 else
   f_limit=memory.max f_usage=memory.current soft_row=high
+  f_cut=memory.high
 fi
-rows="${ROWS:-alone anon anon:limit anon:adj anon:khagent stream stream:limit stream:$soft_row stream:khagent}"
+rows="${ROWS:-alone anon anon:limit anon:adj anon:khagent stream stream:limit stream:$soft_row stream:khagent grow grow:khagent}"
 read -r -a row_list <<<"$rows"
 for r in "${row_list[@]}"; do
   case "$r" in
-    alone | anon | stream | anon:limit | stream:limit | anon:adj | stream:adj | anon:khagent | stream:khagent) ;;
-    anon:soft | stream:soft) [[ "$mem_mode" == v1 ]] || die "row $r needs the v1 memory controller (use :high on v2)" ;;
-    anon:high | stream:high) [[ "$mem_mode" == v2 ]] || die "row $r needs the v2 memory controller (use :soft on v1)" ;;
+    alone | anon | stream | grow | anon:limit | stream:limit | grow:limit | anon:adj | stream:adj | grow:adj) ;;
+    anon:khagent | stream:khagent | grow:khagent) ;;
+    anon:soft | stream:soft | grow:soft) [[ "$mem_mode" == v1 ]] || die "row $r needs the v1 memory controller (use :high on v2)" ;;
+    anon:high | stream:high | grow:high) [[ "$mem_mode" == v2 ]] || die "row $r needs the v2 memory controller (use :soft on v1)" ;;
     *) die "unknown row '$r' (see --help)" ;;
   esac
 done
@@ -268,7 +287,7 @@ online_starts=0
 
 # The streamed file, written around the page cache (direct I/O) so that no
 # one holds it in memory before the streamer reads it.
-if [[ " ${row_list[*]} " == *" stream"* ]]; then
+if [[ " ${row_list[*]} " == *" stream"* || " ${row_list[*]} " == *" grow"* ]]; then
   log "writing the ${stream_mb} MiB file the stream rows read"
   dd if=/dev/zero of="$tmp/stream.dat" bs=4M count=$((stream_mb / 4)) oflag=direct status=none \
     || die "writing $tmp/stream.dat failed"
@@ -300,6 +319,37 @@ start_sampler() {  # every 0.25 s: offline and online memory use, MiB (builtins:
   pids+=("$sampler_pid")
 }
 stop_sampler() { stop_pid "$sampler_pid"; forget_pid "$sampler_pid"; sampler_pid=""; }
+# Every 10 ms: the time (s, EPOCHREALTIME), the online pod's PSI "some" total
+# (us) and the offline limit khagent writes. The wait is a read with a
+# timeout on a FIFO no one writes: no process per sample.
+mkfifo "$tmp/never"
+fast_pid=""
+start_fast_sampler() {
+  local psi="$v2$(pod_of "$server_cg")/memory.pressure" lim="$mem_h$yarn_root/$f_cut" k a b c t l
+  (
+    exec 9<>"$tmp/never"
+    while :; do
+      read -r k a b c t <"$psi" && read -r l <"$lim" && printf '%s %s %s\n' "$EPOCHREALTIME" "${t#total=}" "$l"
+      read -rt 0.01 -u 9 k || true
+    done
+  ) >"$1" 2>/dev/null &
+  fast_pid=$!
+  pids+=("$fast_pid")
+}
+stop_fast_sampler() { [[ -z "$fast_pid" ]] || { stop_pid "$fast_pid"; forget_pid "$fast_pid"; fast_pid=""; }; }
+# reaction SAMPLES T_GROW: "onset_ms cut_ms" after T_GROW (nan: none seen)
+reaction() {
+  awk -v g="$2" '
+    NR == 1 {base = int($1)}
+    {t = $1 - base; l = ($3 == "max") ? 1e30 : $3 + 0}
+    t < g - base || NR == 1 {p0 = $2 + 0; l0 = l; if (t < g - base) next}
+    onset == "" && $2 + 0 > p0 {onset = t}
+    cut == "" && l < l0 {cut = t}
+    END {
+      d = g - base
+      printf "%s %s\n", (onset == "" ? "nan" : sprintf("%.0f", (onset - d) * 1000)), (cut == "" ? "nan" : sprintf("%.0f", (cut - d) * 1000))
+    }' "$1"
+}
 
 hog_pids=()
 start_offline() {  # start_offline anon|stream ADJ
@@ -368,6 +418,7 @@ row_label() {
     alone) echo "alone (no offline work)"; return ;;
     anon) what="anon hog ${hog_mb} MiB" ;;
     stream) what="page-cache streamer (${stream_mb} MiB file)" ;;
+    grow) what="streamer, online grows ${grow_mb} MiB at ${grow_rate} MiB/s" ;;
   esac
   case "$lever" in
     "") echo "$what, no restraint" ;;
@@ -381,10 +432,11 @@ row_label() {
 
 failures=0
 # results.tsv: row round p50 p99 p999 max count errors online_ooms online_restarted offline_ooms
-#   psi_some_ms psi_full_ms offline_mb online_mb offline_peak_mb window_s note
-printf 'row\tround\tp50\tp99\tp999\tmax\tcount\terrors\tonline_ooms\tonline_restarted\toffline_ooms\tpsi_some_ms\tpsi_full_ms\toffline_mb\tonline_mb\toffline_peak_mb\twindow_s\tnote\n' >"$results/results.tsv"
+#   psi_some_ms psi_full_ms offline_mb online_mb offline_peak_mb window_s note grow_onset_ms grow_cut_ms
+printf 'row\tround\tp50\tp99\tp999\tmax\tcount\terrors\tonline_ooms\tonline_restarted\toffline_ooms\tpsi_some_ms\tpsi_full_ms\toffline_mb\tonline_mb\toffline_peak_mb\twindow_s\tnote\tgrow_onset_ms\tgrow_cut_ms\n' >"$results/results.tsv"
 run_one() {  # run_one ROW ROUND
   local row=$1 round=$2 mix lever adj=0 mark tag json note="" rc t0 t1 s0 s1 f0 f1 on0 on1 off0 off1 i
+  local grow_pid="" react="nan nan"
   mix=${row%%:*} lever=${row#*:}
   [[ "$row" == *:* ]] || lever=""
   [[ "$lever" == adj ]] && adj=1000
@@ -403,7 +455,7 @@ run_one() {  # run_one ROW ROUND
   [[ "$lever" != khagent ]] || start_agent "$results/khagent-$tag.log"
   on0=$(oom_kills "$server_cg") off0=$(($(oom_kills "$anon_cg") + $(oom_kills "$stream_cg")))
   if [[ "$mix" != alone ]]; then
-    start_offline "$mix" "$adj"
+    start_offline "$([[ "$mix" == grow ]] && echo stream || echo "$mix")" "$adj"
     if [[ "$mix" == anon ]]; then
       for ((i = 0; i < ${settle%.*} * 10 + 10; i++)); do
         grep -q grown "$tmp/hog.out" 2>/dev/null && break
@@ -418,6 +470,14 @@ run_one() {  # run_one ROW ROUND
   s0=$(psi_us "$(pod_of "$server_cg")" some) f0=$(psi_us "$(pod_of "$server_cg")" full)
   t0=$(date +%s%N)
   start_sampler "$tmp/mem-$tag.txt"
+  if [[ "$mix" == grow ]]; then
+    rm -f "$tmp/grow.t"
+    start_fast_sampler "$tmp/fast-$tag.txt"
+    # The growth's start time is written just before the memhog starts.
+    spawn "$server_cg" "$online_adj" "$tmp/grow.out" bash -c 'sleep "$1"; echo "$EPOCHREALTIME" >"$2"; exec "$3" --mb "$4" --rate "$5"' \
+      grow "$grow_at" "$tmp/grow.t" "$memhog" "$grow_mb" "$grow_rate"
+    grow_pid=$spawned
+  fi
   json="$results/client-$tag.json"
   spawn "$client_cg" "$online_adj" "$json" "$openloop" --url "$url" --spread "$files" --rate "$rate" \
     --duration "$duration" --warmup "$warmup" --connections "$connections" --seed "$round"
@@ -425,6 +485,18 @@ run_one() {  # run_one ROW ROUND
   forget_pid "$spawned"
   t1=$(date +%s%N)
   stop_sampler
+  if [[ -n "$grow_pid" ]]; then
+    stop_fast_sampler
+    if [[ -s "$tmp/grow.t" ]]; then
+      react="$(reaction "$tmp/fast-$tag.txt" "$(cat "$tmp/grow.t")")"
+    else
+      note="${note:+$note; }the online growth did not start within the run"
+    fi
+    kill -0 "$grow_pid" 2>/dev/null || note="${note:+$note; }the online growth exited: $(tail -1 "$tmp/grow.out")"
+    stop_pid "$grow_pid"
+    forget_pid "$grow_pid"
+    cp "$tmp/fast-$tag.txt" "$results/" 2>/dev/null || true
+  fi
   s1=$(psi_us "$(pod_of "$server_cg")" some) f1=$(psi_us "$(pod_of "$server_cg")" full)
   on1=$(oom_kills "$server_cg") off1=$(($(oom_kills "$anon_cg") + $(oom_kills "$stream_cg")))
   ((rc == 0)) || note="client exit $rc: $(tail -1 "$json")"
@@ -439,7 +511,7 @@ run_one() {  # run_one ROW ROUND
   fi
   restore_to "$mark"
   cp "$tmp/mem-$tag.txt" "$results/" 2>/dev/null || true
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$row" "$round" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$row" "$round" \
     "$(jnum p50_us "$json")" "$(jnum p99_us "$json")" "$(jnum p999_us "$json")" "$(jnum max_us "$json")" \
     "$(jnum count "$json")" "$(jnum errors "$json")" $((on1 - on0)) \
     "$(kill -0 "$nginx_pid" 2>/dev/null && kill -0 "$cache_pid" 2>/dev/null && echo 0 || echo 1)" $((off1 - off0)) \
@@ -448,9 +520,9 @@ run_one() {  # run_one ROW ROUND
     "$(awk '{s += $1; n++} END {printf "%.0f", n ? s / n : 0}' "$tmp/mem-$tag.txt")" \
     "$(awk '{s += $2; n++} END {printf "%.0f", n ? s / n : 0}' "$tmp/mem-$tag.txt")" \
     "$(awk '$1 > m {m = $1} END {printf "%.0f", m}' "$tmp/mem-$tag.txt")" \
-    "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", (b - a) / 1e9}')" "$note" >"$tmp/line.tsv"
+    "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", (b - a) / 1e9}')" "$note" "${react% *}" "${react#* }" >"$tmp/line.tsv"
   cat "$tmp/line.tsv" >>"$results/results.tsv"
-  awk -F'\t' '{printf "  %-15s round %s: p50 %7s  p99 %8s  p99.9 %8s us  errors %s  online OOM kills %s  stall some/full %s/%s ms  MiB offline %s online %s %s\n", $1, $2, $3, $4, $5, $8, $9, $12, $13, $14, $15, $18}' "$tmp/line.tsv" >&2
+  awk -F'\t' '{printf "  %-15s round %s: p50 %7s  p99 %8s  p99.9 %8s us  errors %s  online OOM kills %s  stall some/full %s/%s ms  MiB offline %s online %s%s %s\n", $1, $2, $3, $4, $5, $8, $9, $12, $13, $14, $15, ($1 ~ /^grow/ ? sprintf("  after the growth: stall %s ms, cut %s ms", $19, $20) : ""), $18}' "$tmp/line.tsv" >&2
 }
 
 # --- run -----------------------------------------------------------------------------
@@ -481,9 +553,23 @@ table="$results/table.md"
     echo "| $(row_label "$r") | $(fmt0 "$(col "$r" 3 | med)") | $(fmt0 "$p99") | $(fmt0 "$(col "$r" 5 | med)") | $(fmt2 "$ratio") | $(sum "$r" 8) | $(sum "$r" 9) ($(sum "$r" 10)) | $(sum "$r" 11) | $(fmt0 "$(col "$r" 12 | med)") / $(fmt0 "$(col "$r" 13 | med)") | $(fmt0 "$on") | $(fmt0 "$off") ($(fmt0 "$(col "$r" 16 | sort -g | tail -1)")) | $( [[ "$r" == alone ]] && echo - || pct "$share") |"
   done
 } >"$table"
+# The grow rows' timing: from the start of the online growth to the onset of
+# the online pod's memory stall and to the first cut of the offline limit.
+reaction_table="$results/reaction.md"
+: >"$reaction_table"
+if [[ " ${row_list[*]} " == *" grow"* ]]; then
+  {
+    echo "| row | online stall onset after the growth starts, ms (per round) | first cut of offline $f_cut after the growth starts, ms (per round) | cut after the stall's onset, ms (median) |"
+    echo "| --- | --- | --- | ---: |"
+    for r in "${row_list[@]}"; do
+      [[ "$r" == grow* ]] || continue
+      echo "| $(row_label "$r") | $(col "$r" 19 | paste -sd' ') | $(col "$r" 20 | paste -sd' ') | $(fmt0 "$(awk -F'\t' -v r="$r" 'NR > 1 && $1 == r && $19 != "nan" && $20 != "nan" {print $20 - $19}' "$results/results.tsv" | med)") |"
+    done
+  } >"$reaction_table"
+fi
 notes="$(awk -F'\t' 'NR > 1 && $18 != "" {printf "* %s, round %s: %s\n", $1, $2, $18}' "$results/results.tsv")"
 repro="scripts/bench-memory.sh"
-for v in QUICK OFFLINE_IDLE NODE_MB ONLINE_ANON_MB FILES FILE_KB REQUEST_MB HOG_MB HOG_RATE STREAM_MB LIMIT_MB SETTLE DURATION WARMUP RATE CONNECTIONS ROUNDS ROWS KHAGENT_CONFIG; do
+for v in QUICK OFFLINE_IDLE NODE_MB ONLINE_ANON_MB FILES FILE_KB REQUEST_MB HOG_MB HOG_RATE STREAM_MB GROW_MB GROW_RATE GROW_AT LIMIT_MB SETTLE DURATION WARMUP RATE CONNECTIONS ROUNDS ROWS KHAGENT_CONFIG; do
   [[ -z "${!v:-}" ]] || repro="$v=$(printf '%q' "${!v}") $repro"
 done
 cpu_model="$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
@@ -497,6 +583,12 @@ report="$results/report.md"
   echo
   cat "$table"
   echo
+  if [[ -s "$reaction_table" ]]; then
+    echo "Online growth (grow rows: ${grow_mb} MiB at ${grow_rate} MiB/s, ${grow_at} s into the client's run; sampled every 10 ms; nan: none seen):"
+    echo
+    cat "$reaction_table"
+    echo
+  fi
   if [[ -n "$notes" ]]; then echo "Notes:"; echo; echo "$notes"; echo; fi
 } >"$report"
 echo

@@ -272,3 +272,159 @@ TEST(AgentMemory, LimitRestoredAfterSigkillAndRestart) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   EXPECT_EQ(restored, before) << "the original from before the SIGKILL was not restored";
 }
+
+namespace {
+
+// A file of `mib` MiB on disk and out of the page cache (written by the
+// test, outside any node: its cache is nobody's once dropped).
+bool make_file(const std::string& path, size_t mib) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  std::vector<char> buf(kMiB, 'k');
+  bool ok = true;
+  for (size_t i = 0; ok && i < mib; i++) ok = ::write(fd, buf.data(), buf.size()) == static_cast<ssize_t>(kMiB);
+  ok = ok && ::fsync(fd) == 0 && ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A child in `cg` that reads `path` from start to end again and again, once
+// a byte comes from `go` (-1: at once); with `write_mib`, it first writes the
+// file anew with that many MiB each time (dirty pages to write back).
+pid_t reader(const LaidOutCgroup& cg, const std::string& path, int go = -1, size_t write_mib = 0) {
+  pid_t p = fork();
+  if (p != 0) return p;
+  for (const auto& f : cg.procs())
+    if (!write_file(f, std::to_string(getpid()))) _exit(5);
+  // Waiting, it wakes every 50 ms: a task that never switches after the
+  // agent starts is not seen in its cgroup.
+  for (pollfd pf{go, POLLIN, 0}; go >= 0 && ::poll(&pf, 1, 50) == 0;) {
+  }
+  char c;
+  if (go >= 0 && ::read(go, &c, 1) != 1) _exit(0);
+  std::vector<char> buf(kMiB, 'o');
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) _exit(6);
+  for (;;) {
+    if (write_mib) {
+      if (::ftruncate(fd, 0) != 0) _exit(7);
+      for (size_t i = 0; i < write_mib; i++)
+        if (::pwrite(fd, buf.data(), buf.size(), static_cast<off_t>(i * kMiB)) < 0) _exit(7);
+    }
+    ::lseek(fd, 0, SEEK_SET);
+    while (::read(fd, buf.data(), buf.size()) > 0) {
+    }
+  }
+}
+
+}  // namespace
+
+// The event path, end to end: with ticks 8 s apart, an online pod that
+// starts to stall on memory in a node that offline's page cache keeps full
+// wakes the agent through its PSI trigger on the pod's memory.pressure, and
+// the agent cuts the offline limit then, not at the next tick; the write is
+// logged as the trigger's. The stall is page-cache thrashing (a file read
+// again and again, with the node's room taken by an offline reader), so
+// this needs a disk-backed file system: the vmtest guest runs from RAM and
+// leaves the test out (tests/CMakeLists.txt).
+TEST(AgentMemory, AnOnlinePodsStallCutsOfflineBetweenTicksThroughItsPsiTrigger) {
+  REQUIRE_ROOT();
+  Mounts m = mounts();
+  ASSERT_FALSE(m.cgroup2.empty());
+  const bool v1 = hybrid(m);
+  if (v1 && m.memory_v1.empty()) FAIL() << "hybrid host without a v1 memory hierarchy: cannot test the memory lever";
+  if (!v1 && read_file(m.cgroup2 + "/cgroup.subtree_control").find("memory") == std::string::npos)
+    FAIL() << "the memory controller is not enabled in cgroup2: cannot test the memory lever";
+  if (read_file(m.cgroup2 + "/memory.pressure").empty())
+    FAIL() << "no memory.pressure in cgroup2: a kernel without PSI (or booted with psi=0)";
+  const std::string k = unique("khmp");
+  const std::string node = "/" + k + "-node", yarn = node + "/yarn";
+  const std::string kube = node + "/kubepods.slice", burstable = kube + "/kubepods-burstable.slice";
+  const std::string pod = burstable + "/kubepods-burstable-pod1111_2222.slice";
+  LaidOutCgroup c_node(m, node, true), c_yarn(m, yarn, true),
+      c_cont(m, yarn + "/container_e01_1700000000000_0001_01_000002", true, true), c_kube(m, kube, true),
+      c_burst(m, burstable, true), c_pod(m, pod, true),
+      c_ctr(m, pod + "/cri-containerd-abcdef012345.scope", true, true);
+  const std::string node_limit = v1 ? m.memory_v1 + node + "/memory.limit_in_bytes" : m.cgroup2 + node + "/memory.max";
+  ASSERT_TRUE(write_file(node_limit, std::to_string(384 * kMiB))) << node_limit;
+  const uint64_t before = limit_of(m, v1, yarn);
+  const std::string off_file = "/var/tmp/" + k + "-offline.dat", on_file = "/var/tmp/" + k + "-online.dat";
+  const bool files = make_file(off_file, 512) && make_file(on_file, 160);
+  if (!files) {
+    ::unlink(off_file.c_str());
+    ::unlink(on_file.c_str());
+    FAIL() << "cannot write 672 MiB of test files in /var/tmp";
+  }
+
+  // Offline streams a file larger than the node; the agent's first tick
+  // (8 s after its start) limits it to what online leaves, which is all of
+  // the node but the reserve while online does nothing.
+  pid_t streamer = reader(c_cont, off_file);
+  // Online waits in its container, so that the agent knows the pod (from
+  // its tasks' switches) at the first tick.
+  int go[2];
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  ::signal(SIGPIPE, SIG_IGN);  // a dead reader must fail the test, not end it
+  pid_t online = reader(c_ctr, on_file, go[0], 160);
+  ::close(go[0]);
+  const std::string cfg = "/tmp/" + k + ".yaml", state = "/tmp/" + k + "-state.json", log = "/tmp/" + k + ".log";
+  std::ofstream(cfg) << "tick: 8s\noffline:\n  yarn_hierarchy: " << yarn.substr(1)
+                     << "\nmemory:\n  node_cgroup: " << node
+                     << "\n  reserve: 32Mi\n  reserve_share: 0\n  eviction_threshold: 0\n  min_offline: 32Mi\n"
+                     << "  stall_limit: 0.02\n";
+  pid_t agent = fork();
+  if (agent == 0) {
+    std::string cmd = std::string("exec ") + KHAGENT_BINARY + " --no-pin run --no-metrics --config " + cfg +
+                      " --state-file " + state + " > " + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+    _exit(127);
+  }
+  // (No ASSERT while the agent runs: it must be stopped below.)
+  const bool armed = wait_for(15, [&] { return read_file(log).find("PSI triggers") != std::string::npos; });
+  const uint64_t first_tick = mono_ns_now();
+  // (The triggers are logged as the tick begins; its write follows.)
+  wait_for(2, [&] { return limit_of(m, v1, yarn) != before; });
+  const uint64_t limit0 = limit_of(m, v1, yarn);
+  // Online starts to read its own file again and again: the node has room
+  // for a reserve's worth of it, the rest is reclaimed and read back.
+  const bool started = armed && ::write(go[1], "x", 1) == 1;
+  const uint64_t online_start = mono_ns_now();
+  const bool cut = started && wait_for(7, [&] {
+                     const uint64_t l = limit_of(m, v1, yarn);
+                     return l != 0 && l < limit0;
+                   });
+  const uint64_t cut_at = mono_ns_now();
+  const uint64_t limit1 = limit_of(m, v1, yarn);
+  const std::string pressure = read_file(m.cgroup2 + pod + "/memory.pressure");
+  ::kill(agent, SIGTERM);
+  int st = 0;
+  waitpid(agent, &st, 0);
+  const std::string text = read_file(log);
+  ::close(go[1]);
+  for (pid_t p : {online, streamer}) {
+    ::kill(p, SIGKILL);
+    waitpid(p, nullptr, 0);
+  }
+  for (const auto& f : {cfg, state, state + ".prev", log, off_file, on_file}) ::unlink(f.c_str());
+
+  std::printf(
+      "offline limit %llu MiB at the first tick, %llu MiB %.2f s after online began to read (%.2f s after the "
+      "first tick; the next tick was due at 8 s)\nthe online pod's memory.pressure:\n%s",
+      static_cast<unsigned long long>(limit0 / kMiB), static_cast<unsigned long long>(limit1 / kMiB),
+      static_cast<double>(cut_at - online_start) / 1e9, static_cast<double>(cut_at - first_tick) / 1e9,
+      pressure.c_str());
+  const size_t woke = text.find("after the trigger woke the agent");
+  if (woke != std::string::npos) {
+    const size_t bol = text.rfind('\n', woke);
+    std::printf("%s\n", text.substr(bol == std::string::npos ? 0 : bol + 1, text.find('\n', woke) - bol - 1).c_str());
+  }
+  ASSERT_TRUE(armed) << "no PSI trigger on the online pod after the first tick\n" << text;
+  ASSERT_TRUE(started) << "the online reader is gone\n" << text;
+  ASSERT_NE(limit0, 0u) << "the first tick did not limit offline\n" << text;
+  EXPECT_TRUE(cut) << "the online stall did not cut offline before the next tick\n" << pressure << text;
+  EXPECT_NE(woke, std::string::npos) << "the cut was not the PSI trigger's\n" << text;
+  EXPECT_LT(cut_at - first_tick, 7'500'000'000u) << "the cut came with the second tick, not the trigger\n" << text;
+  EXPECT_EQ(text.find("rejected"), std::string::npos) << text;
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text;
+  EXPECT_EQ(limit_of(m, v1, yarn), before) << "the original limit was not restored\n" << text;
+}

@@ -326,12 +326,15 @@ TEST_F(RunqHost, AttributionSplitsByAggressorShare) {
   // is placed against the task running then; 0.63-0.78 against a CPU share
   // of 0.754 on the 6.18 host), so the truth is the reference tracer's: who
   // held CPU 0 while B waited there.
-  EXPECT_NEAR(share_blame, share_tracer, 0.03) << "blame split off the reference tracer's";
   // The tracer counts a stall of CPU 0 in a hog's slice as that hog's;
-  // khagent charges it to B's stolen wait (see the test above).
+  // khagent charges it to B's stolen wait (see the test above). Which hog's
+  // slice it fell in is unknown, so the shares may differ by its part of
+  // the tracer's total more: a busy clean-clone run had 8.67 ms stolen, 7.3
+  // ms of it in A2's slices (0.039 off at 0.03 allowed).
   const double stolen =
       static_cast<double>(of(r1, b.id()).cause_ns[KH_WAIT_STOLEN] - of(r0, b.id()).cause_ns[KH_WAIT_STOLEN]);
   if (stolen > 0) std::printf("B's stolen wait (CPU 0 stalls): %.2f ms\n", stolen / 1e6);
+  EXPECT_NEAR(share_blame, share_tracer, 0.03 + stolen / (m1 + m2)) << "blame split off the reference tracer's";
   EXPECT_LE(w1, m1 + 0.05 * m1) << "A1 blamed for more than it held B's CPU";
   EXPECT_GE(w1 + stolen, m1 - 0.05 * m1) << "A1's blame off the time the tracer saw it hold B's CPU";
   EXPECT_LE(w2, m2 + 0.05 * m2 + 1e6) << "A2 blamed for more than it held B's CPU";

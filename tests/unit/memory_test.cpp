@@ -128,6 +128,42 @@ TEST(MemoryFiles, ReaderOnV2AndV1Trees) {
   EXPECT_FALSE(y1->limit.has_value()) << "v1 prints no limit as a huge number";
 }
 
+// A stall at a group's own limit is the group's: the pod or one of its
+// containers within max(limit / 32, 4 MiB) of memory.max or memory.high
+// (v1: memory.limit_in_bytes).
+TEST(MemoryFiles, AtItsOwnLimitThePodOrAContainer) {
+  TempDir t;
+  auto v2cg = [&](const std::string& p, uint64_t cur, const std::string& max, const std::string& high) {
+    t.write("v2" + p + "/memory.current", std::to_string(cur) + "\n");
+    t.write("v2" + p + "/memory.max", max + "\n");
+    t.write("v2" + p + "/memory.high", high + "\n");
+  };
+  v2cg("/pod", 700 * kMiB, "max", "max");
+  v2cg("/pod/c1", 200 * kMiB, std::to_string(512 * kMiB), "max");
+  v2cg("/pod/c2", 500 * kMiB, "max", "max");
+  MemoryReader v2((t.path / "v2").string(), false);
+  auto r = v2.at_own_limit("/pod");
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(*r, "") << "no limit on the pod, containers well under theirs";
+  v2cg("/pod/c1", 497 * kMiB, std::to_string(512 * kMiB), "max");  // 15 MiB under: within 512/32 = 16
+  EXPECT_EQ(*v2.at_own_limit("/pod"), "/pod/c1: 497 MiB of 512 MiB");
+  v2cg("/pod/c1", 200 * kMiB, std::to_string(512 * kMiB), "max");
+  v2cg("/pod/c2", 500 * kMiB, "max", std::to_string(503 * kMiB));  // memory.high counts too (MemoryQoS)
+  EXPECT_EQ(*v2.at_own_limit("/pod"), "/pod/c2: 500 MiB of 503 MiB");
+  v2cg("/pod", 700 * kMiB, std::to_string(720 * kMiB), "max");  // the pod's own, within 22 MiB
+  EXPECT_EQ(*v2.at_own_limit("/pod"), "/pod: 700 MiB of 720 MiB");
+  v2cg("/small", 61 * kMiB, std::to_string(64 * kMiB), "max");  // a small group: 4 MiB at least
+  EXPECT_EQ(*v2.at_own_limit("/small"), "/small: 61 MiB of 64 MiB");
+  EXPECT_EQ(v2.at_own_limit("/gone").error().err, ENOENT);
+
+  t.write("v1/pod/memory.usage_in_bytes", std::to_string(300 * kMiB) + "\n");
+  t.write("v1/pod/memory.limit_in_bytes", "9223372036854771712\n");
+  MemoryReader v1((t.path / "v1").string(), true);
+  EXPECT_EQ(*v1.at_own_limit("/pod"), "") << "v1 prints no limit as a huge number";
+  t.write("v1/pod/memory.limit_in_bytes", std::to_string(308 * kMiB) + "\n");
+  EXPECT_EQ(*v1.at_own_limit("/pod"), "/pod: 300 MiB of 308 MiB");
+}
+
 TEST(MemoryFiles, OomKillsAndRefaultsOnV2AndV1) {
   TempDir t;
   auto group = [&](const std::string& dir, bool v1, uint64_t kills, uint64_t refaults) {
@@ -551,6 +587,58 @@ TEST(MemoryBudget, OnlineReclaimForTheNodeCutsOnARoomyNode) {
   in.online_stall_share = 0;
   d = memory_step(in, c, st);
   EXPECT_FALSE(d.stalled);
+}
+
+// A node full by use, page cache included, where the working sets leave
+// room: a stalled pod not at its own limit stalls at the node's (offline's
+// cache was not free fast enough), and offline is cut; a pod at its own
+// limit is not helped by it.
+TEST(MemoryBudget, AStallInANodeFullOfCacheCutsUnlessThePodIsAtItsOwnLimit) {
+  MemoryConfig c = cfg();  // reserve 256 MiB, stall limit 5%, cut 10%
+  MemoryState st;
+  // 3 GiB node, working sets 2 GiB (roomy), in use 2.9 GiB with the cache.
+  MemoryInput in{3 * kGiB, 2 * kGiB, 1 * kGiB, kS, 0.3, {}};
+  in.node_usage = 2970 * kMiB;
+  in.stall_own_limit = "/pod-a: 500 MiB of 512 MiB";
+  auto d = memory_step(in, c, st);
+  EXPECT_FALSE(d.stalled) << "the pod's own limit: " << d.reason;
+  st = {};
+  in.stall_own_limit = "";
+  in.node_usage = 2 * kGiB + 512 * kMiB;  // 512 MiB unused: twice the reserve
+  d = memory_step(in, c, st);
+  EXPECT_FALSE(d.stalled) << "room left even counting the cache: " << d.reason;
+  st = {};
+  in.node_usage = 2970 * kMiB;
+  d = memory_step(in, c, st);
+  EXPECT_TRUE(d.stalled) << d.reason;
+  EXPECT_EQ(d.budget, 921 * kMiB) << "90% of the 1 GiB offline holds";
+  EXPECT_NE(d.reason.find("the node is full: 102 MiB unused of 3072 MiB"), std::string::npos) << d.reason;
+  // Offline's page cache known: the cut is 10% of all it holds, not of its
+  // working set (a streamer's cache is nearly all inactive).
+  st = {};
+  in.offline_usage = 1400 * kMiB;
+  d = memory_step(in, c, st);
+  EXPECT_EQ(d.budget, 1260 * kMiB);
+  EXPECT_NE(d.reason.find("offline held 1400 MiB (working set 1024 MiB), cut by 10% to 1260 MiB"), std::string::npos)
+      << d.reason;
+  // A second cut a second later, smaller than the deadband: made all the same.
+  in.now_ns += kS;
+  in.offline_usage = 1390 * kMiB;
+  d = memory_step(in, c, st);
+  EXPECT_TRUE(d.changed && d.stalled) << d.reason;
+  EXPECT_EQ(d.budget, 1251 * kMiB);
+  in.offline_usage = 0;
+  // Unknown use (a reader that has none): the working sets decide, as before.
+  st = {};
+  in.node_usage = 0;
+  EXPECT_FALSE(memory_step(in, c, st).stalled);
+  // The same through a PSI trigger between ticks.
+  st = {};
+  in = {3 * kGiB, 2 * kGiB, 1 * kGiB, kS, 0, "/pod-a"};
+  in.node_usage = 2970 * kMiB;
+  d = memory_step(in, c, st);
+  EXPECT_TRUE(d.stalled) << d.reason;
+  EXPECT_NE(d.reason.find("PSI trigger fired"), std::string::npos) << d.reason;
 }
 
 TEST(OomOrder, RaisesOfflineProcessesOnceAndPutsThemBack) {

@@ -431,7 +431,8 @@ bool Agent::memory_step(uint64_t now_ns, const std::string& trigger) {
   }
   for (const auto& p : ms.problems)
     if (warned_.allow(p.substr(0, p.find(':')), now_ns)) spdlog::warn("{}", p);
-  if (trigger.empty()) {  // the tick reads the stall and the events; a trigger says it
+  std::string stalled = trigger;  // the online pod whose stall may cut offline
+  if (trigger.empty()) {          // the tick reads the stall and the events; a trigger says it
     MemoryEvents ev = memory_events_.step(*memory_, online_, parents);
     for (const auto& [p, n] : ev.online_killed)
       spdlog::error(
@@ -444,6 +445,7 @@ bool Agent::memory_step(uint64_t now_ns, const std::string& trigger) {
     if (metrics_) metrics_->record_memory_events(ev);
     MemoryStall stall = stall_->step(online_, now_ns);
     ms.input.online_stall_share = stall.max_share;
+    if (stall.max_share > cfg_.memory.stall_limit) stalled = stall.worst;
     if (metrics_) metrics_->record_memory_stall(stall);
     if (!online_.empty() && stall.unreadable == online_.size() && warned_.allow("psi", now_ns))
       spdlog::warn(
@@ -460,6 +462,12 @@ bool Agent::memory_step(uint64_t now_ns, const std::string& trigger) {
     }
   }
   ms.input.stall_trigger = trigger;
+  if (!stalled.empty()) {
+    // Unreadable counts as at its limit: the node's fullness alone cuts
+    // offline only for a pod known to have room under its own limits.
+    auto own = memory_->at_own_limit(stalled);
+    ms.input.stall_own_limit = own ? *own : "unknown (" + own.error().str() + ")";
+  }
   ms.input.online_node_reclaim_ns = online_reclaim_.ns[KH_RECLAIM_NODE];
   ms.input.online_memcg_reclaim_ns = online_reclaim_.ns[KH_RECLAIM_MEMCG];
   ms.input.interval_ns = online_reclaim_interval_ns_;
@@ -469,6 +477,14 @@ bool Agent::memory_step(uint64_t now_ns, const std::string& trigger) {
     return false;
   }
   MemoryDecision d = khagent::memory_step(ms.input, cfg_.memory, memory_state_);
+  spdlog::debug(
+      "memory: capacity {}, in use {} (working sets {}), offline {} (working set {}); stall {:.0f}%{}{}{} -> budget "
+      "{}{}",
+      mib_text(ms.input.capacity), mib_text(ms.input.node_usage), mib_text(ms.input.node_used),
+      mib_text(ms.input.offline_usage), mib_text(ms.input.offline_used), ms.input.online_stall_share * 100,
+      trigger.empty() ? "" : ", trigger on " + trigger, stalled.empty() ? "" : " of " + stalled,
+      ms.input.stall_own_limit.empty() ? "" : ", at its own limit: " + ms.input.stall_own_limit, mib_text(d.budget),
+      d.stalled ? " (stall cut)" : "");
   if (!d.critical.empty() && memory_critical_.empty())
     spdlog::warn("node memory critical: {}; {}", d.critical,
                  yarn_ && cfg_.yarn.reclaim && cfg_.yarn.memory_emergency

@@ -197,6 +197,39 @@ Result<MemoryUse> MemoryReader::cgroup(const std::string& path) const {
   return u;
 }
 
+Result<std::string> MemoryReader::at_own_limit(const std::string& path) const {
+  const std::string dir = root_ + (path == "/" ? "" : path);
+  auto one = [&](const std::string& d, const std::string& rel) -> Result<std::string> {
+    auto usage = number_file(d + (v1_ ? "/memory.usage_in_bytes" : "/memory.current"));
+    if (!usage) return usage.error();
+    uint64_t limit = UINT64_MAX;
+    const std::vector<std::string> files = v1_ ? std::vector<std::string>{"/memory.limit_in_bytes"}
+                                               : std::vector<std::string>{"/memory.max", "/memory.high"};
+    for (const auto& f : files) {
+      auto t = read_file(d + f);
+      if (!t) return make_error(t.error().err, d + f + ": " + t.error().message);
+      uint64_t l = 0;
+      if (parse_u64(trimmed(*t), l) && l < (uint64_t{1} << 62)) limit = std::min(limit, l);  // "max": none
+    }
+    if (limit == UINT64_MAX) return std::string();
+    const uint64_t margin = std::max<uint64_t>(limit / 32, uint64_t{4} << 20);
+    if (*usage + margin < limit) return std::string();
+    return rel + ": " + std::to_string(*usage >> 20) + " MiB of " + std::to_string(limit >> 20) + " MiB";
+  };
+  auto top = one(dir, path);
+  if (!top || !top->empty()) return top;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::error_code kind;
+    if (!e.is_directory(kind)) continue;
+    const std::string name = e.path().filename().string();
+    auto c = one(e.path().string(), path + "/" + name);
+    if (c && !c->empty()) return c;  // a container removed meanwhile: not at its limit
+  }
+  if (ec) return make_error(ec.value(), dir + ": " + ec.message());
+  return std::string();
+}
+
 Result<std::map<std::string, uint64_t>> MemoryReader::oom_kill_counts(const std::string& path) const {
   const std::string dir = root_ + (path == "/" ? "" : path);
   auto one = [&](const std::string& d) -> Result<uint64_t> {
@@ -241,7 +274,8 @@ Result<MemoryUse> MemoryReader::node(const std::string& node_cgroup) const {
   auto u = cgroup(node_cgroup);
   if (!u) return u.error();
   MemoryUse out;
-  out.usage = u->working_set();
+  out.usage = u->usage;
+  out.inactive_file = u->inactive_file;
   const uint64_t total = whole->limit.value_or(0);  // parse_meminfo always sets it
   const std::optional<uint64_t> own = u->limit;
   out.limit = own ? std::min(*own, total) : total;

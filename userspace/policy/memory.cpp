@@ -45,10 +45,19 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
   // not free fast enough). A moment of it is not enough.
   const bool node_reclaim = in.interval_ns > 0 && static_cast<double>(in.online_node_reclaim_ns) >=
                                                       cfg.stall_limit * static_cast<double>(in.interval_ns);
-  if (stalled && in.offline_used > 0 && (tight || node_reclaim) && cut_due) {
+  // The node is full by use, page cache included, and the stalled cgroup is
+  // not at its own limit: it stalls at the node's (a node cgroup's limit,
+  // or the page allocator), where offline's cache, counted as free above,
+  // was not free fast enough.
+  const uint64_t unused = sub_sat(sub_sat(in.capacity, d.eviction), in.node_usage);
+  const bool node_full = in.node_usage > 0 && unused < 2 * d.reserve && in.stall_own_limit.empty();
+  // What offline holds: its use with its page cache where known (the cut
+  // reclaims that too), else its working set.
+  const uint64_t held = std::max(in.offline_usage, in.offline_used);
+  if (stalled && held > 0 && (tight || node_reclaim || node_full) && cut_due) {
     // The arithmetic left online short (its page cache counted as free, a
     // burst within a tick): offline gives back part of what it holds.
-    const auto cut = static_cast<uint64_t>(static_cast<double>(in.offline_used) * (1 - cfg.stall_cut)) / kMiB * kMiB;
+    const auto cut = static_cast<uint64_t>(static_cast<double>(held) * (1 - cfg.stall_cut)) / kMiB * kMiB;
     if (cut < d.ceiling) {
       d.ceiling = cut;
       d.stalled = true;
@@ -67,7 +76,15 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
                      static_cast<double>(paid) / 1e6, static_cast<double>(in.online_node_reclaim_ns) / 1e6,
                      static_cast<double>(in.online_memcg_reclaim_ns) / 1e6)
                : std::string();
-      why = fmt::format("{}{}: offline held {}, cut by {:.0f}% to {}", what, reclaim, mib_text(in.offline_used),
+      const std::string full =
+          tight || node_reclaim
+              ? std::string()
+              : fmt::format(
+                    " (the node is full: {} unused of {}, page cache counted as used; the cgroup is not at "
+                    "its own limit)",
+                    mib_text(unused), mib_text(in.capacity));
+      why = fmt::format("{}{}{}: offline held {}{}, cut by {:.0f}% to {}", what, reclaim, full, mib_text(held),
+                        held != in.offline_used ? " (working set " + mib_text(in.offline_used) + ")" : std::string(),
                         cfg.stall_cut * 100, mib_text(cut));
     }
   }
@@ -88,7 +105,7 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
   }
   const uint64_t move = want > st.budget ? want - st.budget : st.budget - want;
   const bool to_zero = want == 0 && st.budget != 0;
-  if (move < cfg.deadband_bytes && !to_zero) {
+  if (move < cfg.deadband_bytes && !to_zero && !d.stalled) {  // a stall cut is made however small
     // Not moved. Growth time counts only while the ceiling stays above the
     // budget: after a steady spell, a higher ceiling is approached from now.
     if (d.ceiling <= st.budget) st.last_ns = in.now_ns;

@@ -14,6 +14,7 @@ MemorySignals offline_memory(const MemoryReader& r, const std::string& node_cgro
     }
     s.used[path] = u->working_set();
     s.input.offline_used += u->working_set();
+    s.input.offline_usage += u->usage;
   }
   auto node = r.node(node_cgroup);
   if (!node) {
@@ -23,6 +24,7 @@ MemorySignals offline_memory(const MemoryReader& r, const std::string& node_cgro
   }
   s.input.capacity = node->limit.value_or(0);
   s.input.node_used = node->working_set();
+  s.input.node_usage = node->usage;
   return s;
 }
 

@@ -44,8 +44,11 @@ uint64_t memory_reserve(uint64_t capacity, const MemoryConfig& cfg);
 // reach a ceiling of 0. When an online cgroup stalled on memory more than
 // stall_limit of the interval while the node is short (less than twice the
 // reserve free above the eviction threshold, or online tasks spent
-// stall_limit of the interval in the node's direct reclaim), the ceiling is
-// at most offline_used cut by stall_cut, at most once a second.
+// stall_limit of the interval in the node's direct reclaim, or less than
+// twice the reserve is unused counting page cache as used while the stalled
+// cgroup is not at its own limit), the ceiling is at most what offline holds
+// (its use with page cache where known, else offline_used) cut by
+// stall_cut, at most once a second.
 MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, MemoryState& st);
 
 // One offline parent's limit: its working set plus an equal part of the
