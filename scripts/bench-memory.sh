@@ -21,12 +21,16 @@
 # online pod grow by GROW_MB of anonymous memory at GROW_RATE MiB/s (a burst
 # of requests, a cache filling): the node is full of offline page cache when
 # online needs room, and the rows time how soon the offline limit is cut.
+# "growanon" rows do the same next to an anonymous hog of GROW_HOG_MB, which
+# fits at first: the growth then leaves the node no memory the kernel can
+# reclaim, and the OOM order decides who is killed.
 #
 # Rows (interleaved, round after round, each round starting one row later;
 # the median over rounds is reported):
 #   alone            the online pod, no offline work
 #   anon, stream     offline work, no restraint
 #   grow             the streamer, and the online pod growing meanwhile
+#   growanon         an anonymous hog that fits, and the online pod growing
 #   X:limit          a hard limit of LIMIT_MB on <node>/hadoop-yarn
 #                    (memory.limit_in_bytes on v1, memory.max on v2)
 #   X:soft           v1 only: memory.soft_limit_in_bytes LIMIT_MB there
@@ -49,6 +53,7 @@
 #   STREAM_MB=N      the streamed file [4096]
 #   GROW_MB=N GROW_RATE=N GROW_AT=S  the grow rows' online growth, MiB and
 #                    MiB/s, and when it starts, s after the client [600 1000 WARMUP+2]
+#   GROW_HOG_MB=N    the growanon rows' anonymous hog [1200]
 #   LIMIT_MB=N       the offline limit of the limit/soft/high rows [900]
 #   SETTLE=S         seconds offline runs before the measured window [HOG_MB / HOG_RATE + 2]
 #   DURATION=S WARMUP=S  measured and warm-up seconds of the client [8 2; QUICK: 3 1]
@@ -56,7 +61,7 @@
 #   ROUNDS=N         rounds of all rows [3; QUICK: 1]
 #   ROWS="..."       rows to run [alone anon anon:limit anon:adj anon:khagent
 #                    stream stream:limit stream:soft|high stream:khagent
-#                    grow grow:khagent]
+#                    grow grow:khagent growanon growanon:khagent]
 #   BUILD_DIR=DIR    where khagent and the tools of tests/bench are [build]
 #   KHAGENT_CONFIG   YAML text appended to the khagent rows' configuration
 #   RESULTS=DIR      where per-run files are kept [a new /tmp dir]
@@ -102,13 +107,14 @@ hog_rate="${HOG_RATE:-500}"
 stream_mb="${STREAM_MB:-4096}"
 grow_mb="${GROW_MB:-600}"
 grow_rate="${GROW_RATE:-1000}"
+grow_hog_mb="${GROW_HOG_MB:-1200}"
 limit_mb="${LIMIT_MB:-900}"
 duration="${DURATION:-$def_duration}"
 warmup="${WARMUP:-$def_warmup}"
 rounds="${ROUNDS:-$def_rounds}"
 rate="${RATE:-200}"
 connections="${CONNECTIONS:-8}"
-for v in node_mb online_anon_mb files file_kb request_mb hog_mb hog_rate stream_mb grow_mb grow_rate limit_mb rounds connections; do
+for v in node_mb online_anon_mb files file_kb request_mb hog_mb hog_rate stream_mb grow_mb grow_rate grow_hog_mb limit_mb rounds connections; do
   is_uint "${!v}" && ((${!v} > 0)) || die "${v^^} must be a positive whole number, not '${!v}'"
 done
 for v in duration warmup rate; do is_num "${!v}" || die "${v^^} must be a number, not '${!v}'"; done
@@ -143,14 +149,15 @@ else
   f_limit=memory.max f_usage=memory.current soft_row=high
   f_cut=memory.high
 fi
-rows="${ROWS:-alone anon anon:limit anon:adj anon:khagent stream stream:limit stream:$soft_row stream:khagent grow grow:khagent}"
+rows="${ROWS:-alone anon anon:limit anon:adj anon:khagent stream stream:limit stream:$soft_row stream:khagent grow grow:khagent growanon growanon:khagent}"
 read -r -a row_list <<<"$rows"
 for r in "${row_list[@]}"; do
   case "$r" in
-    alone | anon | stream | grow | anon:limit | stream:limit | grow:limit | anon:adj | stream:adj | grow:adj) ;;
-    anon:khagent | stream:khagent | grow:khagent) ;;
-    anon:soft | stream:soft | grow:soft) [[ "$mem_mode" == v1 ]] || die "row $r needs the v1 memory controller (use :high on v2)" ;;
-    anon:high | stream:high | grow:high) [[ "$mem_mode" == v2 ]] || die "row $r needs the v2 memory controller (use :soft on v1)" ;;
+    alone | anon | stream | grow | growanon) ;;
+    anon:limit | stream:limit | grow:limit | growanon:limit | anon:adj | stream:adj | grow:adj | growanon:adj) ;;
+    anon:khagent | stream:khagent | grow:khagent | growanon:khagent) ;;
+    anon:soft | stream:soft | grow:soft | growanon:soft) [[ "$mem_mode" == v1 ]] || die "row $r needs the v1 memory controller (use :high on v2)" ;;
+    anon:high | stream:high | grow:high | growanon:high) [[ "$mem_mode" == v2 ]] || die "row $r needs the v2 memory controller (use :soft on v1)" ;;
     *) die "unknown row '$r' (see --help)" ;;
   esac
 done
@@ -287,7 +294,9 @@ online_starts=0
 
 # The streamed file, written around the page cache (direct I/O) so that no
 # one holds it in memory before the streamer reads it.
-if [[ " ${row_list[*]} " == *" stream"* || " ${row_list[*]} " == *" grow"* ]]; then
+need_stream=0
+for r in "${row_list[@]}"; do [[ "${r%%:*}" != stream && "${r%%:*}" != grow ]] || need_stream=1; done
+if ((need_stream)); then
   log "writing the ${stream_mb} MiB file the stream rows read"
   dd if=/dev/zero of="$tmp/stream.dat" bs=4M count=$((stream_mb / 4)) oflag=direct status=none \
     || die "writing $tmp/stream.dat failed"
@@ -352,9 +361,9 @@ reaction() {
 }
 
 hog_pids=()
-start_offline() {  # start_offline anon|stream ADJ
+start_offline() {  # start_offline anon|stream ADJ [MIB]: MIB of the anon hog [HOG_MB]
   if [[ "$1" == anon ]]; then
-    spawn "$anon_cg" "$2" "$tmp/hog.out" "$memhog" --mb "$hog_mb" --rate "$hog_rate"
+    spawn "$anon_cg" "$2" "$tmp/hog.out" "$memhog" --mb "${3:-$hog_mb}" --rate "$hog_rate"
   else
     spawn "$stream_cg" "$2" "$tmp/hog.out" sh -c 'while :; do dd if="$1" of=/dev/null bs=1M status=none || exit 1; done' sh "$tmp/stream.dat"
   fi
@@ -419,6 +428,7 @@ row_label() {
     anon) what="anon hog ${hog_mb} MiB" ;;
     stream) what="page-cache streamer (${stream_mb} MiB file)" ;;
     grow) what="streamer, online grows ${grow_mb} MiB at ${grow_rate} MiB/s" ;;
+    growanon) what="anon hog ${grow_hog_mb} MiB, online grows ${grow_mb} MiB at ${grow_rate} MiB/s" ;;
   esac
   case "$lever" in
     "") echo "$what, no restraint" ;;
@@ -455,8 +465,12 @@ run_one() {  # run_one ROW ROUND
   [[ "$lever" != khagent ]] || start_agent "$results/khagent-$tag.log"
   on0=$(oom_kills "$server_cg") off0=$(($(oom_kills "$anon_cg") + $(oom_kills "$stream_cg")))
   if [[ "$mix" != alone ]]; then
-    start_offline "$([[ "$mix" == grow ]] && echo stream || echo "$mix")" "$adj"
-    if [[ "$mix" == anon ]]; then
+    case "$mix" in
+      grow) start_offline stream "$adj" ;;
+      growanon) start_offline anon "$adj" "$grow_hog_mb" ;;
+      *) start_offline "$mix" "$adj" ;;
+    esac
+    if [[ "$mix" == anon || "$mix" == growanon ]]; then
       for ((i = 0; i < ${settle%.*} * 10 + 10; i++)); do
         grep -q grown "$tmp/hog.out" 2>/dev/null && break
         kill -0 "${hog_pids[0]}" 2>/dev/null || break
@@ -470,7 +484,7 @@ run_one() {  # run_one ROW ROUND
   s0=$(psi_us "$(pod_of "$server_cg")" some) f0=$(psi_us "$(pod_of "$server_cg")" full)
   t0=$(date +%s%N)
   start_sampler "$tmp/mem-$tag.txt"
-  if [[ "$mix" == grow ]]; then
+  if [[ "$mix" == grow* ]]; then
     rm -f "$tmp/grow.t"
     start_fast_sampler "$tmp/fast-$tag.txt"
     # The growth's start time is written just before the memhog starts.

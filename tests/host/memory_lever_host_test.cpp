@@ -6,8 +6,10 @@
 // agent stops. The "node" is a parent cgroup with a limit, so no pressure
 // leaves it.
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -348,6 +350,12 @@ TEST(AgentMemory, AnOnlinePodsStallCutsOfflineBetweenTicksThroughItsPsiTrigger) 
   const std::string node_limit = v1 ? m.memory_v1 + node + "/memory.limit_in_bytes" : m.cgroup2 + node + "/memory.max";
   ASSERT_TRUE(write_file(node_limit, std::to_string(384 * kMiB))) << node_limit;
   const uint64_t before = limit_of(m, v1, yarn);
+  // Page cache to thrash needs a file system on a disk: tmpfs and ramfs
+  // pages are not reclaimed without swap.
+  struct statfs fs{};
+  ASSERT_EQ(::statfs("/var/tmp", &fs), 0) << "statfs /var/tmp: " << std::strerror(errno);
+  if (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC)
+    FAIL() << "/var/tmp is in memory (tmpfs or ramfs): no page cache the kernel can reclaim, no stall to make";
   const std::string off_file = "/var/tmp/" + k + "-offline.dat", on_file = "/var/tmp/" + k + "-online.dat";
   const bool files = make_file(off_file, 512) && make_file(on_file, 160);
   if (!files) {
@@ -359,12 +367,12 @@ TEST(AgentMemory, AnOnlinePodsStallCutsOfflineBetweenTicksThroughItsPsiTrigger) 
   // Offline streams a file larger than the node; the agent's first tick
   // (8 s after its start) limits it to what online leaves, which is all of
   // the node but the reserve while online does nothing.
-  pid_t streamer = reader(c_cont, off_file);
-  // Online waits in its container, so that the agent knows the pod (from
-  // its tasks' switches) at the first tick.
   int go[2];
   ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
   ::signal(SIGPIPE, SIG_IGN);  // a dead reader must fail the test, not end it
+  pid_t streamer = reader(c_cont, off_file);
+  // Online waits in its container, so that the agent knows the pod (from
+  // its tasks' switches) at the first tick.
   pid_t online = reader(c_ctr, on_file, go[0], 160);
   ::close(go[0]);
   const std::string cfg = "/tmp/" + k + ".yaml", state = "/tmp/" + k + "-state.json", log = "/tmp/" + k + ".log";

@@ -142,26 +142,35 @@ TEST(MemoryFiles, AtItsOwnLimitThePodOrAContainer) {
   v2cg("/pod/c1", 200 * kMiB, std::to_string(512 * kMiB), "max");
   v2cg("/pod/c2", 500 * kMiB, "max", "max");
   MemoryReader v2((t.path / "v2").string(), false);
-  auto r = v2.at_own_limit("/pod");
+  auto r = v2.at_own_limit("/pod", "");
   ASSERT_TRUE(r.ok()) << r.error().str();
   EXPECT_EQ(*r, "") << "no limit on the pod, containers well under theirs";
   v2cg("/pod/c1", 497 * kMiB, std::to_string(512 * kMiB), "max");  // 15 MiB under: within 512/32 = 16
-  EXPECT_EQ(*v2.at_own_limit("/pod"), "/pod/c1: 497 MiB of 512 MiB");
+  EXPECT_EQ(*v2.at_own_limit("/pod", ""), "/pod/c1: 497 MiB of 512 MiB");
   v2cg("/pod/c1", 200 * kMiB, std::to_string(512 * kMiB), "max");
   v2cg("/pod/c2", 500 * kMiB, "max", std::to_string(503 * kMiB));  // memory.high counts too (MemoryQoS)
-  EXPECT_EQ(*v2.at_own_limit("/pod"), "/pod/c2: 500 MiB of 503 MiB");
+  EXPECT_EQ(*v2.at_own_limit("/pod", ""), "/pod/c2: 500 MiB of 503 MiB");
   v2cg("/pod", 700 * kMiB, std::to_string(720 * kMiB), "max");  // the pod's own, within 22 MiB
-  EXPECT_EQ(*v2.at_own_limit("/pod"), "/pod: 700 MiB of 720 MiB");
+  EXPECT_EQ(*v2.at_own_limit("/pod", ""), "/pod: 700 MiB of 720 MiB");
   v2cg("/small", 61 * kMiB, std::to_string(64 * kMiB), "max");  // a small group: 4 MiB at least
-  EXPECT_EQ(*v2.at_own_limit("/small"), "/small: 61 MiB of 64 MiB");
-  EXPECT_EQ(v2.at_own_limit("/gone").error().err, ENOENT);
+  EXPECT_EQ(*v2.at_own_limit("/small", ""), "/small: 61 MiB of 64 MiB");
+  EXPECT_EQ(v2.at_own_limit("/gone", "").error().err, ENOENT);
+  // The levels above the pod up to the node: kubepods' limit is online's own.
+  v2cg("/node", 3000 * kMiB, std::to_string(3072 * kMiB), "max");
+  v2cg("/node/kube", 2000 * kMiB, std::to_string(2048 * kMiB), "max");
+  v2cg("/node/kube/pod", 100 * kMiB, "max", "max");
+  EXPECT_EQ(*v2.at_own_limit("/node/kube/pod", "/node"), "/node/kube: 2000 MiB of 2048 MiB");
+  EXPECT_EQ(*v2.at_own_limit("/node/kube/pod", "/node/kube"), "") << "the node's own limit is not the pod's";
+  EXPECT_EQ(*v2.at_own_limit("/node/kube/pod", ""), "/node/kube: 2000 MiB of 2048 MiB");
+  v2cg("/node/kube", 1000 * kMiB, std::to_string(2048 * kMiB), "max");
+  EXPECT_EQ(*v2.at_own_limit("/node/kube/pod", ""), "/node: 3000 MiB of 3072 MiB") << "up to the root without a node";
 
   t.write("v1/pod/memory.usage_in_bytes", std::to_string(300 * kMiB) + "\n");
   t.write("v1/pod/memory.limit_in_bytes", "9223372036854771712\n");
   MemoryReader v1((t.path / "v1").string(), true);
-  EXPECT_EQ(*v1.at_own_limit("/pod"), "") << "v1 prints no limit as a huge number";
+  EXPECT_EQ(*v1.at_own_limit("/pod", ""), "") << "v1 prints no limit as a huge number";
   t.write("v1/pod/memory.limit_in_bytes", std::to_string(308 * kMiB) + "\n");
-  EXPECT_EQ(*v1.at_own_limit("/pod"), "/pod: 300 MiB of 308 MiB");
+  EXPECT_EQ(*v1.at_own_limit("/pod", ""), "/pod: 300 MiB of 308 MiB");
 }
 
 TEST(MemoryFiles, OomKillsAndRefaultsOnV2AndV1) {
@@ -628,6 +637,22 @@ TEST(MemoryBudget, AStallInANodeFullOfCacheCutsUnlessThePodIsAtItsOwnLimit) {
   EXPECT_TRUE(d.changed && d.stalled) << d.reason;
   EXPECT_EQ(d.budget, 1251 * kMiB);
   in.offline_usage = 0;
+  // Offline holding more than its budget (at the min_offline floor): the
+  // stall cut never raises the budget.
+  {
+    MemoryState held_st;
+    MemoryInput h = in;
+    h.stall_own_limit = "";
+    h.online_stall_share = 0;
+    memory_step(h, c, held_st);  // the first budget: the ceiling
+    held_st.budget = 500 * kMiB;
+    h.now_ns += kS;
+    h.online_stall_share = 0.3;
+    h.offline_usage = 1000 * kMiB;  // 900 MiB after the cut: above the 500 in force
+    auto hd = memory_step(h, c, held_st);
+    EXPECT_FALSE(hd.stalled) << hd.reason;
+    EXPECT_LE(hd.budget, 500 * kMiB) << hd.reason;
+  }
   // Unknown use (a reader that has none): the working sets decide, as before.
   st = {};
   in.node_usage = 0;

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -326,8 +327,42 @@ Result<std::string> RealCgroupFs::read(const std::string& cgroup, CgroupFile f) 
   return *q + " " + *p;
 }
 
+namespace {
+
+// Lowering a memory limit makes the kernel reclaim what the group holds
+// above it in the writer's context: hundreds of MiB of page cache in one
+// write. At the agent's own priority that is CPU taken from online tasks
+// on a node where offline runs at cpu.idle; as SCHED_IDLE the writing
+// thread yields to any task that wakes (reclaim reschedules often).
+class IdleWhile {
+ public:
+  IdleWhile() : policy_(::sched_getscheduler(0)) {
+    if (policy_ < 0 || ::sched_getparam(0, &param_) != 0) {
+      policy_ = -1;
+      return;
+    }
+    sched_param idle{};
+    if (::sched_setscheduler(0, SCHED_IDLE, &idle) != 0) policy_ = -1;
+  }
+  ~IdleWhile() {
+    if (policy_ >= 0) ::sched_setscheduler(0, policy_, &param_);
+  }
+  IdleWhile(const IdleWhile&) = delete;
+  IdleWhile& operator=(const IdleWhile&) = delete;
+
+ private:
+  int policy_;
+  sched_param param_{};
+};
+
+}  // namespace
+
 Result<void> RealCgroupFs::write(const std::string& cgroup, CgroupFile f, const std::string& value) {
   Hierarchy h = hierarchy_of(f);
+  if (f == CgroupFile::MemoryHigh || f == CgroupFile::V1MemoryLimit) {
+    IdleWhile idle;
+    return write_one(h, cgroup, kernel_files(f).front(), value);
+  }
   if (f != CgroupFile::V1CpuCfs) return write_one(h, cgroup, kernel_files(f).front(), value);
   // v1 checks the quota against the period in place at each write, and
   // against the parent's and the children's limits: when the period

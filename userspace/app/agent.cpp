@@ -54,9 +54,9 @@ class Agent {
   void loop();                           // until a signal
   int shutdown();                        // restores the originals
   void tick();
-  // The memory budget into levers_ (`trigger`: the online cgroup whose PSI
-  // trigger fired, between ticks); whether it changed.
-  bool memory_step(uint64_t now_ns, const std::string& trigger = {});
+  // The memory budget into levers_ (`triggers`: the online cgroups whose
+  // PSI triggers fired, between ticks); whether it changed.
+  bool memory_step(uint64_t now_ns, const std::vector<std::string>& triggers = {});
   // The online pods that get CPU burst (levers_.online), from the verdicts.
   void burst_step(const Decision& d, uint64_t now_ns);
   void wait(int timeout_ms);                                   // for wait events, PSI triggers or the timeout
@@ -238,7 +238,7 @@ void Agent::memory_event(const std::vector<std::string>& stalled) {
   // move for another reason) waits for the tick, as if nothing happened.
   const MemoryState before = memory_state_;
   const std::optional<uint64_t> budget_before = levers_.memory_budget;
-  if (!memory_step(t0, stalled.front()) || !memory_state_.last_cut_ns || memory_state_.last_cut_ns != t0) {
+  if (!memory_step(t0, stalled) || !memory_state_.last_cut_ns || memory_state_.last_cut_ns != t0) {
     memory_state_ = before;
     levers_.memory_budget = budget_before;
     spdlog::debug("PSI trigger fired on {}: no cut (node not short, or cut less than a second ago)", stalled.front());
@@ -410,7 +410,7 @@ void Agent::apply(const Decision& d, bool fast, uint64_t first_event_ns) {
   }
 }
 
-bool Agent::memory_step(uint64_t now_ns, const std::string& trigger) {
+bool Agent::memory_step(uint64_t now_ns, const std::vector<std::string>& triggers) {
   levers_.memory_budget.reset();
   if (!memory_) return false;
   std::vector<std::string> parents;  // BestEffort pods are counted in their QoS cgroup
@@ -431,8 +431,8 @@ bool Agent::memory_step(uint64_t now_ns, const std::string& trigger) {
   }
   for (const auto& p : ms.problems)
     if (warned_.allow(p.substr(0, p.find(':')), now_ns)) spdlog::warn("{}", p);
-  std::string stalled = trigger;  // the online pod whose stall may cut offline
-  if (trigger.empty()) {          // the tick reads the stall and the events; a trigger says it
+  std::vector<std::string> stalled = triggers;  // online pods whose stall may cut offline
+  if (triggers.empty()) {                       // the tick reads the stall and the events; a trigger says it
     MemoryEvents ev = memory_events_.step(*memory_, online_, parents);
     for (const auto& [p, n] : ev.online_killed)
       spdlog::error(
@@ -445,7 +445,7 @@ bool Agent::memory_step(uint64_t now_ns, const std::string& trigger) {
     if (metrics_) metrics_->record_memory_events(ev);
     MemoryStall stall = stall_->step(online_, now_ns);
     ms.input.online_stall_share = stall.max_share;
-    if (stall.max_share > cfg_.memory.stall_limit) stalled = stall.worst;
+    if (stall.max_share > cfg_.memory.stall_limit) stalled = {stall.worst};
     if (metrics_) metrics_->record_memory_stall(stall);
     if (!online_.empty() && stall.unreadable == online_.size() && warned_.allow("psi", now_ns))
       spdlog::warn(
@@ -461,12 +461,17 @@ bool Agent::memory_step(uint64_t now_ns, const std::string& trigger) {
       psi_noted_ = psi_noted_ || psi_->size();
     }
   }
-  ms.input.stall_trigger = trigger;
-  if (!stalled.empty()) {
-    // Unreadable counts as at its limit: the node's fullness alone cuts
-    // offline only for a pod known to have room under its own limits.
-    auto own = memory_->at_own_limit(stalled);
+  ms.input.stall_trigger = triggers.empty() ? std::string() : triggers.front();
+  // In a node cgroup full of page cache, a stall is the node's only for a
+  // pod with room under its own limits (and those above it): the first
+  // such pod is the one named. Unreadable counts as at its limit.
+  for (size_t i = 0; ms.input.node_usage && i < stalled.size(); i++) {
+    auto own = memory_->at_own_limit(stalled[i], cfg_.memory.node_cgroup);
     ms.input.stall_own_limit = own ? *own : "unknown (" + own.error().str() + ")";
+    if (ms.input.stall_own_limit.empty()) {
+      if (!triggers.empty()) ms.input.stall_trigger = stalled[i];
+      break;
+    }
   }
   ms.input.online_node_reclaim_ns = online_reclaim_.ns[KH_RECLAIM_NODE];
   ms.input.online_memcg_reclaim_ns = online_reclaim_.ns[KH_RECLAIM_MEMCG];
@@ -478,11 +483,11 @@ bool Agent::memory_step(uint64_t now_ns, const std::string& trigger) {
   }
   MemoryDecision d = khagent::memory_step(ms.input, cfg_.memory, memory_state_);
   spdlog::debug(
-      "memory: capacity {}, in use {} (working sets {}), offline {} (working set {}); stall {:.0f}%{}{}{} -> budget "
+      "memory: capacity {}, in use {} (working sets {}), offline {} (working set {}); stall {:.0f}%{}{} -> budget "
       "{}{}",
       mib_text(ms.input.capacity), mib_text(ms.input.node_usage), mib_text(ms.input.node_used),
       mib_text(ms.input.offline_usage), mib_text(ms.input.offline_used), ms.input.online_stall_share * 100,
-      trigger.empty() ? "" : ", trigger on " + trigger, stalled.empty() ? "" : " of " + stalled,
+      ms.input.stall_trigger.empty() ? "" : ", trigger on " + ms.input.stall_trigger,
       ms.input.stall_own_limit.empty() ? "" : ", at its own limit: " + ms.input.stall_own_limit, mib_text(d.budget),
       d.stalled ? " (stall cut)" : "");
   if (!d.critical.empty() && memory_critical_.empty())

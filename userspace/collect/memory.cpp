@@ -197,7 +197,7 @@ Result<MemoryUse> MemoryReader::cgroup(const std::string& path) const {
   return u;
 }
 
-Result<std::string> MemoryReader::at_own_limit(const std::string& path) const {
+Result<std::string> MemoryReader::at_own_limit(const std::string& path, const std::string& stop) const {
   const std::string dir = root_ + (path == "/" ? "" : path);
   auto one = [&](const std::string& d, const std::string& rel) -> Result<std::string> {
     auto usage = number_file(d + (v1_ ? "/memory.usage_in_bytes" : "/memory.current"));
@@ -224,9 +224,18 @@ Result<std::string> MemoryReader::at_own_limit(const std::string& path) const {
     if (!e.is_directory(kind)) continue;
     const std::string name = e.path().filename().string();
     auto c = one(e.path().string(), path + "/" + name);
-    if (c && !c->empty()) return c;  // a container removed meanwhile: not at its limit
+    if (!c && c.error().err == ENOENT) continue;  // a container removed meanwhile
+    if (!c || !c->empty()) return c;
   }
   if (ec) return make_error(ec.value(), dir + ": " + ec.message());
+  // The levels between the pod and the node (kubepods.slice, its QoS
+  // class): a limit there is online's own too.
+  for (std::string p = path; p.size() > 1;) {
+    p = p.substr(0, p.rfind('/'));
+    if (p.empty() || p == stop) break;
+    auto a = one(root_ + p, p);
+    if (!a || !a->empty()) return a;
+  }
   return std::string();
 }
 

@@ -54,11 +54,14 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
   // What offline holds: its use with its page cache where known (the cut
   // reclaims that too), else its working set.
   const uint64_t held = std::max(in.offline_usage, in.offline_used);
-  if (stalled && held > 0 && (tight || node_reclaim || node_full) && cut_due) {
+  const bool pressed = stalled && (tight || node_reclaim || node_full);  // online stalls for want of room
+  if (pressed && held > 0 && cut_due) {
     // The arithmetic left online short (its page cache counted as free, a
     // burst within a tick): offline gives back part of what it holds.
     const auto cut = static_cast<uint64_t>(static_cast<double>(held) * (1 - cfg.stall_cut)) / kMiB * kMiB;
-    if (cut < d.ceiling) {
+    // A cut only: never above the ceiling or the budget in force (offline
+    // may hold more than its budget, at the min_offline floor).
+    if (cut < (st.initialized ? std::min(d.ceiling, st.budget) : d.ceiling)) {
       d.ceiling = cut;
       d.stalled = true;
       st.last_cut_ns = in.now_ns;
@@ -99,7 +102,10 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
   }
   const uint64_t dt_ns = sub_sat(in.now_ns, st.last_ns);
   uint64_t want = d.ceiling;
-  if (want > st.budget) {
+  if (want > st.budget && pressed) {
+    want = st.budget;        // no growth while online stalls for want of room, and
+    st.last_ns = in.now_ns;  // none saved up for after
+  } else if (want > st.budget) {
     const double grow = static_cast<double>(cfg.grow_per_second_bytes) * static_cast<double>(dt_ns) / 1e9;
     want = std::min(want, st.budget + static_cast<uint64_t>(grow)) / kMiB * kMiB;
   }

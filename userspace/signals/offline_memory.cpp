@@ -24,7 +24,9 @@ MemorySignals offline_memory(const MemoryReader& r, const std::string& node_cgro
   }
   s.input.capacity = node->limit.value_or(0);
   s.input.node_used = node->working_set();
-  s.input.node_usage = node->usage;
+  // Use with page cache says something only of a node cgroup: the whole
+  // node's MemFree is small whenever its cache has filled it.
+  if (!node_cgroup.empty()) s.input.node_usage = node->usage;
   return s;
 }
 

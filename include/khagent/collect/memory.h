@@ -94,12 +94,14 @@ class MemoryReader {
   // The pressure domain: the whole node, or a cgroup (memory.node_cgroup)
   // whose limit is the capacity (MemTotal where it has none).
   Result<MemoryUse> node(const std::string& node_cgroup) const;
-  // Whether `path` or one of its children (a pod's containers) is at its
-  // own memory limit: its use within max(limit / 32, 4 MiB) of memory.max
-  // or memory.high (v1: memory.limit_in_bytes). A memory stall there is the
-  // group's own limit, not the node's. "path: use of limit" for the first
-  // found, "" for none.
-  Result<std::string> at_own_limit(const std::string& path) const;
+  // Whether `path`, one of its children (a pod's containers) or one of its
+  // ancestors below `stop` (the node cgroup; "" for the root) is at its
+  // memory limit: its use, page cache included, within the larger of
+  // limit / 32 and 4 MiB of memory.max or memory.high (v1:
+  // memory.limit_in_bytes). A memory stall there is that limit's, not the
+  // node's. "path: use of limit" for the first found, "" for none. A child
+  // removed meanwhile is not at its limit; any other read error is an error.
+  Result<std::string> at_own_limit(const std::string& path, const std::string& stop) const;
   bool v1() const { return v1_; }
 
  private:

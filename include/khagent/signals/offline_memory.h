@@ -32,7 +32,7 @@ struct MemoryInput {
   uint64_t online_node_reclaim_ns = 0;
   uint64_t online_memcg_reclaim_ns = 0;
   uint64_t interval_ns = 0;    // the interval those cover (0: unknown)
-  uint64_t node_usage = 0;     // everyone's use, page cache included (0: unknown)
+  uint64_t node_usage = 0;     // a node cgroup's use, page cache included (0: unknown, or the whole node)
   uint64_t offline_usage = 0;  // the offline parents' use, page cache included (0: unknown)
   // The stalled online cgroup (or one of its containers) is at its own
   // memory limit: "path: use of limit"; "" not, or no stall.
