@@ -39,6 +39,8 @@
 #                    order fixed, nothing limited)
 #   X:khagent        `khagent run` with its defaults (offline.yarn_hierarchy
 #                    set to the node's, memory.node_cgroup to the node)
+#   X:khagent-alt    the same with the binary KHAGENT_ALT (another build),
+#                    for two builds side by side in one interleaved run
 #
 #   scripts/bench-memory.sh                  full run
 #   QUICK=1 scripts/bench-memory.sh          one short round of every row
@@ -64,6 +66,7 @@
 #                    grow grow:khagent growanon growanon:khagent]
 #   BUILD_DIR=DIR    where khagent and the tools of tests/bench are [build]
 #   KHAGENT_CONFIG   YAML text appended to the khagent rows' configuration
+#   KHAGENT_ALT=FILE the khagent binary of the khagent-alt rows
 #   RESULTS=DIR      where per-run files are kept [a new /tmp dir]
 #   OFFLINE_IDLE=0|1 cpu.idle=1 on <node>/hadoop-yarn in every offline row but
 #                    khagent's [1]: offline CPU restrained as khagent restrains
@@ -156,6 +159,8 @@ for r in "${row_list[@]}"; do
     alone | anon | stream | grow | growanon) ;;
     anon:limit | stream:limit | grow:limit | growanon:limit | anon:adj | stream:adj | grow:adj | growanon:adj) ;;
     anon:khagent | stream:khagent | grow:khagent | growanon:khagent) ;;
+    anon:khagent-alt | stream:khagent-alt | grow:khagent-alt | growanon:khagent-alt)
+      [[ -x "${KHAGENT_ALT:-}" ]] || die "row $r needs KHAGENT_ALT, the khagent binary of another build" ;;
     anon:soft | stream:soft | grow:soft | growanon:soft) [[ "$mem_mode" == v1 ]] || die "row $r needs the v1 memory controller (use :high on v2)" ;;
     anon:high | stream:high | grow:high | growanon:high) [[ "$mem_mode" == v2 ]] || die "row $r needs the v2 memory controller (use :soft on v1)" ;;
     *) die "unknown row '$r' (see --help)" ;;
@@ -391,7 +396,7 @@ drop_offline_memory() {
   fi
 }
 apply_lever() {  # apply_lever MIX LEVER
-  if ((offline_idle)) && [[ "$1" != alone && "$2" != khagent ]]; then
+  if ((offline_idle)) && [[ "$1" != alone && "$2" != khagent* ]]; then
     [[ -f "$cpu_h$yarn_root/cpu.idle" ]] || die "no cpu.idle in $cpu_h$yarn_root (kernel 5.15+; or set OFFLINE_IDLE=0)"
     wr "$cpu_h$yarn_root/cpu.idle" 1
   fi
@@ -401,12 +406,12 @@ apply_lever() {  # apply_lever MIX LEVER
     high) wr "$mem_h$yarn_root/memory.high" $((limit_mb * 1024 * 1024)) ;;
   esac
 }
-start_agent() {
+start_agent() {  # start_agent LOG [BINARY]
   # The node is a cgroup here: khagent's memory budget is taken from its limit.
   printf 'offline:\n  yarn_hierarchy: %s\nmemory:\n  node_cgroup: %s\n%s\n' "${yarn_root#/}" "$node" \
     "$KHAGENT_CONFIG" >"$tmp/khagent.yaml"
   rm -f "$tmp/state.json"*
-  "$khagent" run --no-metrics --state-file "$tmp/state.json" --config "$tmp/khagent.yaml" >"$1" 2>&1 &
+  "${2:-$khagent}" run --no-metrics --state-file "$tmp/state.json" --config "$tmp/khagent.yaml" >"$1" 2>&1 &
   agent_pid=$!
   sleep 2
   kill -0 "$agent_pid" 2>/dev/null || die "khagent exited at start: $(tail -5 "$1")"
@@ -437,6 +442,7 @@ row_label() {
     high) echo "$what + offline memory.high ${limit_mb} MiB" ;;
     adj) echo "$what + offline oom_score_adj 1000" ;;
     khagent) echo "$what + khagent (defaults)" ;;
+    khagent-alt) echo "$what + khagent (defaults), the other build" ;;
   esac
 }
 
@@ -462,7 +468,10 @@ run_one() {  # run_one ROW ROUND
   forget_pid "$spawned"
   mark=${#rs_files[@]}
   apply_lever "$mix" "$lever"
-  [[ "$lever" != khagent ]] || start_agent "$results/khagent-$tag.log"
+  case "$lever" in
+    khagent) start_agent "$results/khagent-$tag.log" ;;
+    khagent-alt) start_agent "$results/khagent-$tag.log" "$KHAGENT_ALT" ;;
+  esac
   on0=$(oom_kills "$server_cg") off0=$(($(oom_kills "$anon_cg") + $(oom_kills "$stream_cg")))
   if [[ "$mix" != alone ]]; then
     case "$mix" in
@@ -519,7 +528,7 @@ run_one() {  # run_one ROW ROUND
   fi
   [[ "$mix" == alone ]] || stop_offline
   drop_offline_memory
-  if [[ "$lever" == khagent ]]; then
+  if [[ "$lever" == khagent* ]]; then
     stop_agent
     note="${note:+$note; }$agent_note"
   fi

@@ -175,7 +175,10 @@ TEST(AgentMemory, OfflineLimitedToWhatOnlineLeavesAndTheOnlineProcessSurvivesAHo
   // Within 3 s on a real kernel; the emulated guest's clock and ticks are
   // slow, so there the bound is only that the cut comes (10 s).
   const int cut_bound_s = in_vmtest_guest() ? 10 : 3;
-  const bool cut = grew && wait_for(cut_bound_s, [&] { return limit_of(m, v1, yarn) + 100 * kMiB <= mid; });
+  // The cut is the growth as the node's working set shows it: 128 MiB on
+  // the host, 98-128 MiB in the 6.1 guest (where the rest of the node's
+  // working set moved by up to 30 MiB meanwhile); half of it is asked.
+  const bool cut = grew && wait_for(cut_bound_s, [&] { return limit_of(m, v1, yarn) + 64 * kMiB <= mid; });
   const double cut_ms = static_cast<double>(mono_ns_now() - grown_ns) / 1e6;
   const uint64_t after_growth = limit_of(m, v1, yarn);
 
