@@ -135,13 +135,7 @@ TEST(AgentBurst, ASelfThrottledPodGetsBurstAndAnswersFaster) {
     const double before = worst_from(r, 2);
     const uint32_t n_before = r->n.load();
 
-    pid_t agent = fork();
-    if (agent == 0) {
-      std::string cmd = std::string("exec ") + KHAGENT_BINARY + " --no-pin run --no-metrics --config " + cfg +
-                        " --state-file " + state + " > " + log + " 2>&1";
-      execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
-      _exit(127);
-    }
+    pid_t agent = start_agent(cfg, state, log);
     ASSERT_GT(agent, 0);
     std::string burst_seen;
     for (int i = 0; i < 100 && (burst_seen = read_file(ctr_burst)) == "0\n"; i++) sleep_s(0.1);

@@ -248,6 +248,21 @@ inline bool in_vmtest_guest() { return std::getenv("KHAGENT_VMTEST") != nullptr;
 
 inline std::string unique(const std::string& base) { return base + "-" + std::to_string(getpid()); }
 
+#ifdef KHAGENT_BINARY
+// `khagent --no-pin run --no-metrics` with `cfg` and `state`, its output in
+// `log`; the child's pid (-1 if fork failed).
+inline pid_t start_agent(const std::string& cfg, const std::string& state, const std::string& log) {
+  pid_t p = fork();
+  if (p == 0) {
+    std::string cmd = std::string("exec ") + KHAGENT_BINARY + " --no-pin run --no-metrics --config " + cfg +
+                      " --state-file " + state + " > " + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+    _exit(127);
+  }
+  return p;
+}
+#endif
+
 inline uint64_t mono_ns_now() { return khagent::mono_ns(); }
 
 inline void sleep_s(double s) {

@@ -70,6 +70,14 @@ int adj_of(pid_t pid) {
   return t.empty() ? -9999 : std::stoi(t);
 }
 
+// Why the memory lever cannot be tested here; "" when it can.
+std::string no_memory_lever(const Mounts& m, bool v1) {
+  if (v1 && m.memory_v1.empty()) return "hybrid host without a v1 memory hierarchy: cannot test the memory lever";
+  if (!v1 && read_file(m.cgroup2 + "/cgroup.subtree_control").find("memory") == std::string::npos)
+    return "the memory controller is not enabled in cgroup2: cannot test the memory lever";
+  return "";
+}
+
 // Waits up to `s` seconds for `pred`.
 template <typename F>
 bool wait_for(double s, F pred) {
@@ -87,9 +95,7 @@ TEST(AgentMemory, OfflineLimitedToWhatOnlineLeavesAndTheOnlineProcessSurvivesAHo
   Mounts m = mounts();
   ASSERT_FALSE(m.cgroup2.empty());
   const bool v1 = hybrid(m);
-  if (v1 && m.memory_v1.empty()) FAIL() << "hybrid host without a v1 memory hierarchy: cannot test the memory lever";
-  if (!v1 && read_file(m.cgroup2 + "/cgroup.subtree_control").find("memory") == std::string::npos)
-    FAIL() << "the memory controller is not enabled in cgroup2: cannot test the memory lever";
+  if (auto why = no_memory_lever(m, v1); !why.empty()) FAIL() << why;
 
   const std::string k = unique("khm");
   const std::string node = "/" + k + "-node", yarn = node + "/yarn";
@@ -118,13 +124,7 @@ TEST(AgentMemory, OfflineLimitedToWhatOnlineLeavesAndTheOnlineProcessSurvivesAHo
   std::ofstream(cfg) << "tick: 100ms\noffline:\n  yarn_hierarchy: " << yarn.substr(1)
                      << "\nmemory:\n  node_cgroup: " << node
                      << "\n  reserve: 64Mi\n  reserve_share: 0\n  eviction_threshold: 0\n  min_offline: 32Mi\n";
-  pid_t agent = fork();
-  if (agent == 0) {
-    std::string cmd = std::string("exec ") + KHAGENT_BINARY + " --no-pin run --no-metrics --config " + cfg +
-                      " --state-file " + state + " > " + log + " 2>&1";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
-    _exit(127);
-  }
+  pid_t agent = start_agent(cfg, state, log);
   // 768 - 64 reserve - 192 online (and the test's page cache) = at most 512 MiB.
   const bool limited = wait_for(10, [&] { return limit_of(m, v1, yarn) != before; });
   const uint64_t first = limit_of(m, v1, yarn);
@@ -230,9 +230,7 @@ TEST(AgentMemory, LimitRestoredAfterSigkillAndRestart) {
   Mounts m = mounts();
   ASSERT_FALSE(m.cgroup2.empty());
   const bool v1 = hybrid(m);
-  if (v1 && m.memory_v1.empty()) FAIL() << "hybrid host without a v1 memory hierarchy: cannot test the memory lever";
-  if (!v1 && read_file(m.cgroup2 + "/cgroup.subtree_control").find("memory") == std::string::npos)
-    FAIL() << "the memory controller is not enabled in cgroup2: cannot test the memory lever";
+  if (auto why = no_memory_lever(m, v1); !why.empty()) FAIL() << why;
   const std::string k = unique("khmr");
   const std::string node = "/" + k + "-node", yarn = node + "/yarn";
   LaidOutCgroup c_node(m, node, true), c_yarn(m, yarn, true),
@@ -337,9 +335,7 @@ TEST(AgentMemory, AnOnlinePodsStallCutsOfflineBetweenTicksThroughItsPsiTrigger) 
   Mounts m = mounts();
   ASSERT_FALSE(m.cgroup2.empty());
   const bool v1 = hybrid(m);
-  if (v1 && m.memory_v1.empty()) FAIL() << "hybrid host without a v1 memory hierarchy: cannot test the memory lever";
-  if (!v1 && read_file(m.cgroup2 + "/cgroup.subtree_control").find("memory") == std::string::npos)
-    FAIL() << "the memory controller is not enabled in cgroup2: cannot test the memory lever";
+  if (auto why = no_memory_lever(m, v1); !why.empty()) FAIL() << why;
   if (read_file(m.cgroup2 + "/memory.pressure").empty())
     FAIL() << "no memory.pressure in cgroup2: a kernel without PSI (or booted with psi=0)";
   const std::string k = unique("khmp");
@@ -383,13 +379,7 @@ TEST(AgentMemory, AnOnlinePodsStallCutsOfflineBetweenTicksThroughItsPsiTrigger) 
                      << "\nmemory:\n  node_cgroup: " << node
                      << "\n  reserve: 32Mi\n  reserve_share: 0\n  eviction_threshold: 0\n  min_offline: 32Mi\n"
                      << "  stall_limit: 0.02\n";
-  pid_t agent = fork();
-  if (agent == 0) {
-    std::string cmd = std::string("exec ") + KHAGENT_BINARY + " --no-pin run --no-metrics --config " + cfg +
-                      " --state-file " + state + " > " + log + " 2>&1";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
-    _exit(127);
-  }
+  pid_t agent = start_agent(cfg, state, log);
   // (No ASSERT while the agent runs: it must be stopped below.)
   const bool armed = wait_for(15, [&] { return read_file(log).find("PSI triggers") != std::string::npos; });
   const uint64_t first_tick = mono_ns_now();

@@ -355,13 +355,7 @@ TEST(AgentProtection, DefaultsKeepTheProbeNearItsBaselineAndLeaveOfflineTheSpare
 
       std::string log = "/tmp/" + k + "-agent.log";
       ::unlink(state.c_str());
-      pid_t agent = fork();
-      if (agent == 0) {
-        std::string cmd = std::string("exec ") + KHAGENT_BINARY + " --no-pin run --no-metrics --config " + cfg +
-                          " --state-file " + state + " > " + log + " 2>&1";
-        execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
-        _exit(127);
-      }
+      pid_t agent = start_agent(cfg, state, log);
       for (int i = 0; i < 200 && read_file(idle_file) != "1\n"; i++) sleep_s(0.05);
       idle_seen = read_file(idle_file) == "1\n";
       start_hogs();
@@ -655,13 +649,7 @@ TEST(AgentProtection, CpusetRungNarrowsDescendantsFirstAndRestores) {
   };
   const std::string root_before = cpus_of(c_yarn), cont_before = cpus_of(c_cont);
   std::string log = "/tmp/" + k + ".log";
-  pid_t a = fork();
-  if (a == 0) {
-    std::string cmd = std::string("exec ") + KHAGENT_BINARY + " --no-pin run --no-metrics --config " + cfg +
-                      " --state-file " + state + " > " + log + " 2>&1";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
-    _exit(127);
-  }
+  pid_t a = start_agent(cfg, state, log);
   for (int i = 0; i < 200 && cpus_of(c_yarn) == root_before; i++) sleep_s(0.05);
   std::string root_during = cpus_of(c_yarn), cont_during = cpus_of(c_cont);
   ::kill(a, SIGTERM);

@@ -482,14 +482,15 @@ bool Agent::memory_step(uint64_t now_ns, const std::vector<std::string>& trigger
     return false;
   }
   MemoryDecision d = khagent::memory_step(ms.input, cfg_.memory, memory_state_);
-  spdlog::debug(
-      "memory: capacity {}, in use {} (working sets {}), offline {} (working set {}); stall {:.0f}%{}{} -> budget "
-      "{}{}",
-      mib_text(ms.input.capacity), mib_text(ms.input.node_usage), mib_text(ms.input.node_used),
-      mib_text(ms.input.offline_usage), mib_text(ms.input.offline_used), ms.input.online_stall_share * 100,
-      ms.input.stall_trigger.empty() ? "" : ", trigger on " + ms.input.stall_trigger,
-      ms.input.stall_own_limit.empty() ? "" : ", at its own limit: " + ms.input.stall_own_limit, mib_text(d.budget),
-      d.stalled ? " (stall cut)" : "");
+  if (spdlog::should_log(spdlog::level::debug))  // its strings are built each tick otherwise
+    spdlog::debug(
+        "memory: capacity {}, in use {} (working sets {}), offline {} (working set {}); stall {:.0f}%{}{} -> budget "
+        "{}{}",
+        mib_text(ms.input.capacity), mib_text(ms.input.node_usage), mib_text(ms.input.node_used),
+        mib_text(ms.input.offline_usage), mib_text(ms.input.offline_used), ms.input.online_stall_share * 100,
+        ms.input.stall_trigger.empty() ? "" : ", trigger on " + ms.input.stall_trigger,
+        ms.input.stall_own_limit.empty() ? "" : ", at its own limit: " + ms.input.stall_own_limit, mib_text(d.budget),
+        d.stalled ? " (stall cut)" : "");
   if (!d.critical.empty() && memory_critical_.empty())
     spdlog::warn("node memory critical: {}; {}", d.critical,
                  yarn_ && cfg_.yarn.reclaim && cfg_.yarn.memory_emergency
