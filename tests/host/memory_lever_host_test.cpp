@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "host_util.h"
 
 using namespace khagent;
@@ -428,4 +430,83 @@ TEST(AgentMemory, AnOnlinePodsStallCutsOfflineBetweenTicksThroughItsPsiTrigger) 
   EXPECT_EQ(text.find("rejected"), std::string::npos) << text;
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text;
   EXPECT_EQ(limit_of(m, v1, yarn), before) << "the original limit was not restored\n" << text;
+}
+
+// `khagent status` lists the online pods under the node cgroup with their
+// memory, says which is at its own limit (a stall there is not offline's
+// doing), and leaves out a BestEffort pod (offline by default).
+TEST(MemoryStatus, ListsOnlinePodsWithTheirMemoryAndWhetherAtTheirOwnLimit) {
+  REQUIRE_ROOT();
+  Mounts m = mounts();
+  ASSERT_FALSE(m.cgroup2.empty());
+  const bool v1 = hybrid(m);
+  if (auto why = no_memory_lever(m, v1); !why.empty()) FAIL() << why;
+  const std::string k = unique("khms");
+  const std::string node = "/" + k + "-node", kube = node + "/kubepods.slice";
+  const std::string burstable = kube + "/kubepods-burstable.slice", besteffort = kube + "/kubepods-besteffort.slice";
+  const std::string free_pod = burstable + "/kubepods-burstable-pod1111_aaaa.slice";
+  const std::string full_pod = burstable + "/kubepods-burstable-pod2222_bbbb.slice";
+  const std::string be_pod = besteffort + "/kubepods-besteffort-pod3333_cccc.slice";
+  LaidOutCgroup c_node(m, node, true), c_kube(m, kube, true), c_burst(m, burstable, true), c_be(m, besteffort, true),
+      c_free(m, free_pod, true), c_full(m, full_pod, true), c_bep(m, be_pod, true),
+      c_free_ctr(m, free_pod + "/cri-containerd-aaaa.scope", true, true),
+      c_full_ctr(m, full_pod + "/cri-containerd-bbbb.scope", true, true);
+  auto limit_file = [&](const std::string& rel) {
+    return v1 ? m.memory_v1 + rel + "/memory.limit_in_bytes" : m.cgroup2 + rel + "/memory.max";
+  };
+  ASSERT_TRUE(write_file(limit_file(node), std::to_string(256 * kMiB)));
+  ASSERT_TRUE(write_file(limit_file(full_pod), std::to_string(64 * kMiB)));
+  int ctl[2], done[2];
+  ASSERT_EQ(::pipe2(ctl, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(done, O_CLOEXEC), 0);
+  // 61 MiB of a 64 MiB limit is within its 4 MiB margin; 24 MiB with no
+  // limit of its own (the node's 256 MiB is the node's) is not. They hold
+  // still (no byte is ever written to `ctl`) until killed.
+  pid_t a = holder(c_free_ctr, 0, 24, 0, ctl[0], done[1]);
+  pid_t b = holder(c_full_ctr, 0, 61, 0, ctl[0], done[1]);
+  ::close(ctl[0]);
+  ::close(done[1]);
+  size_t held = 0;
+  const bool ready =
+      ::read(done[0], &held, sizeof held) == sizeof held && ::read(done[0], &held, sizeof held) == sizeof held;
+  const std::string cfg = "/tmp/" + k + ".yaml", state = "/tmp/" + k + "-state.json";
+  std::ofstream(cfg) << "memory:\n  node_cgroup: " << node << "\n";
+  std::string out;
+  if (FILE* p = popen((std::string(KHAGENT_BINARY) + " --pin-dir /sys/fs/bpf/" + k + " status --json --config " + cfg +
+                       " --state-file " + state + " 2>/dev/null")
+                          .c_str(),
+                      "r")) {
+    char buf[4096];
+    size_t n = 0;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    pclose(p);
+  }
+  for (pid_t h : {a, b}) {  // each holds the other's pipe ends: no EOF ends them
+    int st = 0;
+    ::kill(h, SIGKILL);
+    waitpid(h, &st, 0);
+  }
+  ::close(ctl[1]);
+  ::close(done[0]);
+  for (const auto& f : {cfg, state}) ::unlink(f.c_str());
+  ASSERT_TRUE(ready) << "a holder did not get its memory";
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  const auto& mem = j["memory"];
+  ASSERT_TRUE(mem.is_object()) << out;
+  EXPECT_EQ(mem["online_pods_under"], node);
+  ASSERT_EQ(mem["online_pods"].size(), 2u) << "the two Burstable pods, not the BestEffort one: " << out;
+  // Neither stalls: the larger first.
+  const auto& full = mem["online_pods"][0];
+  const auto& free = mem["online_pods"][1];
+  EXPECT_EQ(full["cgroup"], full_pod) << out;
+  EXPECT_EQ(free["cgroup"], free_pod) << out;
+  EXPECT_GE(full["usage_bytes"].get<uint64_t>(), 61 * kMiB) << out;
+  EXPECT_EQ(full["limit_bytes"], 64 * kMiB) << out;
+  EXPECT_NE(full["own_limit"].get<std::string>().find(full_pod), std::string::npos) << out;
+  EXPECT_GE(free["usage_bytes"].get<uint64_t>(), 24 * kMiB) << out;
+  EXPECT_LT(free["usage_bytes"].get<uint64_t>(), 40 * kMiB) << out;
+  EXPECT_TRUE(free["limit_bytes"].is_null()) << out;
+  EXPECT_EQ(free["own_limit"], "") << out;
+  EXPECT_TRUE(free["some_avg10"].is_number()) << "memory.pressure of the pod unread: " << out;
 }

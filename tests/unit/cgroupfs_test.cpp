@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <regex>
 
 #include "khagent/collect/cgroupfs.h"
 #include "test_util.h"
@@ -77,4 +78,28 @@ TEST(CgroupIndex, MissingRootIsAnError) {
   auto r = idx.rescan();
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().str().find("/nonexistent/cgroup"), std::string::npos);
+}
+
+TEST(FindCgroups, TakesWithoutDescendingAndStopsAtTheDepthAndTheCount) {
+  TempDir t;
+  fs::create_directories(t.path / "node/kubepods.slice/kubepods-pod1.slice/cri-containerd-a.scope");
+  fs::create_directories(t.path / "node/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod2.slice");
+  fs::create_directories(t.path / "node/deep/a/b/c/pod9");
+  fs::create_directories(t.path / "other/pod3");
+  fs::create_symlink(t.path / "other", t.path / "node/link");
+  auto pod = [](const std::string& rel) {  // a last segment with "pod" and a digit
+    return std::regex_search(rel.substr(rel.rfind('/') + 1), std::regex("pod[0-9]"));
+  };
+  auto all = find_cgroups(t.path.string(), "/node", 3, pod);
+  EXPECT_FALSE(all.truncated);
+  // pod9 is 5 levels down, past the depth; the symlink is not followed; a
+  // taken pod's children are not looked at.
+  EXPECT_EQ(all.paths,
+            (std::vector<std::string>{"/node/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod2.slice",
+                                      "/node/kubepods.slice/kubepods-pod1.slice"}));
+  EXPECT_EQ(find_cgroups(t.path.string(), "/node", 6, pod).paths.size(), 3u);
+  EXPECT_EQ(find_cgroups(t.path.string(), "/", 6, pod).paths.size(), 4u);
+  auto few = find_cgroups(t.path.string(), "/node", 6, pod, 2);
+  EXPECT_TRUE(few.truncated);
+  EXPECT_TRUE(find_cgroups(t.path.string(), "/missing", 6, pod).paths.empty());
 }

@@ -89,6 +89,11 @@ TEST(MemoryFiles, StatMeminfoAndPsi) {
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->some_us, 123456u);
   EXPECT_EQ(p->full_us, 789u);
+  p = parse_psi("some avg10=12.34 avg60=0.50 avg300=0.00 total=9\nfull avg10=0.07 avg60=0.00 avg300=0.00 total=1\n");
+  ASSERT_TRUE(p.ok());
+  EXPECT_DOUBLE_EQ(p->some_avg10, 12.34);
+  EXPECT_DOUBLE_EQ(p->full_avg10, 0.07);
+  EXPECT_FALSE(parse_psi("some avg10=x avg60=0.00 avg300=0.00 total=1\n").ok());
   EXPECT_FALSE(parse_psi("full avg10=0.00 total=1\n").ok());
   EXPECT_FALSE(parse_psi("some avg10=0.00\n").ok());
 }
@@ -495,6 +500,10 @@ TEST(MemoryStall, OnlineCgroupsPsiBetweenTwoReadings) {
   EXPECT_EQ(s.full_us, 20'000u);
   EXPECT_DOUBLE_EQ(s.max_share, 0.25);
   EXPECT_EQ(s.worst, "/pod-a");
+  ASSERT_EQ(s.shares.size(), 2u) << "every stalled cgroup, the most stalled first";
+  EXPECT_EQ(s.shares[0].first, "/pod-a");
+  EXPECT_EQ(s.shares[1].first, "/pod-b");
+  EXPECT_DOUBLE_EQ(s.shares[1].second, 0.05);
   // A cgroup that left and came back starts again.
   s = meter.step({"/pod-b"}, kS + 2 * kS / 5);
   psi("/pod-a", 900'000, 0);

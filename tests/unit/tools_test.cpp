@@ -320,6 +320,22 @@ StatusReport running_report() {
   m.node_working_set = 2ull << 30;
   m.targets.push_back({"/hadoop-yarn", 1536ull << 20, 1ull << 30, 2, ""});
   m.targets.push_back({"/kubepods.slice/kubepods-besteffort.slice", std::nullopt, 0, 0, "ENOENT"});
+  m.pods_under = "/";
+  StatusOnlinePod stalled;
+  stalled.cgroup = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podaa.slice";
+  stalled.usage = 600ull << 20;
+  stalled.working_set = 500ull << 20;
+  stalled.limit = 640ull << 20;
+  stalled.psi = true;
+  stalled.some_avg10 = 12.5;
+  stalled.full_avg10 = 3.25;
+  stalled.own_limit = stalled.cgroup + ": 600 MiB of 640 MiB";
+  stalled.oom_kills = 1;
+  StatusOnlinePod quiet;
+  quiet.cgroup = "/kubepods.slice/kubepods-podbb.slice";
+  quiet.usage = 100ull << 20;
+  quiet.working_set = 90ull << 20;
+  m.online = {stalled, quiet};
   r.memory = m;
   return r;
 }
@@ -345,6 +361,17 @@ TEST(StatusFormat, RunningAgent) {
   EXPECT_TRUE(has("node memory: 2048 MiB in use of 3072 MiB")) << t;
   EXPECT_TRUE(has("/hadoop-yarn  memory 1024 MiB of a 1536 MiB limit, 2 OOM kills so far")) << t;
   EXPECT_TRUE(has("/kubepods.slice/kubepods-besteffort.slice  memory unreadable: ENOENT")) << t;
+  EXPECT_TRUE(has("online pods' memory: 2 pods under /\n")) << t;
+  EXPECT_TRUE(
+      has("  /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podaa.slice  memory 600 MiB (working set 500 "
+          "MiB), a 640 MiB limit; stall over 10 s: some 12.50%, full 3.25%; at its own limit "
+          "(/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podaa.slice: 600 MiB of 640 MiB); 1 OOM "
+          "kill so far\n"))
+      << t;
+  EXPECT_TRUE(
+      has("  /kubepods.slice/kubepods-podbb.slice  memory 100 MiB (working set 90 MiB), no limit; stall over "
+          "10 s: unknown (no memory.pressure)\n"))
+      << t;
   // cgroup, file, original, current.
   auto ls = lines_of(t);
   auto line_with = [&](const std::string& a, const std::string& b) {
@@ -361,6 +388,26 @@ TEST(StatusFormat, RunningAgent) {
   EXPECT_TRUE(has("offline budget: 0.70 cores (cpu.max of 2 offline targets)")) << t;
   EXPECT_TRUE(has("/kubepods.slice/kubepods-besteffort.slice  cpu.max '50000 100000' = 0.50 cores")) << t;
   EXPECT_EQ(status_exit_code(r), 0);
+}
+
+TEST(StatusFormat, ManyOnlinePodsAndRulesOnMetadata) {
+  StatusReport r = running_report();
+  r.memory->online.resize(13);
+  r.memory->online[12].cgroup = "/kubepods/podzz";
+  r.memory->online[12].error = "EACCES";
+  r.memory->online_by_metadata = true;
+  r.memory->online_truncated = true;
+  std::string t = format_status(r);
+  EXPECT_NE(t.find("online pods' memory: 13 pods under / (the walk stopped early: too many cgroups) (classed by path "
+                   "and QoS only: rules on priority classes, labels or annotations need the kubelet's pod list, which "
+                   "status does not read)"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("  ... and 3 more (status --json lists them all)\n"), std::string::npos) << t;
+  EXPECT_EQ(t.find("/kubepods/podzz"), std::string::npos) << "the 13th is not shown:\n" << t;
+  auto j = nlohmann::json::parse(status_json(r));
+  EXPECT_EQ(j["memory"]["online_pods"].size(), 13u);
+  EXPECT_EQ(j["memory"]["online_pods"][12]["error"], "EACCES");
 }
 
 TEST(StatusFormat, NoAgent) {
@@ -419,6 +466,16 @@ TEST(StatusFormat, Json) {
   EXPECT_EQ(j["memory"]["offline_targets"][0]["limit_bytes"], 1536ull << 20);
   EXPECT_EQ(j["memory"]["offline_targets"][0]["oom_kills"], 2);
   EXPECT_TRUE(j["memory"]["offline_targets"][1]["limit_bytes"].is_null());
+  ASSERT_EQ(j["memory"]["online_pods"].size(), 2u);
+  EXPECT_EQ(j["memory"]["online_pods"][0]["usage_bytes"], 600ull << 20);
+  EXPECT_EQ(j["memory"]["online_pods"][0]["limit_bytes"], 640ull << 20);
+  EXPECT_DOUBLE_EQ(j["memory"]["online_pods"][0]["some_avg10"].get<double>(), 12.5);
+  EXPECT_NE(j["memory"]["online_pods"][0]["own_limit"].get<std::string>().find("600 MiB of 640 MiB"),
+            std::string::npos);
+  EXPECT_TRUE(j["memory"]["online_pods"][1]["limit_bytes"].is_null());
+  EXPECT_TRUE(j["memory"]["online_pods"][1]["some_avg10"].is_null());
+  EXPECT_EQ(j["memory"]["online_pods_under"], "/");
+  EXPECT_FALSE(j["memory"]["online_pods_truncated"].get<bool>());
   ASSERT_EQ(j["processes"].size(), 1u);
   EXPECT_EQ(j["processes"][0]["pid"], 4242);
   EXPECT_EQ(j["processes"][0]["comm"], "khagent");

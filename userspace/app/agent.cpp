@@ -432,6 +432,7 @@ bool Agent::memory_step(uint64_t now_ns, const std::vector<std::string>& trigger
   for (const auto& p : ms.problems)
     if (warned_.allow(p.substr(0, p.find(':')), now_ns)) spdlog::warn("{}", p);
   std::vector<std::string> stalled = triggers;  // online pods whose stall may cut offline
+  std::vector<double> stall_shares;             // at a tick: their shares of it
   if (triggers.empty()) {                       // the tick reads the stall and the events; a trigger says it
     MemoryEvents ev = memory_events_.step(*memory_, online_, parents);
     for (const auto& [p, n] : ev.online_killed)
@@ -445,7 +446,11 @@ bool Agent::memory_step(uint64_t now_ns, const std::vector<std::string>& trigger
     if (metrics_) metrics_->record_memory_events(ev);
     MemoryStall stall = stall_->step(online_, now_ns);
     ms.input.online_stall_share = stall.max_share;
-    if (stall.max_share > cfg_.memory.stall_limit) stalled = {stall.worst};
+    for (const auto& [path, share] : stall.shares)  // the most stalled first
+      if (share > cfg_.memory.stall_limit) {
+        stalled.push_back(path);
+        stall_shares.push_back(share);
+      }
     if (metrics_) metrics_->record_memory_stall(stall);
     if (!online_.empty() && stall.unreadable == online_.size() && warned_.allow("psi", now_ns))
       spdlog::warn(
@@ -464,12 +469,14 @@ bool Agent::memory_step(uint64_t now_ns, const std::vector<std::string>& trigger
   ms.input.stall_trigger = triggers.empty() ? std::string() : triggers.front();
   // In a node cgroup full of page cache, a stall is the node's only for a
   // pod with room under its own limits (and those above it): the first
-  // such pod is the one named. Unreadable counts as at its limit.
+  // such pod, the most stalled at a tick, is the one named (its share the
+  // tick's). Unreadable counts as at its limit.
   for (size_t i = 0; ms.input.node_usage && i < stalled.size(); i++) {
     auto own = memory_->at_own_limit(stalled[i], cfg_.memory.node_cgroup);
     ms.input.stall_own_limit = own ? *own : "unknown (" + own.error().str() + ")";
     if (ms.input.stall_own_limit.empty()) {
       if (!triggers.empty()) ms.input.stall_trigger = stalled[i];
+      else ms.input.online_stall_share = stall_shares.at(i);
       break;
     }
   }

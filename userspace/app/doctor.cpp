@@ -53,23 +53,9 @@ namespace {
 
 // Pods under the kubepods root (a shallow walk: QoS level, then pods).
 size_t count_pods(const std::string& cgroup2, const std::string& kubepods_rel) {
-  std::set<std::string> pods;
-  std::error_code ec;
-  fs::recursive_directory_iterator it(cgroup2 + kubepods_rel, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
-    if (it.depth() > 2) {
-      it.disable_recursion_pending();
-      continue;
-    }
-    if (!it->is_directory(ec)) continue;
-    std::string rel = it->path().string().substr(cgroup2.size());
-    auto id = identify_cgroup(rel, "");
-    if (!id.pod_uid.empty()) {
-      pods.insert(id.pod_uid);
-      it.disable_recursion_pending();
-    }
-  }
-  return pods.size();
+  return find_cgroups(cgroup2, kubepods_rel, 3,
+                      [](const std::string& rel) { return !identify_cgroup(rel, "").pod_uid.empty(); })
+      .paths.size();
 }
 
 // Where the YARN hierarchy is: at the root, else the first directory of that

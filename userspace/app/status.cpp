@@ -28,6 +28,7 @@
 #include "khagent/model/cgroup_file.h"
 #include "khagent/policy/lever_table.h"
 #include "khagent/signals/offline_candidates.h"
+#include "khagent/signals/workload.h"
 #include "khagent/util/file.h"
 #include "khagent/util/strings.h"
 
@@ -294,6 +295,55 @@ void read_targets(StatusReport& r, const Config& cfg, const CgroupRoots& roots, 
   }
 }
 
+// The online pods under the node (memory.node_cgroup, else the whole
+// tree) and their memory: use, limit, the kernel's 10 s stall average, and
+// whether they are at their own limit (a stall there is not offline's
+// doing). Pods are classed as the agent classes them, without the
+// kubelet's pod list: rules on its metadata are said not to apply here.
+void read_online_memory(StatusMemory& m, const Config& cfg, const CgroupRoots& roots, const MemoryReader& reader) {
+  const std::string under = cfg.memory.node_cgroup.empty() ? "/" : cfg.memory.node_cgroup;
+  const std::string& yarn = cfg.offline.yarn_hierarchy;
+  // Pod cgroups sit 2-3 levels below the kubepods root, which may itself
+  // sit below a slice or a node cgroup.
+  constexpr int kPodDepth = 6;
+  auto found = find_cgroups(roots.unified, under, kPodDepth, [&](const std::string& rel) {
+    auto id = identify_cgroup(rel, yarn);
+    return !id.pod_uid.empty() && id.pod_path == rel;
+  });
+  m.pods_under = under;
+  m.online_truncated = found.truncated;
+  for (const auto& rule : cfg.classes.rules)
+    if (rule.priority_class || !rule.labels.empty() || !rule.annotations.empty()) m.online_by_metadata = true;
+  for (const auto& path : found.paths) {
+    auto id = identify_cgroup(path, yarn);
+    if (classify_cgroup(path, id, nullptr, cfg.classes) != CgroupClass::Online) continue;
+    StatusOnlinePod p;
+    p.cgroup = path;
+    auto u = reader.cgroup(path);
+    if (!u) {
+      p.error = u.error().str();
+      m.online.push_back(std::move(p));
+      continue;
+    }
+    p.usage = u->usage;
+    p.working_set = u->working_set();
+    p.limit = u->limit;
+    if (auto psi = read_psi(roots.unified + path + "/memory.pressure")) {
+      p.psi = true;
+      p.some_avg10 = psi->some_avg10;
+      p.full_avg10 = psi->full_avg10;
+    }
+    auto own = reader.at_own_limit(path, cfg.memory.node_cgroup);
+    p.own_limit = own ? *own : "unknown: " + own.error().str();
+    if (auto k = reader.oom_kills(path)) p.oom_kills = *k;
+    m.online.push_back(std::move(p));
+  }
+  std::stable_sort(m.online.begin(), m.online.end(), [](const StatusOnlinePod& a, const StatusOnlinePod& b) {
+    if (a.some_avg10 != b.some_avg10) return a.some_avg10 > b.some_avg10;
+    return a.usage > b.usage;
+  });
+}
+
 // The node's memory and each offline target's, as the memory lever reads
 // them (a pressure domain set by memory.node_cgroup included).
 void read_memory(StatusReport& r, const Config& cfg, const CgroupRoots& roots, CgroupBackend backend) {
@@ -325,6 +375,7 @@ void read_memory(StatusReport& r, const Config& cfg, const CgroupRoots& roots, C
     }
     m.targets.push_back(std::move(mt));
   }
+  read_online_memory(m, cfg, roots, reader);
   r.memory = std::move(m);
 }
 

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -177,6 +178,41 @@ std::optional<uint64_t> CgroupIndex::id_of(const std::string& path) {
     return std::nullopt;
   paths_[st.st_ino] = path;
   return st.st_ino;
+}
+
+FoundCgroups find_cgroups(const std::string& root, const std::string& start, int max_depth,
+                          const std::function<bool(const std::string& rel)>& take, size_t max_dirs) {
+  FoundCgroups out;
+  std::error_code ec;
+  const std::string base = start == "/" ? root : root + start;
+  fs::recursive_directory_iterator it(base, fs::directory_options::skip_permission_denied, ec);
+  size_t seen = 0;
+  if (ec) return out;
+  for (auto end = fs::recursive_directory_iterator(); it != end; it.increment(ec)) {
+    if (ec) {  // a cgroup removed while walking: skip it and go on
+      ec.clear();
+      continue;
+    }
+    if (it->is_symlink(ec)) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_directory(ec)) continue;
+    if (++seen > max_dirs) {
+      out.truncated = true;
+      break;
+    }
+    const std::string& full = it->path().native();
+    std::string rel = full.substr(root.size());
+    if (take(rel)) {
+      out.paths.push_back(std::move(rel));
+      it.disable_recursion_pending();
+    } else if (it.depth() + 1 >= max_depth) {
+      it.disable_recursion_pending();
+    }
+  }
+  std::sort(out.paths.begin(), out.paths.end());
+  return out;
 }
 
 Result<size_t> CgroupIndex::rescan() {

@@ -89,14 +89,26 @@ Result<MemoryUse> parse_meminfo(std::string_view text) {
 Result<PsiTotals> parse_psi(std::string_view text) {
   PsiTotals p;
   bool some = false;
-  for (auto [key, dst] :
-       {std::pair{std::string_view("some"), &p.some_us}, std::pair{std::string_view("full"), &p.full_us}}) {
-    auto rest = line_after(text, key);
+  struct Line {
+    std::string_view key;
+    uint64_t* total;
+    double* avg10;
+  };
+  for (const Line& l : {Line{"some", &p.some_us, &p.some_avg10}, Line{"full", &p.full_us, &p.full_avg10}}) {
+    auto rest = line_after(text, l.key);
     if (!rest) continue;
     size_t at = rest->find("total=");
-    if (at == std::string_view::npos || !parse_u64(rest->substr(at + 6), *dst))
+    if (at == std::string_view::npos || !parse_u64(rest->substr(at + 6), *l.total))
       return make_error(EINVAL, "PSI line without a total: '" + std::string(*rest) + "'");
-    if (key == "some") some = true;
+    // "avg10=" comes first on the kernel's lines; a line without it keeps 0.
+    if (size_t a = rest->find("avg10="); a != std::string_view::npos) {
+      const char* b = rest->data() + a + 6;
+      const char* e = rest->data() + rest->size();
+      auto [end, ec] = std::from_chars(b, e, *l.avg10);
+      if (ec != std::errc() || (end != e && *end != ' '))
+        return make_error(EINVAL, "PSI line with a bad avg10: '" + std::string(*rest) + "'");
+    }
+    if (l.key == "some") some = true;
   }
   if (!some) return make_error(EINVAL, "PSI text without a 'some' line");
   return p;

@@ -50,6 +50,38 @@ std::optional<double> status_budget_cores(const StatusReport& r) {
   return sum;
 }
 
+namespace {
+
+// The online pods' memory lines, the most stalled first.
+std::string online_memory_text(const StatusMemory& m) {
+  constexpr size_t kShown = 10;
+  const size_t n = m.online.size();
+  std::string out =
+      fmt::format("online pods' memory: {} pod{} under {}{}{}\n", n, n == 1 ? "" : "s", m.pods_under,
+                  m.online_truncated ? " (the walk stopped early: too many cgroups)" : "",
+                  m.online_by_metadata ? " (classed by path and QoS only: rules on priority classes, labels or "
+                                         "annotations need the kubelet's pod list, which status does not read)"
+                                       : "");
+  for (size_t i = 0; i < n && i < kShown; i++) {
+    const auto& p = m.online[i];
+    if (!p.error.empty()) {
+      out += fmt::format("  {}  memory unreadable: {}\n", p.cgroup, p.error);
+      continue;
+    }
+    out += fmt::format(
+        "  {}  memory {} (working set {}), {}; stall over 10 s: {}{}{}\n", p.cgroup, mib_text(p.usage),
+        mib_text(p.working_set), p.limit ? "a " + mib_text(*p.limit) + " limit" : std::string("no limit"),
+        p.psi ? fmt::format("some {:.2f}%, full {:.2f}%", p.some_avg10, p.full_avg10)
+              : std::string("unknown (no memory.pressure)"),
+        p.own_limit.empty() ? "" : "; at its own limit (" + p.own_limit + ")",
+        p.oom_kills ? fmt::format("; {} OOM kill{} so far", p.oom_kills, p.oom_kills == 1 ? "" : "s") : std::string());
+  }
+  if (n > kShown) out += fmt::format("  ... and {} more (status --json lists them all)\n", n - kShown);
+  return out;
+}
+
+}  // namespace
+
 std::string format_status(const StatusReport& r) {
   std::string out;
   if (r.agent_found) {
@@ -134,6 +166,7 @@ std::string format_status(const StatusReport& r) {
                            t.oom_kills ? fmt::format(", {} OOM kill{} so far", t.oom_kills, t.oom_kills == 1 ? "" : "s")
                                        : std::string());
     }
+    out += online_memory_text(m);
   }
   return out;
 }
@@ -164,9 +197,25 @@ std::string status_json(const StatusReport& r) {
       if (!t.error.empty()) j["error"] = t.error;
       mt.push_back(j);
     }
+    json online = json::array();
+    for (const auto& p : r.memory->online) {
+      json j = {{"cgroup", p.cgroup},       {"usage_bytes", p.usage},   {"working_set_bytes", p.working_set},
+                {"own_limit", p.own_limit}, {"oom_kills", p.oom_kills}, {"some_avg10", nullptr},
+                {"full_avg10", nullptr},    {"limit_bytes", nullptr}};
+      if (p.limit) j["limit_bytes"] = *p.limit;
+      if (p.psi) {
+        j["some_avg10"] = p.some_avg10;
+        j["full_avg10"] = p.full_avg10;
+      }
+      if (!p.error.empty()) j["error"] = p.error;
+      online.push_back(j);
+    }
     memory = {{"capacity_bytes", r.memory->capacity},
               {"node_working_set_bytes", r.memory->node_working_set},
-              {"offline_targets", mt}};
+              {"offline_targets", mt},
+              {"online_pods", online},
+              {"online_pods_under", r.memory->pods_under},
+              {"online_pods_truncated", r.memory->online_truncated}};
     if (!r.memory->node_error.empty()) memory["node_error"] = r.memory->node_error;
   }
   json procs = json::array();

@@ -1,5 +1,7 @@
 #include "khagent/signals/offline_memory.h"
 
+#include <algorithm>
+
 namespace khagent {
 
 MemorySignals offline_memory(const MemoryReader& r, const std::string& node_cgroup,
@@ -47,12 +49,15 @@ MemoryStall MemoryStallMeter::step(const std::vector<std::string>& paths, uint64
     const uint64_t full = t->full_us >= it->second.full_us ? t->full_us - it->second.full_us : 0;
     out.some_us += some;
     out.full_us += full;
-    const double share = interval_us ? static_cast<double>(some) / static_cast<double>(interval_us) : 0;
+    const double share = std::min(interval_us ? static_cast<double>(some) / static_cast<double>(interval_us) : 0, 1.0);
+    if (share > 0) out.shares.emplace_back(p, share);
     if (share > out.max_share) {
-      out.max_share = std::min(share, 1.0);
+      out.max_share = share;
       out.worst = p;
     }
   }
+  std::stable_sort(out.shares.begin(), out.shares.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
   last_ = std::move(now);
   last_ns_ = now_ns;
   return out;

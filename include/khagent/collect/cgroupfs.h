@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -30,6 +31,18 @@ std::vector<MountEntry> parse_mount_entries(const std::string& text);
 // The cgroup mounts khagent uses, from the same text.
 Mounts parse_mountinfo(const std::string& text);
 Result<Mounts> find_mounts(const std::string& mountinfo_path = "/proc/self/mountinfo");
+
+// Cgroups under `root` + `start` (paths relative to `root`, starting with
+// '/'), `max_depth` levels down at most, for which `take` says yes; a taken
+// cgroup is not walked into. Symlinks are not followed, cgroups removed
+// while walking are skipped, and the walk ends after `max_dirs`
+// directories (`truncated` then says so). Sorted.
+struct FoundCgroups {
+  std::vector<std::string> paths;
+  bool truncated = false;
+};
+FoundCgroups find_cgroups(const std::string& root, const std::string& start, int max_depth,
+                          const std::function<bool(const std::string& rel)>& take, size_t max_dirs = 100000);
 
 // Maps cgroup ids to paths by walking the tree under a root directory.
 class CgroupIndex {

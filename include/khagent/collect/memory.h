@@ -35,10 +35,13 @@ std::optional<uint64_t> stat_value(std::string_view text, std::string_view key);
 // inactive_file = Inactive(file) (the kubelet's node working set), or where
 // those are missing usage = MemTotal - MemAvailable (kB in the file).
 Result<MemoryUse> parse_meminfo(std::string_view text);
-// "total=" of the "some" and "full" lines of a PSI file, in microseconds.
+// "total=" of the "some" and "full" lines of a PSI file, in microseconds,
+// and their "avg10=": the share of the last 10 s stalled, in percent.
 struct PsiTotals {
   uint64_t some_us = 0;
   uint64_t full_us = 0;
+  double some_avg10 = 0;
+  double full_avg10 = 0;
 };
 Result<PsiTotals> parse_psi(std::string_view text);
 // parse_psi() of a file (a cgroup's memory.pressure in the cgroup2 mount).

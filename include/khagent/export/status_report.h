@@ -38,12 +38,30 @@ struct StatusMemoryTarget {
   std::string error;  // unreadable: why
 };
 
-// The node's memory and the offline targets'.
+// Memory of one online pod: what the memory lever protects.
+struct StatusOnlinePod {
+  std::string cgroup;
+  uint64_t usage = 0;             // page cache included
+  uint64_t working_set = 0;       // usage less inactive page cache
+  std::optional<uint64_t> limit;  // memory.max (v1 memory.limit_in_bytes); none: no limit
+  bool psi = false;               // memory.pressure read: the two shares below are known
+  double some_avg10 = 0;          // % of the last 10 s some task of the pod stalled on memory
+  double full_avg10 = 0;          // % of it all of them did
+  std::string own_limit;          // at its own limit (or one above it): "cgroup: use of limit"; "" not
+  uint64_t oom_kills = 0;
+  std::string error;  // memory unreadable: why
+};
+
+// The node's memory, the offline targets' and the online pods'.
 struct StatusMemory {
   uint64_t capacity = 0;          // 0: unknown (node_error)
   uint64_t node_working_set = 0;  // usage less inactive page cache
   std::string node_error;
   std::vector<StatusMemoryTarget> targets;
+  std::string pods_under;               // where online pods were looked for (memory.node_cgroup or "/")
+  std::vector<StatusOnlinePod> online;  // most stalled first, then the largest
+  bool online_truncated = false;        // the walk for pods stopped early (too many cgroups)
+  bool online_by_metadata = false;      // class rules on labels, annotations or priority classes exist
 };
 
 // A process holding the agent's maps open.

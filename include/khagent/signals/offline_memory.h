@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "khagent/collect/memory.h"
@@ -55,10 +56,12 @@ MemorySignals offline_memory(const MemoryReader& r, const std::string& node_cgro
 // The memory stall of online cgroups between two calls, from their PSI
 // totals (memory.pressure in the cgroup2 mount; kernels with PSI per cgroup).
 struct MemoryStall {
-  uint64_t some_us = 0;   // summed over the cgroups: time some task of theirs stalled
-  uint64_t full_us = 0;   // time all their tasks stalled
-  double max_share = 0;   // the largest "some" of one cgroup, as a share of the interval
-  std::string worst;      // that cgroup
+  uint64_t some_us = 0;  // summed over the cgroups: time some task of theirs stalled
+  uint64_t full_us = 0;  // time all their tasks stalled
+  double max_share = 0;  // the largest "some" of one cgroup, as a share of the interval
+  std::string worst;     // that cgroup
+  // Every cgroup that stalled, with its share, the largest first.
+  std::vector<std::pair<std::string, double>> shares;
   size_t unreadable = 0;  // cgroups without a readable memory.pressure
 };
 class MemoryStallMeter {
