@@ -572,6 +572,85 @@ TEST_F(YarnRealRm, WithReclaimerRmOnlyTheRmKills) {
   ASSERT_TRUE(wait_for([&] { return containers().empty(); }, 15000));
 }
 
+// ---- the memory lever's part -----------------------------------------------------
+
+// The NodeManager's memory follows the memory lever's offline budget, and
+// while the node's memory is critical the highest-ranked container goes at
+// once (no grace), one every 2 s at most, in the CPU reclaim's order.
+TEST_F(YarnRealRm, TheMemoryBudgetShrinksTheNodeAndACriticalNodeLosesOneContainerAtOnce) {
+  YarnNodeReport before = node();
+  ASSERT_EQ(before.total, (YarnResource{8, 8192}));
+  json low = submit("low", 3, 512, 1);    // AM + 3 workers
+  json high = submit("high", 2, 512, 1);  // AM + 2 workers
+  const std::string low_app = low["app"], high_app = high["app"];
+  std::vector<std::string> low_workers = strings(low["status"]["running"]);
+  ASSERT_EQ(low_workers.size(), 3u);
+  std::sort(low_workers.begin(), low_workers.end());  // oldest first
+  ASSERT_EQ(containers().size(), 7u);
+
+  YarnConfig cfg = downscaler_config();
+  cfg.queue_priority = {{"low", 0}, {"root.high", 10}};
+  ProcessKiller killer{g_cluster->pid(), {}};
+  YarnDownscaler ds(cfg, false, "/nonexistent", {"localhost"});
+  ds.set_killer(killer.fn());
+  auto offer_memory = [&](uint64_t budget_mb, const std::string& critical) {
+    YarnOffer o = offer(8);
+    o.memory_budget_bytes = budget_mb << 20;
+    o.memory_emergency = critical;
+    return o;
+  };
+  // A budget of 6144 MiB: the node advertises that much memory, all its
+  // CPU, and kills nothing (the 7 containers' 3584 MB fit).
+  ds.round(offer_memory(6144, ""));
+  ASSERT_EQ(ds.status().updates_ok, 1u) << ds.status().last_error;
+  ASSERT_TRUE(wait_for([&] { return node().total == YarnResource{8, 6144}; }, 5000)) << node().total.memory_mb;
+  for (int i = 0; i < 3; i++) {
+    ds.round(offer_memory(6144, ""));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_TRUE(killer.killed.empty());
+
+  // Critical: low's newest worker goes in the same round, not after the
+  // 3 s grace; a second round within 2 s takes nothing more.
+  const std::string why = "test: 40 MiB free above the eviction threshold";
+  auto t0 = Clock::now();
+  ds.round(offer_memory(6144, why));
+  const double first_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_EQ(killer.killed, (std::vector<std::string>{low_workers[2]})) << ds.status().last_error;
+  EXPECT_LT(first_s, 1.0);
+  ds.round(offer_memory(6144, why));
+  EXPECT_EQ(killer.killed.size(), 1u) << "a second kill within 2 s";
+  // The RM sees it end as khagent's kill, and the next goes 2 s after.
+  ASSERT_TRUE(wait_for([&] { return completed(status(low_app)).size() == 1; }, 15000));
+  for (const auto& [id, exit] : completed(status(low_app))) EXPECT_NE(exit, kPreempted) << id;
+  ASSERT_TRUE(wait_for(
+      [&] {
+        ds.round(offer_memory(6144, why));
+        return killer.killed.size() >= 2;
+      },
+      10000));
+  const double second_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(killer.killed, (std::vector<std::string>{low_workers[2], low_workers[1]}));
+  EXPECT_GE(second_s, 2.0);
+  // No longer critical: nothing more goes.
+  for (int i = 0; i < 4; i++) {
+    ds.round(offer_memory(6144, ""));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  EXPECT_EQ(killer.killed.size(), 2u);
+  EXPECT_TRUE(completed(status(high_app)).empty()) << status(high_app).dump();
+  std::printf(
+      "memory budget 6144 MiB advertised; critical node: first container killed after %.2f s, "
+      "the next after %.1f s\n",
+      first_s, second_s);
+
+  ds.stop(true);
+  ASSERT_TRUE(wait_for([&] { return node().total == before.total; }, 5000));
+  kill_app(low_app);
+  kill_app(high_app);
+  ASSERT_TRUE(wait_for([&] { return containers().empty(); }, 15000));
+}
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::AddGlobalTestEnvironment(new ClusterEnv);
