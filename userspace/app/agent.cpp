@@ -473,8 +473,10 @@ bool Agent::memory_step(uint64_t now_ns, const std::vector<std::string>& trigger
   // tick's). Unreadable counts as at its limit.
   for (size_t i = 0; ms.input.node_usage && i < stalled.size(); i++) {
     auto own = memory_->at_own_limit(stalled[i], cfg_.memory.node_cgroup);
-    ms.input.stall_own_limit = own ? *own : "unknown (" + own.error().str() + ")";
-    if (ms.input.stall_own_limit.empty()) {
+    const std::string why = own ? *own : "unknown (" + own.error().str() + ")";
+    if (i == 0) ms.input.stall_own_limit = why;  // all at their limits: the first is the one logged
+    if (why.empty()) {
+      ms.input.stall_own_limit.clear();
       if (!triggers.empty()) ms.input.stall_trigger = stalled[i];
       else ms.input.online_stall_share = stall_shares.at(i);
       break;
