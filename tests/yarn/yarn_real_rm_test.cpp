@@ -585,7 +585,9 @@ TEST_F(YarnRealRm, TheMemoryBudgetShrinksTheNodeAndACriticalNodeLosesOneContaine
   const std::string low_app = low["app"], high_app = high["app"];
   std::vector<std::string> low_workers = strings(low["status"]["running"]);
   ASSERT_EQ(low_workers.size(), 3u);
-  std::sort(low_workers.begin(), low_workers.end());  // oldest first
+  // Without cgroups (mount "/nonexistent") no container has a birth time:
+  // the reclaim order falls back to the highest id first.
+  std::sort(low_workers.begin(), low_workers.end());
   ASSERT_EQ(containers().size(), 7u);
 
   YarnConfig cfg = downscaler_config();
@@ -610,14 +612,14 @@ TEST_F(YarnRealRm, TheMemoryBudgetShrinksTheNodeAndACriticalNodeLosesOneContaine
   }
   EXPECT_TRUE(killer.killed.empty());
 
-  // Critical: low's newest worker goes in the same round, not after the
+  // Critical: low's worker with the highest id goes in the same round, not after the
   // 3 s grace; a second round within 2 s takes nothing more.
   const std::string why = "test: 40 MiB free above the eviction threshold";
   auto t0 = Clock::now();
   ds.round(offer_memory(6144, why));
   const double first_s = std::chrono::duration<double>(Clock::now() - t0).count();
   ASSERT_EQ(killer.killed, (std::vector<std::string>{low_workers[2]})) << ds.status().last_error;
-  EXPECT_LT(first_s, 1.0);
+  EXPECT_LT(first_s, 2.5) << "not at once: the grace is 3 s";
   ds.round(offer_memory(6144, why));
   EXPECT_EQ(killer.killed.size(), 1u) << "a second kill within 2 s";
   // The RM sees it end as khagent's kill, and the next goes 2 s after.
@@ -646,6 +648,13 @@ TEST_F(YarnRealRm, TheMemoryBudgetShrinksTheNodeAndACriticalNodeLosesOneContaine
 
   ds.stop(true);
   ASSERT_TRUE(wait_for([&] { return node().total == before.total; }, 5000));
+  EXPECT_EQ(node().other_resources, before.other_resources);
+  ASSERT_TRUE(wait_for(
+      [&] {
+        auto c = rest_->nm_configured();
+        return c.ok() && *c == before.total;
+      },
+      5000));
   kill_app(low_app);
   kill_app(high_app);
   ASSERT_TRUE(wait_for([&] { return containers().empty(); }, 15000));
