@@ -99,6 +99,8 @@ TEST(FindCgroups, TakesWithoutDescendingAndStopsAtTheDepthAndTheCount) {
                                       "/node/kubepods.slice/kubepods-pod1.slice"}));
   EXPECT_EQ(find_cgroups(t.path.string(), "/node", 6, pod).paths.size(), 3u);
   EXPECT_EQ(find_cgroups(t.path.string(), "/", 6, pod).paths.size(), 4u);
+  EXPECT_EQ(find_cgroups(t.path.string() + "/", "/", 6, pod).paths, find_cgroups(t.path.string(), "/", 6, pod).paths)
+      << "a root with a trailing slash gives the same paths";
   auto few = find_cgroups(t.path.string(), "/node", 6, pod, 2);
   EXPECT_TRUE(few.truncated);
   EXPECT_TRUE(find_cgroups(t.path.string(), "/missing", 6, pod).paths.empty());

@@ -476,6 +476,7 @@ TEST(StatusFormat, Json) {
   EXPECT_TRUE(j["memory"]["online_pods"][1]["some_avg10"].is_null());
   EXPECT_EQ(j["memory"]["online_pods_under"], "/");
   EXPECT_FALSE(j["memory"]["online_pods_truncated"].get<bool>());
+  EXPECT_FALSE(j["memory"]["online_pods_by_metadata"].get<bool>());
   ASSERT_EQ(j["processes"].size(), 1u);
   EXPECT_EQ(j["processes"][0]["pid"], 4242);
   EXPECT_EQ(j["processes"][0]["comm"], "khagent");

@@ -1,5 +1,6 @@
 #include "khagent/collect/cgroupfs.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -183,33 +184,36 @@ std::optional<uint64_t> CgroupIndex::id_of(const std::string& path) {
 FoundCgroups find_cgroups(const std::string& root, const std::string& start, int max_depth,
                           const std::function<bool(const std::string& rel)>& take, size_t max_dirs) {
   FoundCgroups out;
-  std::error_code ec;
-  const std::string base = start == "/" ? root : root + start;
-  fs::recursive_directory_iterator it(base, fs::directory_options::skip_permission_denied, ec);
+  std::string top = root;
+  while (top.size() > 1 && top.back() == '/') top.pop_back();
+  // Directories to read, with their depth below `start` (its children are
+  // at 0). One opendir each: a cgroup removed meanwhile fails its own open
+  // and is skipped, the walk goes on.
+  std::vector<std::pair<std::string, int>> todo{{start == "/" ? std::string() : start, 0}};
   size_t seen = 0;
-  if (ec) return out;
-  for (auto end = fs::recursive_directory_iterator(); it != end; it.increment(ec)) {
-    if (ec) {  // a cgroup removed while walking: skip it and go on
-      ec.clear();
-      continue;
+  while (!todo.empty() && !out.truncated) {
+    auto [dir, depth] = std::move(todo.back());
+    todo.pop_back();
+    DIR* d = ::opendir((top + (dir.empty() ? "/" : dir)).c_str());
+    if (!d) continue;
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      std::string rel = dir + "/" + name;
+      bool is_dir = e->d_type == DT_DIR;
+      if (e->d_type == DT_UNKNOWN) {  // symlinks are not followed
+        struct stat st{};
+        is_dir = ::lstat((top + rel).c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+      }
+      if (!is_dir) continue;
+      if (++seen > max_dirs) {
+        out.truncated = true;
+        break;
+      }
+      if (take(rel)) out.paths.push_back(std::move(rel));
+      else if (depth + 1 < max_depth) todo.emplace_back(std::move(rel), depth + 1);
     }
-    if (it->is_symlink(ec)) {
-      it.disable_recursion_pending();
-      continue;
-    }
-    if (!it->is_directory(ec)) continue;
-    if (++seen > max_dirs) {
-      out.truncated = true;
-      break;
-    }
-    const std::string& full = it->path().native();
-    std::string rel = full.substr(root.size());
-    if (take(rel)) {
-      out.paths.push_back(std::move(rel));
-      it.disable_recursion_pending();
-    } else if (it.depth() + 1 >= max_depth) {
-      it.disable_recursion_pending();
-    }
+    ::closedir(d);
   }
   std::sort(out.paths.begin(), out.paths.end());
   return out;

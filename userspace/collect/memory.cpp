@@ -100,13 +100,15 @@ Result<PsiTotals> parse_psi(std::string_view text) {
     size_t at = rest->find("total=");
     if (at == std::string_view::npos || !parse_u64(rest->substr(at + 6), *l.total))
       return make_error(EINVAL, "PSI line without a total: '" + std::string(*rest) + "'");
-    // "avg10=" comes first on the kernel's lines; a line without it keeps 0.
+    // "avg10=" comes first on the kernel's lines; a line without it, or
+    // with one that does not parse, keeps 0 (only status shows it; the
+    // totals are what the agent acts on).
     if (size_t a = rest->find("avg10="); a != std::string_view::npos) {
       const char* b = rest->data() + a + 6;
       const char* e = rest->data() + rest->size();
-      auto [end, ec] = std::from_chars(b, e, *l.avg10);
-      if (ec != std::errc() || (end != e && *end != ' '))
-        return make_error(EINVAL, "PSI line with a bad avg10: '" + std::string(*rest) + "'");
+      double v = 0;
+      auto [end, ec] = std::from_chars(b, e, v);
+      if (ec == std::errc() && (end == e || *end == ' ')) *l.avg10 = v;
     }
     if (l.key == "some") some = true;
   }

@@ -73,7 +73,9 @@ std::string online_memory_text(const StatusMemory& m) {
         mib_text(p.working_set), p.limit ? "a " + mib_text(*p.limit) + " limit" : std::string("no limit"),
         p.psi ? fmt::format("some {:.2f}%, full {:.2f}%", p.some_avg10, p.full_avg10)
               : std::string("unknown (no memory.pressure)"),
-        p.own_limit.empty() ? "" : "; at its own limit (" + p.own_limit + ")",
+        p.own_limit.empty()                    ? ""
+        : p.own_limit.rfind("unknown", 0) == 0 ? "; own limit " + p.own_limit
+                                               : "; at its own limit (" + p.own_limit + ")",
         p.oom_kills ? fmt::format("; {} OOM kill{} so far", p.oom_kills, p.oom_kills == 1 ? "" : "s") : std::string());
   }
   if (n > kShown) out += fmt::format("  ... and {} more (status --json lists them all)\n", n - kShown);
@@ -215,7 +217,8 @@ std::string status_json(const StatusReport& r) {
               {"offline_targets", mt},
               {"online_pods", online},
               {"online_pods_under", r.memory->pods_under},
-              {"online_pods_truncated", r.memory->online_truncated}};
+              {"online_pods_truncated", r.memory->online_truncated},
+              {"online_pods_by_metadata", r.memory->online_by_metadata}};
     if (!r.memory->node_error.empty()) memory["node_error"] = r.memory->node_error;
   }
   json procs = json::array();

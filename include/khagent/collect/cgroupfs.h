@@ -35,8 +35,8 @@ Result<Mounts> find_mounts(const std::string& mountinfo_path = "/proc/self/mount
 // Cgroups under `root` + `start` (paths relative to `root`, starting with
 // '/'), `max_depth` levels down at most, for which `take` says yes; a taken
 // cgroup is not walked into. Symlinks are not followed, cgroups removed
-// while walking are skipped, and the walk ends after `max_dirs`
-// directories (`truncated` then says so). Sorted.
+// while walking (and unreadable ones) are skipped, and the walk ends after
+// `max_dirs` directories (`truncated` then says so). Sorted.
 struct FoundCgroups {
   std::vector<std::string> paths;
   bool truncated = false;

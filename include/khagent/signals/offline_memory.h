@@ -20,8 +20,9 @@ struct MemoryInput {
   uint64_t node_used = 0;     // everyone's working set, offline included
   uint64_t offline_used = 0;  // the offline parents' working sets
   uint64_t now_ns = 0;
-  // The largest share of the last interval any online cgroup spent stalled
-  // on memory (PSI "some" of its memory.pressure), 0..1.
+  // The share of the last interval an online cgroup spent stalled on
+  // memory (PSI "some" of its memory.pressure), 0..1: the largest, or with
+  // a node cgroup the most stalled pod's not at its own limit.
   double online_stall_share = 0;
   // Between ticks: the kernel's PSI trigger fired on this online cgroup
   // (it stalled over memory.stall_limit of memory.stall_window); empty: no
