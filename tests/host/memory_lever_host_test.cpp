@@ -134,9 +134,11 @@ TEST(AgentMemory, OfflineLimitedToWhatOnlineLeavesAndTheOnlineProcessSurvivesAHo
   // put back when the agent stops.
   pid_t sleeper = fork();
   if (sleeper == 0) {
+    // Its adj before it joins: written after, it could undo the agent's
+    // raise, which the agent makes once per process.
+    write_file("/proc/self/oom_score_adj", "0");
     for (const auto& f : c_cont.procs())
       if (!write_file(f, std::to_string(getpid()))) _exit(5);
-    write_file("/proc/self/oom_score_adj", "0");
     ::pause();
     _exit(0);
   }
