@@ -133,6 +133,24 @@ class YarnRealRm : public ::testing::Test {
   json status(const std::string& app) { return g_cluster->command("status " + app); }
   void kill_app(const std::string& app) { g_cluster->command("kill " + app); }
 
+  // Stops the downscaler with a restore, checks the node has its whole
+  // total back (every type, in the RM and in the NodeManager's configured
+  // resources), then kills `apps` and waits for their containers to go.
+  void stop_restored_and_cleared(YarnDownscaler& ds, const YarnNodeReport& before,
+                                 const std::vector<std::string>& apps) {
+    ds.stop(true);
+    ASSERT_TRUE(wait_for([&] { return node().total == before.total; }, 5000));
+    EXPECT_EQ(node().other_resources, before.other_resources);
+    ASSERT_TRUE(wait_for(
+        [&] {
+          auto c = rest_->nm_configured();
+          return c.ok() && *c == before.total;
+        },
+        5000));
+    for (const auto& a : apps) kill_app(a);
+    ASSERT_TRUE(wait_for([&] { return containers().empty(); }, 15000));
+  }
+
   YarnConfig downscaler_config() {
     YarnConfig c;
     c.enabled = true;
@@ -472,18 +490,7 @@ TEST_F(YarnRealRm, TheDownscalerShrinksReclaimsInOrderAndRestores) {
   std::printf("shrink to 5 vcores, 2 containers reclaimed by khagent in %.1f s (grace 3 s)\n", reclaim_s);
 
   // The restore brings back the whole total, every type as before.
-  ds.stop(true);
-  ASSERT_TRUE(wait_for([&] { return node().total == before.total; }, 5000));
-  EXPECT_EQ(node().other_resources, before.other_resources);
-  ASSERT_TRUE(wait_for(
-      [&] {
-        auto c = rest_->nm_configured();
-        return c.ok() && *c == before.total;
-      },
-      5000));
-  kill_app(low_app);
-  kill_app(high_app);
-  ASSERT_TRUE(wait_for([&] { return containers().empty(); }, 15000));
+  stop_restored_and_cleared(ds, before, {low_app, high_app});
 }
 
 TEST_F(YarnRealRm, OverCommitAsTheRmDoesIt) {
@@ -646,18 +653,7 @@ TEST_F(YarnRealRm, TheMemoryBudgetShrinksTheNodeAndACriticalNodeLosesOneContaine
       "the next after %.1f s\n",
       first_s, second_s);
 
-  ds.stop(true);
-  ASSERT_TRUE(wait_for([&] { return node().total == before.total; }, 5000));
-  EXPECT_EQ(node().other_resources, before.other_resources);
-  ASSERT_TRUE(wait_for(
-      [&] {
-        auto c = rest_->nm_configured();
-        return c.ok() && *c == before.total;
-      },
-      5000));
-  kill_app(low_app);
-  kill_app(high_app);
-  ASSERT_TRUE(wait_for([&] { return containers().empty(); }, 15000));
+  stop_restored_and_cleared(ds, before, {low_app, high_app});
 }
 
 int main(int argc, char** argv) {
