@@ -25,63 +25,34 @@ namespace {
 
 size_t depth(const std::string& cgroup) { return static_cast<size_t>(std::count(cgroup.begin(), cgroup.end(), '/')); }
 
-// cpu.weight cannot be written while cpu.idle is 1 (the kernel says EINVAL
-// and shows the minimum weight: 0 on 6.1, 1 since 6.12): weight goes before
-// idle when applying, and after it when restoring. A quota is only ever in
-// force on an idle cgroup (a quota alone makes the online tail worse, see
-// docs/controller.md): idle goes before the quota when applying, and the
-// quota is lifted before idle when restoring.
-int apply_rank(CgroupFile f) {
-  switch (f) {
-    case CgroupFile::CpuWeight:
-    case CgroupFile::V1CpuShares: return 0;
-    case CgroupFile::CpuIdle:
-    case CgroupFile::V1CpuIdle: return 1;
-    case CgroupFile::CpuMax:
-    case CgroupFile::V1CpuCfs: return 2;
-    case CgroupFile::CpusetCpus:
-    case CgroupFile::V1CpusetCpus: return 3;
-    case CgroupFile::MemoryHigh:
-    case CgroupFile::V1MemoryLimit: return 4;
-    case CgroupFile::CpuMaxBurst:
-    case CgroupFile::V1CpuCfsBurst: return 5;
-  }
-  return 5;
-}
-int restore_rank(CgroupFile f) {
-  switch (f) {
-    case CgroupFile::CpuMax:
-    case CgroupFile::V1CpuCfs: return 0;
-    case CgroupFile::CpuIdle:
-    case CgroupFile::V1CpuIdle: return 1;
-    case CgroupFile::CpuWeight:
-    case CgroupFile::V1CpuShares: return 2;
-    case CgroupFile::CpusetCpus:
-    case CgroupFile::V1CpusetCpus: return 3;
-    case CgroupFile::MemoryHigh:
-    case CgroupFile::V1MemoryLimit: return 4;
-    case CgroupFile::CpuMaxBurst:
-    case CgroupFile::V1CpuCfsBurst: return 5;
-  }
-  return 5;
-}
+// The order files are written and restored in: the knob table's ranks
+// (model/knob_table.cpp says why weight, idle and quota go as they do).
+int apply_rank(CgroupFile f) { return knob_row(f).apply_rank; }
+int restore_rank(CgroupFile f) { return knob_row(f).restore_rank; }
 
-bool is_cpuset(CgroupFile f) { return f == CgroupFile::CpusetCpus || f == CgroupFile::V1CpusetCpus; }
-bool is_idle(CgroupFile f) { return f == CgroupFile::CpuIdle || f == CgroupFile::V1CpuIdle; }
-bool is_quota(CgroupFile f) { return f == CgroupFile::CpuMax || f == CgroupFile::V1CpuCfs; }
-bool is_weight(CgroupFile f) { return f == CgroupFile::CpuWeight || f == CgroupFile::V1CpuShares; }
-CgroupFile idle_of_quota(CgroupFile quota) {
-  return quota == CgroupFile::V1CpuCfs ? CgroupFile::V1CpuIdle : CgroupFile::CpuIdle;
-}
+bool is_cpuset(CgroupFile f) { return knob_row(f).knob == Knob::Cpus; }
 // "max 100000" (v2) or "-1 100000" (v1): no quota.
 bool lifts_quota(const std::string& value) { return value.rfind("max", 0) == 0 || value.rfind("-1", 0) == 0; }
 
-// Clearing cpu.idle does not bring the weight back: the kernel sets the
-// group's weight to the default (100, 1024 shares), whatever its owner had
-// written. So the weight is saved with the first idle write and restored
-// right after the idle.
-CgroupFile weight_of_idle(CgroupFile idle) {
-  return idle == CgroupFile::V1CpuIdle ? CgroupFile::V1CpuShares : CgroupFile::CpuWeight;
+// Whether `f` is kept while a cgroup's quota cannot be lifted: a file some
+// row requires (cpu.idle, no quota without it), or the one saved with it
+// (the weight that comes back with the idle).
+bool held_by_quota(CgroupFile f) {
+  for (const auto& r : knob_table()) {
+    if (!r.requires_one) continue;
+    if (f == *r.requires_one || f == knob_row(*r.requires_one).saved_with) return true;
+  }
+  return false;
+}
+
+// A file that is missing where its cgroup exists: its controller is not
+// enabled there (v2), or the cgroup was not created in its v1 hierarchy.
+std::string missing_file(const std::string& cgroup, CgroupFile f) {
+  return hierarchy_of(f) == Hierarchy::Unified
+             ? std::string(cgroup_file_name(f)) + " missing in " + cgroup +
+                   ": the controller is not enabled for it (cgroup.subtree_control of its parent)"
+             : cgroup + " exists in cgroup2 but not in the v1 hierarchy of " + cgroup_file_name(f) +
+                   " (whoever made it did not create it there)";
 }
 
 }  // namespace
@@ -171,7 +142,8 @@ bool Actuator::dry_repeat(const Key& key, const std::string& from, const std::st
 ActionRecord Actuator::apply_one(const DesiredValue& d, uint64_t now_ns, bool& dirty) {
   ActionRecord rec = apply_checked(d, now_ns, dirty);
   Key key{d.cgroup, static_cast<int>(d.file)};
-  if (rec.outcome == ActionOutcome::DryRun) {
+  // A write-only file's dry run is never a repeat: each ask is a write.
+  if (rec.outcome == ActionOutcome::DryRun && knob_row(d.file).persistence == Persistence::SaveRestore) {
     rec.repeat = dry_repeat(key, normalize_cgroup_value(d.file, rec.from),
                             d.canonical ? d.value : normalize_cgroup_value(d.file, d.value));
   } else {
@@ -180,37 +152,98 @@ ActionRecord Actuator::apply_one(const DesiredValue& d, uint64_t now_ns, bool& d
   return rec;
 }
 
+void Actuator::read_failed(ActionRecord& rec, const Error& e, bool& dirty) {
+  rec.outcome = e.err == ENOENT ? ActionOutcome::Gone : ActionOutcome::Rejected;
+  rec.message = e.str();
+  if (rec.outcome == ActionOutcome::Gone && fs_.exists(rec.cgroup)) {
+    rec.outcome = ActionOutcome::Rejected;
+    rec.message = missing_file(rec.cgroup, rec.file);
+    return;
+  }
+  if (rec.outcome == ActionOutcome::Gone && store_.has(rec.cgroup, rec.file)) {
+    store_.forget_cgroup(rec.cgroup);  // nothing left to restore
+    dirty = true;
+  }
+  last_written_.erase({rec.cgroup, static_cast<int>(rec.file)});
+}
+
+bool Actuator::save_original(const DesiredValue& d, const std::string& cur, ActionRecord& rec) {
+  store_.record(d.cgroup, d.file, cur);
+  const std::optional<CgroupFile> with = knob_row(d.file).saved_with;
+  bool saved_with = false;
+  if (with && !store_.has(d.cgroup, *with)) {
+    auto w = fs_.read(d.cgroup, *with);
+    if (!w) {
+      rec.outcome = ActionOutcome::Rejected;
+      rec.message = "cannot read the weight that clearing cpu.idle would reset, so not writing: " + w.error().str();
+      store_.forget(d.cgroup, d.file);
+      return false;
+    }
+    store_.record(d.cgroup, *with, *w);
+    saved_with = true;
+  }
+  if (auto r = store_.save(); !r) {
+    store_.forget(d.cgroup, d.file);
+    if (saved_with) store_.forget(d.cgroup, *with);
+    rec.outcome = ActionOutcome::Rejected;
+    rec.message = "original value not saved, so not writing: " + r.error().str();
+    return false;
+  }
+  return true;
+}
+
+ActionRecord Actuator::write_only(const DesiredValue& d, ActionRecord rec) {
+  if (dry_run_) {
+    rec.outcome = ActionOutcome::DryRun;
+    return rec;
+  }
+  if (auto w = fs_.write(d.cgroup, d.file, d.value); !w) {
+    // EAGAIN (memory.reclaim could not reclaim that much) is refused like
+    // any other error; ENOENT is a gone cgroup or a missing file.
+    rec.outcome = w.error().err == ENOENT ? ActionOutcome::Gone : ActionOutcome::Rejected;
+    rec.message = w.error().str();
+    if (rec.outcome == ActionOutcome::Gone && fs_.exists(d.cgroup)) {
+      rec.outcome = ActionOutcome::Rejected;
+      rec.message = missing_file(d.cgroup, d.file);
+    }
+    return rec;
+  }
+  rec.outcome = ActionOutcome::Written;
+  return rec;
+}
+
+// A quota only where cpu.idle is in force, wherever khagent sets idle (it
+// saved that cgroup's original idle): never a quota on offline work that an
+// online waker would wait behind after each unthrottle, not even when the
+// idle write of this same call was refused or is backing off, nor on the
+// fast path, which writes quotas alone.
+std::string Actuator::unmet_requirement(const DesiredValue& d) {
+  const auto need = knob_row(d.file).requires_one;
+  if (!need || lifts_quota(d.value) || dry_run_ || !store_.has(d.cgroup, *need)) return "";
+  auto idle = fs_.read(d.cgroup, *need);
+  if (idle && normalize_cgroup_value(*need, *idle) == "1") return "";
+  return std::string(knob_name(knob_row(*need).knob)) + " is not in force on this cgroup (" +
+         (idle ? "it reads '" + normalize_cgroup_value(*need, *idle) + "'" : idle.error().str()) +
+         "): no quota without it";
+}
+
 ActionRecord Actuator::apply_checked(const DesiredValue& d, uint64_t now_ns, bool& dirty) {
   ActionRecord rec;
   rec.cgroup = d.cgroup;
   rec.file = d.file;
   rec.to = d.value;
   Key key{d.cgroup, static_cast<int>(d.file)};
+  const KnobRow& row = knob_row(d.file);
 
   if (auto v = d.canonical ? Result<void>{} : validate_cgroup_value(d.file, d.value, node_cpus_); !v) {
     rec.outcome = ActionOutcome::Rejected;
     rec.message = v.error().message;
     return rec;
   }
+  if (row.persistence == Persistence::WriteOnly) return write_only(d, std::move(rec));
   auto cur = fs_.read(d.cgroup, d.file);
   if (!cur) {
-    rec.outcome = cur.error().err == ENOENT ? ActionOutcome::Gone : ActionOutcome::Rejected;
-    rec.message = cur.error().str();
-    if (rec.outcome == ActionOutcome::Gone && fs_.exists(d.cgroup)) {
-      // The cgroup is there but not the file: its controller is not enabled.
-      rec.outcome = ActionOutcome::Rejected;
-      rec.message = hierarchy_of(d.file) == Hierarchy::Unified
-                        ? std::string(cgroup_file_name(d.file)) + " missing in " + d.cgroup +
-                              ": the controller is not enabled for it (cgroup.subtree_control of its parent)"
-                        : d.cgroup + " exists in cgroup2 but not in the v1 hierarchy of " + cgroup_file_name(d.file) +
-                              " (whoever made it did not create it there)";
-      return rec;
-    }
-    if (rec.outcome == ActionOutcome::Gone && store_.has(d.cgroup, d.file)) {
-      store_.forget_cgroup(d.cgroup);  // nothing left to restore
-      dirty = true;
-    }
-    last_written_.erase(key);
+    read_failed(rec, cur.error(), dirty);
     return rec;
   }
   rec.from = *cur;
@@ -243,48 +276,16 @@ ActionRecord Actuator::apply_checked(const DesiredValue& d, uint64_t now_ns, boo
     last_written_.erase(lw);
     return rec;
   }
-  // A quota only where cpu.idle is in force, wherever khagent sets idle (it
-  // saved that cgroup's original idle): never a quota on offline work that
-  // an online waker would wait behind after each unthrottle, not even when
-  // the idle write of this same call was refused or is backing off, nor on
-  // the fast path, which writes quotas alone.
-  if (is_quota(d.file) && !lifts_quota(d.value) && !dry_run_ && store_.has(d.cgroup, idle_of_quota(d.file))) {
-    auto idle = fs_.read(d.cgroup, idle_of_quota(d.file));
-    if (!idle || normalize_cgroup_value(idle_of_quota(d.file), *idle) != "1") {
-      rec.outcome = ActionOutcome::Rejected;
-      rec.message =
-          "cpu.idle is not in force on this cgroup (" +
-          (idle ? "it reads '" + normalize_cgroup_value(idle_of_quota(d.file), *idle) + "'" : idle.error().str()) +
-          "): no quota without it";
-      return rec;
-    }
+  if (std::string why = unmet_requirement(d); !why.empty()) {
+    rec.outcome = ActionOutcome::Rejected;
+    rec.message = std::move(why);
+    return rec;
   }
   if (dry_run_) {
     rec.outcome = ActionOutcome::DryRun;
     return rec;
   }
-  if (!store_.has(d.cgroup, d.file)) {
-    store_.record(d.cgroup, d.file, *cur);
-    bool with_weight = false;
-    if (is_idle(d.file) && !store_.has(d.cgroup, weight_of_idle(d.file))) {
-      auto w = fs_.read(d.cgroup, weight_of_idle(d.file));
-      if (!w) {
-        rec.outcome = ActionOutcome::Rejected;
-        rec.message = "cannot read the weight that clearing cpu.idle would reset, so not writing: " + w.error().str();
-        store_.forget(d.cgroup, d.file);
-        return rec;
-      }
-      store_.record(d.cgroup, weight_of_idle(d.file), *w);
-      with_weight = true;
-    }
-    if (auto r = store_.save(); !r) {
-      store_.forget(d.cgroup, d.file);
-      if (with_weight) store_.forget(d.cgroup, weight_of_idle(d.file));
-      rec.outcome = ActionOutcome::Rejected;
-      rec.message = "original value not saved, so not writing: " + r.error().str();
-      return rec;
-    }
-  }
+  if (!store_.has(d.cgroup, d.file) && !save_original(d, *cur, rec)) return rec;
   if (auto w = fs_.write(d.cgroup, d.file, d.value); !w) {
     rec.outcome = w.error().err == ENOENT ? ActionOutcome::Gone : ActionOutcome::Rejected;
     rec.message = w.error().str();
@@ -310,7 +311,7 @@ std::vector<ActionRecord> Actuator::restore_unwanted(const std::vector<DesiredVa
   for (const auto& d : wanted) {
     want.insert({d.cgroup, static_cast<int>(d.file)});
     // The weight saved with an idle stays until the idle goes.
-    if (is_idle(d.file)) want.insert({d.cgroup, static_cast<int>(weight_of_idle(d.file))});
+    if (auto with = knob_row(d.file).saved_with) want.insert({d.cgroup, static_cast<int>(*with)});
   }
   return restore_if([&](const OriginalValue& e) { return want.count({e.cgroup, static_cast<int>(e.file)}) > 0; });
 }
@@ -341,7 +342,7 @@ std::vector<ActionRecord> Actuator::restore_if(const std::function<bool(const Or
     rec.cgroup = e.cgroup;
     rec.file = e.file;
     rec.to = e.value;
-    if ((is_idle(e.file) || is_weight(e.file)) && quota_stuck.count(e.cgroup)) {
+    if (held_by_quota(e.file) && quota_stuck.count(e.cgroup)) {
       rec.outcome = ActionOutcome::Rejected;
       rec.message = "kept while this cgroup's quota could not be lifted (no quota without cpu.idle)";
       out.push_back(std::move(rec));
@@ -376,7 +377,7 @@ std::vector<ActionRecord> Actuator::restore_if(const std::function<bool(const Or
         rec.outcome = ActionOutcome::Restored;
       }
     }
-    if (is_quota(e.file) && rec.outcome == ActionOutcome::Rejected) quota_stuck.insert(e.cgroup);
+    if (knob_row(e.file).requires_one && rec.outcome == ActionOutcome::Rejected) quota_stuck.insert(e.cgroup);
     // Rejected restores stay in the state file for the next attempt.
     if (rec.outcome != ActionOutcome::Rejected && !dry_run_) {
       store_.forget(e.cgroup, e.file);
@@ -393,8 +394,7 @@ std::vector<ActionRecord> Actuator::restore_if(const std::function<bool(const Or
 
 bool budget_written(const std::vector<ActionRecord>& recs) {
   return std::any_of(recs.begin(), recs.end(), [](const ActionRecord& r) {
-    return (r.file == CgroupFile::CpuMax || r.file == CgroupFile::CpusetCpus || r.file == CgroupFile::V1CpuCfs ||
-            r.file == CgroupFile::V1CpusetCpus) &&
+    return knob_row(r.file).cpu_budget &&
            (r.outcome == ActionOutcome::Written || (r.outcome == ActionOutcome::DryRun && !r.repeat));
   });
 }

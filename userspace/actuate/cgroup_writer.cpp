@@ -1,4 +1,5 @@
 #include "khagent/actuate/cgroup_writer.h"
+#include "khagent/model/knob_values.h"
 #include "khagent/util/strings.h"
 
 #include <dirent.h>
@@ -9,9 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
-#include <sstream>
+#include <string_view>
 
 namespace khagent {
 
@@ -20,25 +20,6 @@ namespace fs = std::filesystem;
 const char* backend_name(CgroupBackend b) {
   return b == CgroupBackend::V2 ? "cgroup v2" : "hybrid (cpu and cpuset on cgroup v1)";
 }
-
-namespace {
-
-std::string trim(const std::string& s) {
-  size_t a = s.find_first_not_of(" \t\n");
-  if (a == std::string::npos) return "";
-  size_t b = s.find_last_not_of(" \t\n");
-  return s.substr(a, b - a + 1);
-}
-
-// Splits "a b" into exactly two words; false otherwise.
-bool two_words(const std::string& v, std::string& a, std::string& b) {
-  std::istringstream in(v);
-  std::string extra;
-  in >> a >> b >> extra;
-  return !a.empty() && extra.empty();
-}
-
-}  // namespace
 
 Result<CgroupBackend> choose_backend(const CgroupRoots& roots, const std::string& controllers) {
   if (roots.unified.empty())
@@ -103,16 +84,7 @@ Result<void> memory_controller_for(CgroupBackend b, const CgroupRoots& roots) {
 }
 
 CgroupFile file_for(CgroupBackend b, Knob k) {
-  const bool v1 = b == CgroupBackend::V1Hybrid;
-  switch (k) {
-    case Knob::Quota: return v1 ? CgroupFile::V1CpuCfs : CgroupFile::CpuMax;
-    case Knob::Weight: return v1 ? CgroupFile::V1CpuShares : CgroupFile::CpuWeight;
-    case Knob::Idle: return v1 ? CgroupFile::V1CpuIdle : CgroupFile::CpuIdle;
-    case Knob::Cpus: return v1 ? CgroupFile::V1CpusetCpus : CgroupFile::CpusetCpus;
-    case Knob::Memory: return v1 ? CgroupFile::V1MemoryLimit : CgroupFile::MemoryHigh;
-    case Knob::Burst: return v1 ? CgroupFile::V1CpuCfsBurst : CgroupFile::CpuMaxBurst;
-  }
-  return CgroupFile::CpuMax;
+  return knob_file(b == CgroupBackend::V1Hybrid, k).value_or(knob_file(false, k).value_or(CgroupFile::CpuMax));
 }
 
 Result<DesiredValue> render(CgroupBackend b, const Setting& s, const CpuSet& node_cpus) {
@@ -148,96 +120,14 @@ Result<DesiredValue> render(CgroupBackend b, const Setting& s, const CpuSet& nod
     out.value = m->bytes ? std::to_string(*m->bytes / page * page) : none;
   } else if (const auto* bu = std::get_if<CpuBurst>(&s.value)) {
     out.value = std::to_string(bu->burst_us);  // the kernel checks it against the quota
+  } else if (const auto* rc = std::get_if<MemoryReclaim>(&s.value)) {
+    if (b != CgroupBackend::V2)
+      return make_error(ENOTSUP, "memory.reclaim for " + s.cgroup + ": a cgroup v2 file, which v1 has not");
+    if (rc->bytes < static_cast<uint64_t>(::getpagesize()))
+      return make_error(EINVAL, what + ": " + std::to_string(rc->bytes) + " bytes, want at least one page");
+    out.value = std::to_string(rc->bytes);  // the kernel reclaims whole pages
   }
   return out;
-}
-
-Result<void> validate_cgroup_value(CgroupFile f, const std::string& value, const CpuSet& node_cpus) {
-  std::string what = std::string(cgroup_file_name(f)) + " value '" + value + "'";
-  // One line: no control characters other than surrounding whitespace.
-  for (char c : trim(value))
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-      return make_error(EINVAL, what + ": control characters are not allowed");
-  if (value.size() > 4096) return make_error(EINVAL, std::string(cgroup_file_name(f)) + " value too long");
-  std::string v = trim(value);
-  switch (f) {
-    case CgroupFile::CpuMax: {
-      std::string quota, period;
-      if (!two_words(v, quota, period)) return make_error(EINVAL, what + ": want 'max|QUOTA [PERIOD]'");
-      uint64_t q = 0, p = 100000;
-      if (quota != "max" && (!parse_u64(quota, q) || q < 1000))
-        return make_error(EINVAL, what + ": quota must be 'max' or at least 1000 us");
-      if (!period.empty() && (!parse_u64(period, p) || p < 1000 || p > 1000000))
-        return make_error(EINVAL, what + ": period must be 1000..1000000 us");
-      return {};
-    }
-    case CgroupFile::V1CpuCfs: {
-      std::string quota, period;
-      uint64_t q = 0, p = 0;
-      if (!two_words(v, quota, period) || period.empty()) return make_error(EINVAL, what + ": want '-1|QUOTA PERIOD'");
-      if (quota != "-1" && (!parse_u64(quota, q) || q < 1000))
-        return make_error(EINVAL, what + ": quota must be -1 or at least 1000 us");
-      if (!parse_u64(period, p) || p < 1000 || p > 1000000)
-        return make_error(EINVAL, what + ": period must be 1000..1000000 us");
-      return {};
-    }
-    case CgroupFile::CpuWeight: {
-      uint64_t w = 0;
-      if (!parse_u64(v, w) || w < 1 || w > 10000) return make_error(EINVAL, what + ": want 1..10000");
-      return {};
-    }
-    case CgroupFile::V1CpuShares: {
-      uint64_t s = 0;
-      if (!parse_u64(v, s) || s < 2 || s > 262144) return make_error(EINVAL, what + ": want 2..262144");
-      return {};
-    }
-    case CgroupFile::CpuIdle:
-    case CgroupFile::V1CpuIdle:
-      if (v != "0" && v != "1") return make_error(EINVAL, what + ": want 0 or 1");
-      return {};
-    case CgroupFile::CpusetCpus:
-    case CgroupFile::V1CpusetCpus: {
-      auto cpus = parse_cpu_list(v);
-      if (!cpus) return make_error(EINVAL, what + ": " + cpus.error().message);
-      if (node_cpus.empty()) return {};
-      for (int c : *cpus)
-        if (!node_cpus.count(c))
-          return make_error(EINVAL, what + ": CPU " + std::to_string(c) + " is not online on this node");
-      return {};
-    }
-    case CgroupFile::MemoryHigh:
-    case CgroupFile::V1MemoryLimit: {
-      uint64_t b = 0;
-      const char* none = f == CgroupFile::MemoryHigh ? "max" : "-1";
-      if (v != none && (!parse_u64(v, b) || b == 0))
-        return make_error(EINVAL, what + ": want '" + none + "' or a number of bytes");
-      return {};
-    }
-    case CgroupFile::CpuMaxBurst:
-    case CgroupFile::V1CpuCfsBurst: {
-      uint64_t b = 0;
-      if (!parse_u64(v, b)) return make_error(EINVAL, what + ": want a number of us");
-      return {};
-    }
-  }
-  return make_error(EINVAL, what + ": unknown file");
-}
-
-std::string normalize_cgroup_value(CgroupFile f, const std::string& value) {
-  std::string v = trim(value);
-  if (f == CgroupFile::CpuMax || f == CgroupFile::V1CpuCfs) {
-    std::istringstream in(v);
-    std::string q, p;
-    in >> q >> p;
-    return q + " " + (p.empty() ? "100000" : p);
-  }
-  if (f == CgroupFile::CpusetCpus || f == CgroupFile::V1CpusetCpus) {
-    auto c = parse_cpu_list(v);
-    return c ? format_cpu_list(*c) : v;
-  }
-  // v1 prints "no limit" as the largest page-aligned counter value.
-  if (uint64_t b = 0; f == CgroupFile::V1MemoryLimit && parse_u64(v, b) && b >= (uint64_t{1} << 62)) return "-1";
-  return v;
 }
 
 RealCgroupFs::RealCgroupFs(CgroupRoots roots, bool use_openat2) : roots_(std::move(roots)), use_openat2_(use_openat2) {}
@@ -296,7 +186,7 @@ Result<std::string> RealCgroupFs::read_one(Hierarchy h, const std::string& cgrou
   int err = errno;
   ::close(*fd);
   if (n < 0) return make_error(err, "cannot read " + roots_.of(h) + rel);
-  return trim(out);
+  return trim_blank(out);
 }
 
 Result<void> RealCgroupFs::write_one(Hierarchy h, const std::string& cgroup, const std::string& name,
@@ -329,8 +219,8 @@ Result<std::string> RealCgroupFs::read(const std::string& cgroup, CgroupFile f) 
 
 namespace {
 
-// Lowering a memory limit makes the kernel reclaim what the group holds
-// above it in the writer's context: hundreds of MiB of page cache in one
+// Lowering a memory limit (or asking memory.reclaim) makes the kernel
+// reclaim what the group holds above it in the writer's context: hundreds of MiB of page cache in one
 // write. At the agent's own priority that is CPU taken from online tasks
 // on a node where offline runs at cpu.idle; as SCHED_IDLE the writing
 // thread yields to any task that wakes (reclaim reschedules often).
@@ -359,7 +249,7 @@ class IdleWhile {
 
 Result<void> RealCgroupFs::write(const std::string& cgroup, CgroupFile f, const std::string& value) {
   Hierarchy h = hierarchy_of(f);
-  if (f == CgroupFile::MemoryHigh || f == CgroupFile::V1MemoryLimit) {
+  if (std::string_view(knob_row(f).controller) == "memory") {
     IdleWhile idle;
     return write_one(h, cgroup, kernel_files(f).front(), value);
   }
@@ -369,7 +259,7 @@ Result<void> RealCgroupFs::write(const std::string& cgroup, CgroupFile f, const 
   // changes, lift the quota first (always allowed), set the period, then
   // the quota, so no intermediate step asks for an impossible pair.
   std::string quota, period;
-  if (!two_words(trim(value), quota, period) || period.empty())
+  if (!two_words(trim_blank(value), quota, period) || period.empty())
     return make_error(EINVAL, "v1 cfs value '" + value + "': want 'QUOTA PERIOD'");
   auto cur = read_one(h, cgroup, "cpu.cfs_period_us");
   if (!cur) return cur.error();

@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "khagent/model/knob_table.h"
 #include "khagent/util/file.h"
 
 namespace khagent {
@@ -98,6 +99,7 @@ Result<ParsedState> StateStore::parse(const std::string& text) {
     auto f = cgroup_file_from_name(name);
     std::string why;
     if (!f) why = "not a file khagent writes";
+    else if (knob_row(*f).persistence == Persistence::WriteOnly) why = "a write-only file, never saved or restored";
     else if (cg == "/" || !is_clean_cgroup_path(cg))
       why = "not a cgroup path below the root (no '..', '.', '//' or control characters)";
     else if (auto v = validate_cgroup_value(*f, value, {}); !v) why = v.error().message;

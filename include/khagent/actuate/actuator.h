@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -32,8 +33,9 @@ struct ActionRecord {
   bool repeat = false;
 };
 
-// Whether one of `recs` moved the offline CPU budget: a cpu.max or
-// cpuset.cpus write (v2 or v1), or a dry run's first report of one.
+// Whether one of `recs` moved the offline CPU budget: a write to a file
+// that carries it (cpu.max or cpuset.cpus, v2 or v1: the knob table's
+// cpu_budget), or a dry run's first report of one.
 bool budget_written(const std::vector<ActionRecord>& recs);
 
 class Actuator {
@@ -59,7 +61,10 @@ class Actuator {
   // included). Originals are saved to the state file before the first write
   // to each file; if they cannot be saved, nothing is written to that file.
   // A cgroup's weight is saved with its first cpu.idle write (clearing idle
-  // resets the weight to the default) and restored after the idle.
+  // resets the weight to the default) and restored after the idle. A
+  // write-only file (memory.reclaim: Persistence::WriteOnly) is written
+  // each time it is asked, without a read, a saved original or revert
+  // detection: Written, DryRun, Gone or Rejected (EAGAIN included).
   std::vector<ActionRecord> apply(const std::vector<DesiredValue>& want, uint64_t now_ns);
 
   // Restores every original and forgets it.
@@ -78,6 +83,15 @@ class Actuator {
   std::vector<ActionRecord> restore_if(const std::function<bool(const OriginalValue&)>& keep);
   ActionRecord apply_one(const DesiredValue& d, uint64_t now_ns, bool& state_dirty);
   ActionRecord apply_checked(const DesiredValue& d, uint64_t now_ns, bool& state_dirty);
+  // The parts of apply_checked: a read that failed, the original saved
+  // before the first write (false: refused, `rec` says why), and a
+  // write-only file's write.
+  void read_failed(ActionRecord& rec, const Error& e, bool& state_dirty);
+  bool save_original(const DesiredValue& d, const std::string& cur, ActionRecord& rec);
+  ActionRecord write_only(const DesiredValue& d, ActionRecord rec);
+  // Why `d` may not be written yet (a quota on a cgroup whose cpu.idle is
+  // not in force), "" when it may.
+  std::string unmet_requirement(const DesiredValue& d);
 
   CgroupFs& fs_;
   StateStore& store_;

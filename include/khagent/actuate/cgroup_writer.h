@@ -15,6 +15,7 @@
 #include "khagent/collect/cgroupfs.h"
 #include "khagent/model/cgroup_file.h"
 #include "khagent/model/cgroup_value.h"
+#include "khagent/model/knob_table.h"
 #include "khagent/util/cgroup_path.h"
 #include "khagent/util/cpuset.h"
 #include "khagent/util/result.h"
@@ -68,28 +69,23 @@ bool kernel_has_cpu_idle(const CgroupRoots& roots, CgroupBackend b);
 Result<void> memory_controller_for(CgroupBackend b, const CgroupRoots& roots);
 
 // The backend's file for a knob (cpu.max on v2, the v1 cfs pair on a
-// hybrid host, memory.high on v2 and memory.limit_in_bytes on v1, ...).
+// hybrid host, memory.high on v2 and memory.limit_in_bytes on v1, ...): the
+// knob table's (knob_file); a knob with no v1 file (memory.reclaim) gets
+// its v2 file, which render refuses on v1.
 CgroupFile file_for(CgroupBackend b, Knob k);
 // The one place a typed value becomes the text of a cgroup file, for the
 // backend: cpu.max "QUOTA PERIOD" or "max PERIOD" (v1: "-1 PERIOD"),
 // cpu.weight (v1: cpu.shares by the kubelet's conversion), cpu.idle 0|1, a
 // cpu list, memory.high "max"|BYTES (v1 memory.limit_in_bytes "-1"|BYTES),
-// BYTES rounded down to whole pages as the kernel keeps them. The text is what the kernel prints back
-// (normalize_cgroup_value leaves it as it is). Values the kernel would refuse are EINVAL errors: a quota under 1000 us,
-// a period outside [1000, 1000000] us, a weight outside 1..10000, CPUs not in `node_cpus` (when it is not empty), a
-// memory limit under one page.
+// BYTES rounded down to whole pages as the kernel keeps them, memory.reclaim BYTES (v2 only: on v1 an
+// ENOTSUP error). The text is what the kernel prints back (normalize_cgroup_value leaves it as it is). Values the
+// kernel would refuse are EINVAL errors: a quota under 1000 us, a period outside [1000, 1000000] us, a weight outside
+// 1..10000, CPUs not in `node_cpus` (when it is not empty), a memory limit or a reclaim under one page.
 Result<DesiredValue> render(CgroupBackend b, const Setting& s, const CpuSet& node_cpus);
 uint64_t weight_to_shares(uint64_t weight);
 uint64_t shares_to_weight(uint64_t shares);
 
-// Checks a value before it is written (and a recorded original before it is
-// restored): cpu.max "max|QUOTA [PERIOD]" with QUOTA >= 1000 and PERIOD in
-// [1000, 1000000]; v1 cfs "-1|QUOTA PERIOD" likewise; cpu.weight 1..10000;
-// cpu.shares 2..262144; cpu.idle 0|1; cpuset.cpus a cpu list ("" = inherit)
-// within `node_cpus` (or any well-formed list when node_cpus is empty);
-// memory.high "max" or bytes; v1 memory.limit_in_bytes "-1" or bytes (the
-// kernel prints no limit as a large number, which is valid to write back).
-Result<void> validate_cgroup_value(CgroupFile f, const std::string& value, const CpuSet& node_cpus);
+// validate_cgroup_value and normalize_cgroup_value: model/knob_table.h.
 
 // The cgroup files khagent reads and writes.
 class CgroupFs {
@@ -134,9 +130,5 @@ class RealCgroupFs : public CgroupFs {
   bool use_openat2_;
   std::array<int, 4> root_fd_ = {-1, -1, -1, -1};  // by Hierarchy
 };
-
-// Values as the kernel prints them, for comparing what is there with what we
-// want ("max" alone reads back as "max 100000"; cpu lists are canonicalised).
-std::string normalize_cgroup_value(CgroupFile f, const std::string& value);
 
 }  // namespace khagent

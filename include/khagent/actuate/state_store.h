@@ -49,9 +49,9 @@ class StateStore {
   // The text that would be saved (checksum included), and its parser.
   std::string serialize() const;
   // Entries that name a path outside the tree, a file khagent does not own
-  // or a value outside that file's grammar are refused (listed in
-  // `refused`), the rest kept. Files over 4 MiB or nested deeper than 8
-  // levels are errors, before any JSON is built.
+  // (or one it never saves: write-only) or a value outside that file's
+  // grammar are refused (listed in `refused`), the rest kept. Files over
+  // 4 MiB or nested deeper than 8 levels are errors, before any JSON is built.
   static Result<ParsedState> parse(const std::string& text);
   // What the last load() refused (to report).
   const std::vector<std::string>& refused() const { return refused_; }

@@ -19,7 +19,9 @@ namespace khagent {
 // pair cpu.cfs_quota_us + cpu.cfs_period_us, read and written as one value
 // "QUOTA PERIOD" (QUOTA -1: no limit). MemoryHigh is v2's memory.high,
 // V1MemoryLimit its counterpart in the v1 memory hierarchy. CpuMaxBurst is
-// v2's cpu.max.burst, V1CpuCfsBurst v1's cpu.cfs_burst_us.
+// v2's cpu.max.burst, V1CpuCfsBurst v1's cpu.cfs_burst_us. MemoryReclaim is
+// v2's memory.reclaim, written, never saved or restored (v1 has none). Each
+// has one row in the knob table (model/knob_table.h), in this order.
 enum class CgroupFile {
   CpuMax,
   CpuWeight,
@@ -33,12 +35,15 @@ enum class CgroupFile {
   V1MemoryLimit,
   CpuMaxBurst,
   V1CpuCfsBurst,
+  MemoryReclaim,
 };
-inline constexpr std::array<CgroupFile, 12> kAllCgroupFiles = {
-    CgroupFile::CpuMax,     CgroupFile::CpuWeight,     CgroupFile::CpuIdle,     CgroupFile::CpusetCpus,
-    CgroupFile::V1CpuCfs,   CgroupFile::V1CpuShares,   CgroupFile::V1CpuIdle,   CgroupFile::V1CpusetCpus,
-    CgroupFile::MemoryHigh, CgroupFile::V1MemoryLimit, CgroupFile::CpuMaxBurst, CgroupFile::V1CpuCfsBurst};
+inline constexpr std::array<CgroupFile, 13> kAllCgroupFiles = {
+    CgroupFile::CpuMax,       CgroupFile::CpuWeight,     CgroupFile::CpuIdle,     CgroupFile::CpusetCpus,
+    CgroupFile::V1CpuCfs,     CgroupFile::V1CpuShares,   CgroupFile::V1CpuIdle,   CgroupFile::V1CpusetCpus,
+    CgroupFile::MemoryHigh,   CgroupFile::V1MemoryLimit, CgroupFile::CpuMaxBurst, CgroupFile::V1CpuCfsBurst,
+    CgroupFile::MemoryReclaim};
 
+// Lookups in the knob table (model/knob_table.h).
 // The name in logs and in the state file: "cpu.max", ..., and for v1 files
 // the hierarchy first: "v1:cpu.shares", "v1:cpu.cfs_quota_us+cpu.cfs_period_us".
 const char* cgroup_file_name(CgroupFile f);

@@ -51,12 +51,21 @@ struct CpuBurst {
   bool operator==(const CpuBurst&) const = default;
 };
 
+// memory.reclaim (v2 only): ask the kernel to reclaim this much from the
+// group now, once; an action, not a state (written each time it is asked,
+// never restored). At least one page.
+struct MemoryReclaim {
+  uint64_t bytes = 0;
+  bool operator==(const MemoryReclaim&) const = default;
+};
+
 // The knobs, in the order of KnobValue's alternatives.
-enum class Knob { Quota, Weight, Idle, Cpus, Memory, Burst };
-using KnobValue = std::variant<CpuQuota, CpuWeight, CpuIdle, CpuList, MemoryLimit, CpuBurst>;
+enum class Knob { Quota, Weight, Idle, Cpus, Memory, Burst, Reclaim };
+using KnobValue = std::variant<CpuQuota, CpuWeight, CpuIdle, CpuList, MemoryLimit, CpuBurst, MemoryReclaim>;
+static_assert(std::variant_size_v<KnobValue> == static_cast<size_t>(Knob::Reclaim) + 1);
 inline Knob knob_of(const KnobValue& v) { return static_cast<Knob>(v.index()); }
 // The v2 file name of a knob, for logs: "cpu.max", "cpu.weight", "cpu.idle",
-// "cpuset.cpus", "memory.high".
+// "cpuset.cpus", "memory.high", "cpu.max.burst", "memory.reclaim".
 const char* knob_name(Knob k);
 
 // One value wanted on one cgroup.
