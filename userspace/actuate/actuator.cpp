@@ -68,6 +68,7 @@ Actuator::Plan Actuator::plan(CgroupBackend backend, const std::vector<Setting>&
       ActionRecord rec;
       rec.cgroup = s.cgroup;
       rec.file = file_for(backend, knob_of(s.value));
+      rec.lever = s.lever;
       rec.outcome = ActionOutcome::Rejected;
       rec.message = r.error().message;
       p.refused.push_back(std::move(rec));
@@ -232,6 +233,7 @@ ActionRecord Actuator::apply_checked(const DesiredValue& d, uint64_t now_ns, boo
   rec.cgroup = d.cgroup;
   rec.file = d.file;
   rec.to = d.value;
+  rec.lever = d.lever;
   Key key{d.cgroup, static_cast<int>(d.file)};
   const KnobRow& row = knob_row(d.file);
 

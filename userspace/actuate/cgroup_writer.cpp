@@ -92,6 +92,7 @@ Result<DesiredValue> render(CgroupBackend b, const Setting& s, const CpuSet& nod
   out.cgroup = s.cgroup;
   out.file = file_for(b, knob_of(s.value));
   out.canonical = true;
+  out.lever = s.lever;
   const std::string what = std::string(cgroup_file_name(out.file)) + " for " + s.cgroup;
   if (const auto* q = std::get_if<CpuQuota>(&s.value)) {
     if (q->period_us < 1000 || q->period_us > 1000000)

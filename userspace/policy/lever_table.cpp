@@ -177,7 +177,7 @@ std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg) {
     for (const auto& s : kTable) {
       if (in.budget_only && !s.carries_budget) continue;
       if (!s.touches(t.kind) || !s.in_force(in, cfg)) continue;
-      if (auto v = s.value(in, cfg, t, 0)) want.push_back({t.path, std::move(*v)});
+      if (auto v = s.value(in, cfg, t, 0)) want.push_back({t.path, std::move(*v), s.lever});
     }
   }
   for (const auto& t : in.targets) {
@@ -187,7 +187,7 @@ std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg) {
     for (const auto& s : kTable) {
       if (in.budget_only && !s.carries_budget) continue;
       if (!s.touches(t.kind) || !s.in_force(in, cfg)) continue;
-      if (auto v = s.value(in, cfg, t, share)) want.push_back({t.path, std::move(*v)});
+      if (auto v = s.value(in, cfg, t, share)) want.push_back({t.path, std::move(*v), s.lever});
     }
   }
   return want;

@@ -31,6 +31,7 @@ struct ActionRecord {
   // DryRun only: the same change (from, to) was already reported for this
   // file by an earlier call, with nothing in between; worth logging once.
   bool repeat = false;
+  std::optional<Lever> lever = std::nullopt;  // the lever that asked for it (none: restores)
 };
 
 // Whether one of `recs` moved the offline CPU budget: a write to a file

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "khagent/model/lever.h"
 #include "khagent/util/cpuset.h"
 
 namespace khagent {
@@ -66,6 +67,7 @@ struct DesiredValue {
   std::string value;
   bool canonical = false;      // rendered: checked, and as the kernel prints it
   std::optional<CpuSet> cpus;  // rendered cpuset files: the CPUs of `value`
+  std::optional<Lever> lever;  // the lever that asked for it (none: tests, restores)
 };
 
 }  // namespace khagent

@@ -8,6 +8,7 @@
 #include <string>
 #include <variant>
 
+#include "khagent/model/lever.h"
 #include "khagent/util/cpuset.h"
 
 namespace khagent {
@@ -72,6 +73,7 @@ const char* knob_name(Knob k);
 struct Setting {
   std::string cgroup;  // relative to the cgroup2 mount
   KnobValue value;
+  std::optional<Lever> lever = std::nullopt;  // the lever that asks for it (none: tests, other callers)
   bool operator==(const Setting&) const = default;
 };
 
