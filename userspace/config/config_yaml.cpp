@@ -4,9 +4,9 @@
 // configuration: config_emit.cpp).
 //
 // Loading walks the document against a schema written as tables of known keys
-// (Loader::section), so unknown keys and wrong types are caught where they are,
-// with the key path and line. Inside this file a problem is thrown as
-// ConfigError and turned into an Error at the public entry points.
+// (the walker: config_walk.h), so unknown keys and wrong types are caught where
+// they are, with the key path and line. A problem is thrown as ConfigError and
+// turned into an Error at the public entry points.
 #include <fnmatch.h>
 #include <stdio.h>
 
@@ -33,254 +33,21 @@
 #include "khagent/util/cpuset.h"
 
 #include "config_text.h"
+#include "config_walk.h"
 #include "config_yaml.h"
 
 namespace khagent {
 
 using namespace config_text;
+using namespace config_yaml;
 
 namespace {
 
-// ---------------------------------------------------------------------------
-// Walking the document.
-
-struct ConfigError {
-  std::string message;
-};
-
-// Where a value sits: the key path ("budget.floor", "classes.rules[1].qos")
-// and its place in the file, if known.
-struct Where {
-  std::string path;
-  YAML::Mark mark = YAML::Mark::null_mark();
-
-  Where key(const std::string& k, const YAML::Mark& m) const { return {path.empty() ? k : path + "." + k, m}; }
-  Where item(size_t i, const YAML::Mark& m) const { return {path + "[" + std::to_string(i) + "]", m}; }
-};
-
-// A null value (`floor:` with nothing after it) carries the mark of whatever
-// follows it, so the key's line is the better place to point at.
-YAML::Mark mark_of(const YAML::Node& value, const YAML::Mark& fallback) {
-  return value.IsNull() ? fallback : value.Mark();
-}
-
-// What a node is, for "expected X, got Y".
-std::string describe(const YAML::Node& n) {
-  if (n.IsMap()) return "a map";
-  if (n.IsSequence()) return "a list";
-  if (n.IsNull()) return "nothing";
-  return "\"" + n.Scalar() + "\"";
-}
-
-// A plain (unquoted) scalar; quoted ones are strings, never numbers or bools.
-bool is_plain_scalar(const YAML::Node& n) { return n.IsScalar() && n.Tag() != "!"; }
-
-using Handler = std::function<void(const YAML::Node& value, const Where& at)>;
-
-struct Field {
-  const char* key;
-  Handler apply;
-};
-
-class Loader {
+// The configuration's schema: the walker (config_walk.h) with a table of
+// fields per section.
+class Loader : public Walker {
  public:
-  explicit Loader(std::string source) : source_(std::move(source)) {}
-
-  [[noreturn]] void fail(const Where& at, const std::string& what) const {
-    std::string msg = source_;
-    if (!at.mark.is_null()) msg += ":" + std::to_string(at.mark.line + 1);
-    msg += ": ";
-    if (!at.path.empty()) msg += at.path + ": ";
-    throw ConfigError{msg + what};
-  }
-
-  // A map whose keys must all be in `fields`; each value goes to its handler.
-  // A null section (`budget:` with nothing) is an empty one.
-  void section(const YAML::Node& n, const Where& at, const std::vector<Field>& fields) const {
-    if (n.IsNull()) return;
-    if (!n.IsMap()) fail(at, "expected a map, got " + describe(n));
-    std::set<std::string> seen;
-    for (const auto& kv : n) {
-      if (!kv.first.IsScalar()) fail(at.key("?", kv.first.Mark()), "keys must be strings");
-      const std::string& key = kv.first.Scalar();
-      Where here = at.key(key, kv.first.Mark());
-      if (!seen.insert(key).second) fail(here, "duplicate key");
-      const Field* field = nullptr;
-      for (const auto& f : fields) {
-        if (key == f.key) field = &f;
-      }
-      if (field == nullptr) {
-        std::string known;
-        for (const auto& f : fields) known += (known.empty() ? "" : ", ") + std::string(f.key);
-        fail(here, "unknown key (known: " + known + ")");
-      }
-      here.mark = mark_of(kv.second, kv.first.Mark());
-      field->apply(kv.second, here);
-    }
-  }
-
-  // --- Scalars -------------------------------------------------------------
-
-  bool boolean(const YAML::Node& n, const Where& at) const {
-    bool v = false;
-    if (!is_plain_scalar(n) || !YAML::convert<bool>::decode(n, v)) {
-      fail(at, "expected true or false, got " + describe(n));
-    }
-    return v;
-  }
-
-  double number(const YAML::Node& n, const Where& at) const {
-    std::optional<double> v;
-    if (is_plain_scalar(n)) v = parse_double(n.Scalar());
-    if (!v) fail(at, "expected a number, got " + describe(n));
-    return *v;
-  }
-
-  uint64_t count(const YAML::Node& n, const Where& at, uint64_t max) const {
-    if (!is_plain_scalar(n)) fail(at, "expected a whole number, got " + describe(n));
-    const std::string& s = n.Scalar();
-    if (!s.empty() && s.front() == '-') fail(at, "must not be negative, got " + s);
-    uint64_t v = 0;
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    const std::string too_big = s + " is out of range (at most " + std::to_string(max) + ")";
-    if (ec == std::errc::result_out_of_range) fail(at, too_big);
-    if (s.empty() || ec != std::errc() || end != s.data() + s.size()) {
-      fail(at, "expected a whole number, got " + describe(n));
-    }
-    if (v > max) fail(at, too_big);
-    return v;
-  }
-
-  // Any scalar is a string; nothing is the empty string.
-  std::string string(const YAML::Node& n, const Where& at) const {
-    if (n.IsNull()) return "";
-    if (!n.IsScalar()) fail(at, "expected a string, got " + describe(n));
-    return n.Scalar();
-  }
-
-  uint64_t duration_ns(const YAML::Node& n, const Where& at) const {
-    if (!n.IsScalar()) fail(at, "expected a duration (e.g. 200ms), got " + describe(n));
-    uint64_t ns = 0;
-    if (auto err = parse_duration_ns(n.Scalar(), ns); !err.empty()) fail(at, err);
-    return ns;
-  }
-
-  uint64_t duration_whole_us(const YAML::Node& n, const Where& at) const {
-    uint64_t ns = duration_ns(n, at);
-    if (ns % kNsPerUs != 0) fail(at, "must be a whole number of microseconds, got " + n.Scalar());
-    return ns / kNsPerUs;
-  }
-
-  double duration_us(const YAML::Node& n, const Where& at) const {
-    if (!n.IsScalar()) fail(at, "expected a duration (e.g. 2ms), got " + describe(n));
-    double us = 0;
-    if (auto err = parse_duration_us(n.Scalar(), us); !err.empty()) fail(at, err);
-    return us;
-  }
-
-  CgroupClass cls(const YAML::Node& n, const Where& at) const {
-    auto c = parse_class(string(n, at));
-    if (!c) fail(at, "unknown class " + describe(n) + " (known: online, offline, system)");
-    return *c;
-  }
-
-  // A list of scalars; nothing is the empty list.
-  std::vector<std::string> string_list(const YAML::Node& n, const Where& at) const {
-    std::vector<std::string> out;
-    if (n.IsNull()) return out;
-    if (!n.IsSequence()) fail(at, "expected a list, got " + describe(n));
-    for (size_t i = 0; i < n.size(); i++) {
-      const YAML::Node item = n[i];
-      Where here = at.item(i, mark_of(item, at.mark));
-      if (!item.IsScalar()) fail(here, "expected a string, got " + describe(item));
-      out.push_back(item.Scalar());
-    }
-    return out;
-  }
-
-  // A map of string to string (labels, annotations).
-  std::map<std::string, std::string> string_map(const YAML::Node& n, const Where& at) const {
-    std::map<std::string, std::string> out;
-    if (n.IsNull()) return out;
-    if (!n.IsMap()) fail(at, "expected a map, got " + describe(n));
-    for (const auto& kv : n) {
-      if (!kv.first.IsScalar()) fail(at.key("?", kv.first.Mark()), "keys must be strings");
-      Where here = at.key(kv.first.Scalar(), mark_of(kv.second, kv.first.Mark()));
-      if (!kv.second.IsScalar()) fail(here, "expected a string, got " + describe(kv.second));
-      if (!out.emplace(kv.first.Scalar(), kv.second.Scalar()).second) fail(here, "duplicate key");
-    }
-    return out;
-  }
-
-  // --- Field builders: one line per key in the schema tables below ----------
-
-  Field flag(const char* key, bool& dst) const {
-    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = boolean(n, at); }};
-  }
-  Field num(const char* key, double& dst) const {
-    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = number(n, at); }};
-  }
-  template <typename T>
-  Field whole(const char* key, T& dst) const {
-    return {key, [this, &dst](const YAML::Node& n, const Where& at) {
-              dst = static_cast<T>(count(n, at, std::numeric_limits<T>::max()));
-            }};
-  }
-  Field text(const char* key, std::string& dst) const {
-    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = string(n, at); }};
-  }
-  // One of a few names, each naming a value of E.
-  template <typename E>
-  Field choice(const char* key, E& dst, std::vector<E> values, const char* (*name)(E)) const {
-    return {key, [this, &dst, values = std::move(values), name, key](const YAML::Node& n, const Where& at) {
-              const std::string s = string(n, at);
-              std::string known;
-              for (E e : values) {
-                if (s == name(e)) {
-                  dst = e;
-                  return;
-                }
-                known += (known.empty() ? "" : ", ") + std::string(name(e));
-              }
-              fail(at, std::string("unknown ") + key + " " + describe(n) + " (known: " + known + ")");
-            }};
-  }
-  Field cpus(const char* key, CpuSet& dst) const {
-    return {key, [this, &dst](const YAML::Node& n, const Where& at) {
-              auto c = parse_cpu_list(string(n, at));
-              if (!c) fail(at, "not a cpu list: " + c.error().message);
-              dst = std::move(*c);
-            }};
-  }
-  Field bytes(const char* key, uint64_t& dst) const {
-    return {key, [this, &dst](const YAML::Node& n, const Where& at) {
-              if (!n.IsScalar()) fail(at, "expected a size (e.g. 512Mi), got " + describe(n));
-              if (auto err = parse_bytes(n.Scalar(), dst); !err.empty()) fail(at, err);
-            }};
-  }
-  Field ns(const char* key, uint64_t& dst) const {
-    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = duration_ns(n, at); }};
-  }
-  Field us(const char* key, uint64_t& dst) const {
-    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = duration_whole_us(n, at); }};
-  }
-  Field us(const char* key, double& dst) const {
-    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = duration_us(n, at); }};
-  }
-  Field klass(const char* key, CgroupClass& dst) const {
-    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = cls(n, at); }};
-  }
-  Field strings(const char* key, std::vector<std::string>& dst) const {
-    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = string_list(n, at); }};
-  }
-  Field dict(const char* key, std::map<std::string, std::string>& dst) const {
-    return {key, [this, &dst](const YAML::Node& n, const Where& at) { dst = string_map(n, at); }};
-  }
-  template <typename T>
-  Field optional(const char* key, std::optional<T>& dst,
-                 T (Loader::*read)(const YAML::Node&, const Where&) const) const {
-    return {key, [this, &dst, read](const YAML::Node& n, const Where& at) { dst = (this->*read)(n, at); }};
-  }
+  using Walker::Walker;
 
   // --- The schema ----------------------------------------------------------
 
@@ -530,9 +297,6 @@ class Loader {
     }
     return out;
   }
-
- private:
-  std::string source_;
 };
 
 // Deep merge: maps merge key by key, anything else in `over` replaces. New

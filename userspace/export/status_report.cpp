@@ -82,9 +82,8 @@ std::string online_memory_text(const StatusMemory& m) {
   return out;
 }
 
-}  // namespace
-
-std::string format_status(const StatusReport& r) {
+// Whether an agent runs, its pins, programs and BPF counters.
+std::string agent_text(const StatusReport& r) {
   std::string out;
   if (r.agent_found) {
     std::vector<std::string> procs;
@@ -111,7 +110,12 @@ std::string format_status(const StatusReport& r) {
     }
     if (!cs.empty()) out += fmt::format("BPF counters: {}\n", fmt::join(cs, ", "));
   }
+  return out;
+}
 
+// The original values of what khagent changed, with the current ones.
+std::string state_file_text(const StatusReport& r) {
+  std::string out;
   if (!r.state_error.empty()) {
     out += fmt::format("state file {}: {}\n", r.state_file, r.state_error);
   } else if (r.entries.empty()) {
@@ -131,7 +135,12 @@ std::string format_status(const StatusReport& r) {
                          cur);
     }
   }
+  return out;
+}
 
+// The offline budget as the targets' cpu.max says.
+std::string budget_text(const StatusReport& r) {
+  std::string out;
   if (r.targets.empty()) {
     out += "offline budget: no offline target found\n";
   } else {
@@ -154,22 +163,33 @@ std::string format_status(const StatusReport& r) {
                            t.cores ? fmt::format(" = {:.2f} cores", *t.cores) : " (no limit)");
     }
   }
-  if (r.memory) {
-    const auto& m = *r.memory;
-    if (m.capacity)
-      out += fmt::format("node memory: {} in use of {} (working sets: usage less inactive page cache)\n",
-                         mib_text(m.node_working_set), mib_text(m.capacity));
-    else out += fmt::format("node memory: unknown ({})\n", m.node_error);
-    for (const auto& t : m.targets) {
-      if (!t.error.empty()) out += fmt::format("  {}  memory unreadable: {}\n", t.cgroup, t.error);
-      else
-        out += fmt::format("  {}  memory {} of {}{}\n", t.cgroup, mib_text(t.working_set),
-                           t.limit ? "a " + mib_text(*t.limit) + " limit" : std::string("no limit"),
-                           t.oom_kills ? fmt::format(", {} OOM kill{} so far", t.oom_kills, t.oom_kills == 1 ? "" : "s")
-                                       : std::string());
-    }
-    out += online_memory_text(m);
+  return out;
+}
+
+// The node's memory and the offline targets' (r.memory set).
+std::string memory_text(const StatusMemory& m) {
+  std::string out;
+  if (m.capacity)
+    out += fmt::format("node memory: {} in use of {} (working sets: usage less inactive page cache)\n",
+                       mib_text(m.node_working_set), mib_text(m.capacity));
+  else out += fmt::format("node memory: unknown ({})\n", m.node_error);
+  for (const auto& t : m.targets) {
+    if (!t.error.empty()) out += fmt::format("  {}  memory unreadable: {}\n", t.cgroup, t.error);
+    else
+      out += fmt::format("  {}  memory {} of {}{}\n", t.cgroup, mib_text(t.working_set),
+                         t.limit ? "a " + mib_text(*t.limit) + " limit" : std::string("no limit"),
+                         t.oom_kills ? fmt::format(", {} OOM kill{} so far", t.oom_kills, t.oom_kills == 1 ? "" : "s")
+                                     : std::string());
   }
+  out += online_memory_text(m);
+  return out;
+}
+
+}  // namespace
+
+std::string format_status(const StatusReport& r) {
+  std::string out = agent_text(r) + state_file_text(r) + budget_text(r);
+  if (r.memory) out += memory_text(*r.memory);
   return out;
 }
 

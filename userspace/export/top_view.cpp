@@ -95,24 +95,21 @@ namespace {
 // CLASS CPU% P50 P99 WAIT WAITS OTHER THR, then the cgroup. 60 columns: an
 // 80-column terminal keeps 20 for the path.
 constexpr const char* kRowFormat = "{:<7} {:>6} {:>7} {:>7} {:>8} {:>6} {:>5} {:>4}  ";
-}  // namespace
 
-std::string render_top(const TopModel& m, int rows_i, int cols_i) {
-  if (rows_i <= 0 || cols_i <= 0) return "";
-  const size_t rows = static_cast<size_t>(rows_i), cols = static_cast<size_t>(cols_i);
-  std::vector<std::string> lines;
-
+// The title, a line per class and the memory line, then a blank line.
+std::vector<std::string> summary_lines(const TopModel& m) {
+  std::vector<std::string> out;
   // (The online-only state is in the footer: this line fits 80 columns.)
-  lines.push_back(fmt::format("khagent top  {} CPUs  interval {}  throttling from {}  sort {}", m.node_cpus,
-                              m.interval_ns ? human_ns(static_cast<double>(m.interval_ns)) : "-", m.throttle_source,
-                              top_sort_name(m.sort)));
+  out.push_back(fmt::format("khagent top  {} CPUs  interval {}  throttling from {}  sort {}", m.node_cpus,
+                            m.interval_ns ? human_ns(static_cast<double>(m.interval_ns)) : "-", m.throttle_source,
+                            top_sort_name(m.sort)));
   for (CgroupClass c : {CgroupClass::Online, CgroupClass::Offline, CgroupClass::System}) {
     const auto& s = m.classes[static_cast<size_t>(c)];
-    lines.push_back(fmt::format("{:<8} cpu {:>6.2f} cores   wait p99 {:>8}   waits {:>8}", class_name(c), s.cpu_cores,
-                                s.waits ? human_ns(s.wait_p99_us * 1e3) : "-", s.waits));
+    out.push_back(fmt::format("{:<8} cpu {:>6.2f} cores   wait p99 {:>8}   waits {:>8}", class_name(c), s.cpu_cores,
+                              s.waits ? human_ns(s.wait_p99_us * 1e3) : "-", s.waits));
   }
   if (m.memory.capacity)
-    lines.push_back(fmt::format(
+    out.push_back(fmt::format(
         "memory   node {} of {}   online stalled {:.1f}%{}{}", mib_text(m.memory.working_set),
         mib_text(m.memory.capacity), m.memory.online_stall_share * 100,
         m.memory.worst.empty() || m.memory.online_stall_share == 0 ? "" : " (" + m.memory.worst + ")",
@@ -120,8 +117,38 @@ std::string render_top(const TopModel& m, int rows_i, int cols_i) {
             ? fmt::format("   in reclaim {:.1f} ms/s",
                           static_cast<double>(*m.memory.online_reclaim_ns) / static_cast<double>(m.interval_ns) * 1e3)
             : std::string()));
-  else lines.push_back("memory   -");
-  lines.push_back("");
+  else out.push_back("memory   -");
+  out.push_back("");
+  return out;
+}
+
+// One cgroup's row: the fixed columns, its path in cg_w and, when agg_w is
+// not 0, what held the CPU meanwhile.
+std::string row_text(const TopRow& r, size_t cg_w, size_t agg_w) {
+  auto pct = [&](double share) { return r.wait_ns ? fmt::format("{:.0f}%", 100 * share) : std::string("-"); };
+  std::string line =
+      fmt::format(kRowFormat, class_name(r.cls), fmt::format("{:.1f}", r.cpu_pct),
+                  r.waits ? human_ns(r.wait_p50_us * 1e3) : "-", r.waits ? human_ns(r.wait_p99_us * 1e3) : "-",
+                  human_ns(static_cast<double>(r.wait_ns)), r.waits, pct(r.other_share), pct(r.throttled_share));
+  if (agg_w) {
+    line += pad_right(shorten_left(r.path, cg_w), cg_w + 2);
+    if (!r.aggressor.empty()) {
+      std::string t = " (" + human_ns(static_cast<double>(r.aggressor_ns)) + ")";
+      line += shorten_left(r.aggressor, agg_w > t.size() ? agg_w - t.size() : 1) + t;
+    }
+  } else {
+    line += shorten_left(r.path, cg_w);
+  }
+  return line;
+}
+
+}  // namespace
+
+std::string render_top(const TopModel& m, int rows_i, int cols_i) {
+  if (rows_i <= 0 || cols_i <= 0) return "";
+  const size_t rows = static_cast<size_t>(rows_i), cols = static_cast<size_t>(cols_i);
+
+  std::vector<std::string> lines = summary_lines(m);
 
   // Fixed columns, then the cgroup and (when there is room) its aggressor.
   auto mark = [&](const char* name, TopSort s) { return std::string(name) + (m.sort == s ? "*" : ""); };
@@ -159,21 +186,7 @@ std::string render_top(const TopModel& m, int rows_i, int cols_i) {
   } else {
     for (const TopRow* r : sorted) {
       if (shown >= room) break;
-      auto pct = [&](double share) { return r->wait_ns ? fmt::format("{:.0f}%", 100 * share) : std::string("-"); };
-      std::string line = fmt::format(
-          kRowFormat, class_name(r->cls), fmt::format("{:.1f}", r->cpu_pct),
-          r->waits ? human_ns(r->wait_p50_us * 1e3) : "-", r->waits ? human_ns(r->wait_p99_us * 1e3) : "-",
-          human_ns(static_cast<double>(r->wait_ns)), r->waits, pct(r->other_share), pct(r->throttled_share));
-      if (agg_w) {
-        line += pad_right(shorten_left(r->path, cg_w), cg_w + 2);
-        if (!r->aggressor.empty()) {
-          std::string t = " (" + human_ns(static_cast<double>(r->aggressor_ns)) + ")";
-          line += shorten_left(r->aggressor, agg_w > t.size() ? agg_w - t.size() : 1) + t;
-        }
-      } else {
-        line += shorten_left(r->path, cg_w);
-      }
-      lines.push_back(line);
+      lines.push_back(row_text(*r, cg_w, agg_w));
       shown++;
     }
   }

@@ -8,10 +8,8 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -23,152 +21,9 @@
 #include "khagent/config/config.h"
 #include "khagent/util/clock.h"
 #include "runq.skel.h"
+#include "runq_probe.h"
 
 namespace khagent {
-
-namespace {
-
-bool g_libbpf_verbose = false;
-
-int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list args) {
-  if (level == LIBBPF_DEBUG && !g_libbpf_verbose) return 0;
-  char buf[2048];
-  int n = vsnprintf(buf, sizeof(buf), fmt, args);
-  std::string msg(buf, n > 0 ? std::min<size_t>(static_cast<size_t>(n), sizeof(buf) - 1) : 0);
-  while (!msg.empty() && msg.back() == '\n') msg.pop_back();
-  switch (level) {
-    case LIBBPF_WARN: spdlog::warn("libbpf: {}", msg); break;
-    case LIBBPF_INFO: spdlog::info("libbpf: {}", msg); break;
-    default: spdlog::debug("libbpf: {}", msg); break;
-  }
-  return 0;
-}
-
-// Minimum kernel: task storage in tracing programs (commit a10787e6d58c,
-// "bpf: Enable task local storage for tracing programs", v5.13); before it
-// task storage was for BPF LSM programs only.
-constexpr int kMinMajor = 5, kMinMinor = 13;
-
-}  // namespace
-
-void route_libbpf_logs(bool verbose) {
-  g_libbpf_verbose = verbose;
-  libbpf_set_print(libbpf_log);
-}
-
-Result<void> preflight(const std::string& btf_path) {
-  if (geteuid() != 0)
-    return make_error(EPERM, "khagent must run as root (it loads BPF programs and reads every cgroup)");
-  struct utsname u{};
-  if (uname(&u) == 0) {
-    int major = 0, minor = 0;
-    if (sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
-        (major < kMinMajor || (major == kMinMajor && minor < kMinMinor)))
-      return make_error(ENOTSUP, std::string("kernel ") + u.release + " is too old: khagent needs " +
-                                     std::to_string(kMinMajor) + "." + std::to_string(kMinMinor) +
-                                     " or newer (BPF task storage in tracing programs)");
-  }
-  if (access(btf_path.c_str(), R_OK) != 0)
-    return make_error(errno, "kernel BTF " + btf_path +
-                                 " is missing: khagent needs a kernel built with "
-                                 "CONFIG_DEBUG_INFO_BTF=y");
-  return {};
-}
-
-namespace {
-
-// Parsing the kernel's BTF takes a while (seconds under emulation): one
-// parse serves every check of a start.
-struct VmlinuxBtf {
-  struct btf* btf = btf__load_vmlinux_btf();
-  ~VmlinuxBtf() { btf__free(btf); }
-  VmlinuxBtf() = default;
-  VmlinuxBtf(const VmlinuxBtf&) = delete;
-  VmlinuxBtf& operator=(const VmlinuxBtf&) = delete;
-};
-
-bool has_throttled_clock(const struct btf* vmlinux) {
-  if (!vmlinux) return false;
-  int id = btf__find_by_name_kind(vmlinux, "cfs_rq", BTF_KIND_STRUCT);
-  if (id <= 0) return false;
-  const struct btf_type* t = btf__type_by_id(vmlinux, static_cast<__u32>(id));
-  const struct btf_member* m = btf_members(t);
-  for (int i = 0; i < btf_vlen(t); i++, m++)
-    if (std::strcmp(btf__name_by_offset(vmlinux, m->name_off), "throttled_clock_self_time") == 0) return true;
-  return false;
-}
-
-// Whether the kernel's BTF has an enumerator named `name` (a uapi flag the
-// kernel knows, such as BPF_F_TIMER_CPU_PIN: 6.7+).
-bool has_enum_value(const struct btf* vmlinux, const char* name) {
-  if (!vmlinux) return false;
-  const __u32 n = btf__type_cnt(vmlinux);
-  for (__u32 id = 1; id < n; id++) {
-    const struct btf_type* t = btf__type_by_id(vmlinux, id);
-    if (btf_is_enum(t)) {
-      const struct btf_enum* e = btf_enum(t);
-      for (int i = 0; i < btf_vlen(t); i++, e++)
-        if (std::strcmp(btf__name_by_offset(vmlinux, e->name_off), name) == 0) return true;
-    } else if (btf_is_enum64(t)) {
-      const struct btf_enum64* e = btf_enum64(t);
-      for (int i = 0; i < btf_vlen(t); i++, e++)
-        if (std::strcmp(btf__name_by_offset(vmlinux, e->name_off), name) == 0) return true;
-    }
-  }
-  return false;
-}
-
-// Loads `r0 = 0; exit` as a tracing program of `type` on the kernel's BTF
-// function `btf_id`: its fd, or -1 with errno set.
-int load_trivial_tracing(enum bpf_attach_type type, int btf_id) {
-  struct bpf_insn insns[] = {
-      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
-      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
-  };
-  LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = type, .attach_btf_id = static_cast<__u32>(btf_id));
-  return bpf_prog_load(BPF_PROG_TYPE_TRACING, "kh_probe", "GPL", insns, 2, &opts);
-}
-
-// Why not, or "" when this kernel loads and attaches an fentry program on
-// `func`.
-std::string fentry_refusal(const struct btf* vmlinux, const std::string& func) {
-  if (!vmlinux) return "the kernel's BTF could not be read";
-  int id = btf__find_by_name_kind(vmlinux, func.c_str(), BTF_KIND_FUNC);
-  if (id < 0) return func + " is not in the kernel's BTF";
-  int fd = load_trivial_tracing(BPF_TRACE_FENTRY, id);
-  if (fd < 0) return "loading fentry/" + func + " refused: " + std::strerror(errno);
-  // Loading is not enough on every kernel: try to attach as well.
-  int link = bpf_link_create(fd, 0, BPF_TRACE_FENTRY, nullptr);
-  int attach_errno = errno;
-  close(fd);
-  if (link < 0) return "attaching fentry/" + func + " refused: " + std::strerror(attach_errno);
-  close(link);
-  return "";
-}
-
-// Why not, or "" when this kernel loads a BPF iterator program of `target`
-// (task, bpf_map_elem, ...). Kernels and security policies differ: one 6.18
-// host here loads task iterators but refuses map-element ones (EPERM).
-std::string iterator_refusal(const struct btf* vmlinux, const std::string& target) {
-  if (!vmlinux) return "the kernel's BTF could not be read";
-  std::string func = "bpf_iter_" + target;
-  int id = btf__find_by_name_kind(vmlinux, func.c_str(), BTF_KIND_FUNC);
-  if (id < 0) return func + " is not in the kernel's BTF";
-  int fd = load_trivial_tracing(BPF_TRACE_ITER, id);
-  if (fd < 0) return "loading an iter/" + target + " program refused: " + std::strerror(errno);
-  close(fd);
-  return "";
-}
-
-bool probe_fentry_in(const struct btf* vmlinux, const std::string& func, std::string* why = nullptr) {
-  std::string refused = fentry_refusal(vmlinux, func);
-  if (!refused.empty()) spdlog::info("fentry probe: {}", refused);
-  if (why) *why = refused;
-  return refused.empty();
-}
-
-}  // namespace
-
 LoaderOptions with_fast_path(LoaderOptions base, const FastPathConfig& fp) {
   if (fp.enabled) {
     base.event_min_ns = fp.wait_threshold_ns;
@@ -178,20 +33,148 @@ LoaderOptions with_fast_path(LoaderOptions base, const FastPathConfig& fp) {
   return base;
 }
 
-bool kernel_has_throttled_clock() {
-  VmlinuxBtf v;
-  return has_throttled_clock(v.btf);
+namespace {
+
+// What this kernel takes, decided between the open and the load: the
+// optional programs left out and why, and what the choices were.
+struct LoadPlan {
+  explicit LoadPlan(runq_bpf* skel) : s(skel) {}
+  runq_bpf* s;
+  std::vector<LeftOutProgram> left_out;
+  bool stalls = false;
+  std::string no_stalls = "turned off (--stall-period 0)";
+  bool fentry = false, kernel_clock = false;
+  std::string no_fentry = "turned off (--no-fentry): throttling read from cpu.stat";
+  std::string no_task_iter;
+
+  void leave_out(bpf_program* p, const std::string& why) {
+    bpf_program__set_autoload(p, false);
+    left_out.push_back({bpf_program__name(p), why});
+  }
+};
+
+// Slot arrays, their indexes, free queues and moved bitmaps: one size each
+// for cgroups and for pairs.
+void size_slot_maps(runq_bpf* s, const LoaderOptions& o) {
+  for (bpf_map* m :
+       {s->maps.cgroup_stats, s->maps.cgroup_slots, s->maps.cgroup_free, s->maps.throttle_stats, s->maps.reclaim_stats})
+    bpf_map__set_max_entries(m, o.max_cgroups);
+  bpf_map__set_max_entries(s->maps.cgroup_moved, (o.max_cgroups + 63) / 64);
+  for (bpf_map* m : {s->maps.interference, s->maps.pair_slots, s->maps.pair_free})
+    bpf_map__set_max_entries(m, o.max_pairs);
+  bpf_map__set_max_entries(s->maps.pair_moved, (o.max_pairs + 63) / 64);
 }
 
-bool probe_fentry(const std::string& func) {
-  VmlinuxBtf v;
-  return probe_fentry_in(v.btf, func);
+// The choices read from the kernel's BTF: fentry on the throttle hooks, the
+// kernel's throttled clock, task iterators, pinned timers, vmscan tracepoints.
+void probe_btf(LoadPlan& p, const LoaderOptions& o) {
+  VmlinuxBtf vmlinux;  // freed before the load parses the kernel's BTF again
+  p.fentry = o.allow_fentry && probe_fentry_in(vmlinux.btf, "throttle_cfs_rq", &p.no_fentry) &&
+             probe_fentry_in(vmlinux.btf, "unthrottle_cfs_rq", &p.no_fentry);
+  p.kernel_clock = has_throttled_clock(vmlinux.btf);
+  p.no_task_iter = iterator_refusal(vmlinux.btf, "task");
+  if (p.stalls && !has_enum_value(vmlinux.btf, "BPF_F_TIMER_CPU_PIN")) {
+    p.stalls = false;
+    p.no_stalls = "the kernel has no BPF timers pinned to a CPU (BPF_F_TIMER_CPU_PIN, Linux 6.7+)";
+  }
+  // Direct reclaim by the task that pays for it: each pair of tracepoints
+  // where the kernel has it (the memcg pair needs CONFIG_MEMCG).
+  auto* s = p.s;
+  for (auto [begin, end, event] :
+       {std::tuple{s->progs.handle_direct_reclaim_begin, s->progs.handle_direct_reclaim_end, "direct_reclaim"},
+        std::tuple{s->progs.handle_memcg_reclaim_begin, s->progs.handle_memcg_reclaim_end, "memcg_reclaim"}}) {
+    for (const char* edge : {"_begin", "_end"}) {
+      const std::string tp = std::string("btf_trace_mm_vmscan_") + event + edge;
+      if (vmlinux.btf && btf__find_by_name_kind(vmlinux.btf, tp.c_str(), BTF_KIND_TYPEDEF) > 0) continue;
+      const std::string why = "no tracepoint mm_vmscan_" + std::string(event) + edge + " in the kernel's BTF";
+      if (bpf_program__autoload(begin)) p.leave_out(begin, why);
+      if (bpf_program__autoload(end)) p.leave_out(end, why);
+    }
+  }
 }
 
-std::string iterator_refusal(const std::string& target) {
-  VmlinuxBtf v;
-  return iterator_refusal(v.btf, target);
+// The stall detector's and the throttle hooks' settings, as probed.
+void plan_stalls_and_throttling(LoadPlan& p, const LoaderOptions& o, int ncpus) {
+  auto* s = p.s;
+  s->rodata->cfg_stall_period_ns = p.stalls ? o.stall_period_ns : 0;
+  s->rodata->cfg_stall_min_ns = o.stall_min_ns;
+  bpf_map__set_max_entries(s->maps.stall_timers, p.stalls ? static_cast<uint32_t>(ncpus) : 1);
+  // The task iterator is optional: refused, it is left out, never the whole load.
+  s->rodata->cfg_fentry_clock = p.fentry && !p.kernel_clock;
+  if (!p.fentry) {
+    if (o.allow_fentry) p.no_fentry = "fentry probe: " + p.no_fentry;
+    p.leave_out(s->progs.handle_throttle_cfs_rq, p.no_fentry);
+    p.leave_out(s->progs.handle_unthrottle_cfs_rq, p.no_fentry);
+    // Only the fentry programs use these: keep them, empty and minimal.
+    bpf_map__set_max_entries(s->maps.throttle_stats, 1);
+    bpf_map__set_max_entries(s->maps.throttle_start, 1);
+  }
+  if (!s->rodata->cfg_fentry_clock) bpf_map__set_max_entries(s->maps.throttle_clock, 1);
 }
+
+// The migration handler and the task iterator of the fast path: whether the
+// iterator (scan_waits) is loaded.
+bool plan_migration_and_scan(LoadPlan& p, const LoaderOptions& o) {
+  auto* s = p.s;
+  // Reading another CPU's cpu_state needs bpf_map_lookup_percpu_elem (5.19+):
+  // the migration handler (a wait that moves CPUs while queued) and the
+  // task iterator for waits still going on (run every fast_path.scan_interval; only the fast
+  // path uses it).
+  bool percpu_lookup =
+      libbpf_probe_bpf_helper(BPF_PROG_TYPE_SOCKET_FILTER, BPF_FUNC_map_lookup_percpu_elem, nullptr) == 1;
+  const char* no_percpu_lookup = "no bpf_map_lookup_percpu_elem (5.19+)";
+  if (!percpu_lookup) p.leave_out(s->progs.handle_sched_migrate_task, no_percpu_lookup);
+  spdlog::info("waits that move to another CPU while queued: {}",
+               percpu_lookup ? "each part blamed on who ran where it was queued (sched_migrate_task)"
+                             : "blamed by the CPU where they end (no bpf_map_lookup_percpu_elem before 5.19)");
+  bool scan = o.event_min_ns != UINT64_MAX && o.scan_waits && percpu_lookup && p.no_task_iter.empty();
+  const std::string no_scan = !percpu_lookup ? std::string(no_percpu_lookup) : p.no_task_iter;
+  if (!scan)
+    p.leave_out(s->progs.scan_waits, o.event_min_ns == UINT64_MAX ? "fast path off (fast_path.enabled: false)"
+                                     : !o.scan_waits              ? "fast_path.scan_interval is 0"
+                                                                  : no_scan);
+  if (o.event_min_ns != UINT64_MAX)
+    spdlog::info("fast path: waits over their threshold reported when they end{}",
+                 scan           ? ", and while they last (a task iterator, every fast_path.scan_interval)"
+                 : o.scan_waits ? "; not while they last (" + no_scan + ")"
+                                : "; not while they last (fast_path.scan_interval is 0)");
+  return scan;
+}
+
+void log_throttling_plan(const LoadPlan& p, const LoaderOptions& o) {
+  if (p.fentry && o.cpu_controller_on_v1)
+    spdlog::info(
+        "throttled time: from cpu.stat, as the cpu controller is on cgroup v1 here (fentry sees v1 cgroups, "
+        "whose ids are not the v2 ids the maps use)");
+  spdlog::info("throttled waits: {}", p.kernel_clock ? "split by the kernel's throttled clock (cfs_rq, 6.6+)"
+                                      : p.fentry
+                                          ? "split by a throttled clock kept by fentry (a cfs_rq's own throttling; an "
+                                            "ancestor's: throttled as a whole if they began throttled)"
+                                          : "throttled as a whole if they began throttled (no throttled clock before "
+                                            "6.6 without fentry: approximate)");
+}
+
+// Every slot free, before any program runs.
+Result<void> fill_free_queues(runq_bpf* s, const LoaderOptions& o) {
+  for (auto [q, n] : {std::pair{s->maps.cgroup_free, o.max_cgroups}, std::pair{s->maps.pair_free, o.max_pairs}})
+    for (uint32_t i = 0; i < n; i++)
+      if (bpf_map_update_elem(bpf_map__fd(q), nullptr, &i, BPF_ANY) != 0)
+        return make_error(errno, std::string("filling ") + bpf_map__name(q));
+  return {};
+}
+
+void log_attached(uint64_t map_memory, const LoaderOptions& o, ThrottleSource source, bool fentry) {
+  spdlog::info(
+      "BPF maps: {:.1f} MiB (memlock, {} possible CPUs; cgroup_stats {} entries, "
+      "interference {})",
+      static_cast<double>(map_memory) / (1 << 20), libbpf_num_possible_cpus(), o.max_cgroups, o.max_pairs);
+  spdlog::info("throttling source: {}{}", throttle_source_name(source),
+               source == ThrottleSource::Fentry ? " (fentry on throttle_cfs_rq/unthrottle_cfs_rq)"
+               : fentry ? " (cpu controller on cgroup v1; reading the cpu.stat of cgroups with throttled waits)"
+                        : " (fentry unavailable on this kernel; reading the cpu.stat of cgroups with throttled waits)");
+}
+
+}  // namespace
 
 Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) {
   std::unique_ptr<RunqBpf> self(new RunqBpf());
@@ -206,115 +189,28 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   // The stall detector: a timer per possible CPU, set up after the load by
   // a syscall program (5.14+), started by sched_switch on its own CPU.
   const int ncpus = libbpf_num_possible_cpus();
-  bool stalls = o.stall_period_ns > 0 && ncpus > 0;
-  std::string no_stalls = "turned off (--stall-period 0)";
-  if (stalls && libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_SYSCALL, nullptr) != 1) {
-    stalls = false;
-    no_stalls = "no syscall programs in this kernel (5.14+) to set the timers up";
+  LoadPlan plan(s);
+  plan.stalls = o.stall_period_ns > 0 && ncpus > 0;
+  if (plan.stalls && libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_SYSCALL, nullptr) != 1) {
+    plan.stalls = false;
+    plan.no_stalls = "no syscall programs in this kernel (5.14+) to set the timers up";
   }
-  // Slot arrays, their indexes, free queues and moved bitmaps: one size each
-  // for cgroups and for pairs.
-  for (bpf_map* m :
-       {s->maps.cgroup_stats, s->maps.cgroup_slots, s->maps.cgroup_free, s->maps.throttle_stats, s->maps.reclaim_stats})
-    bpf_map__set_max_entries(m, o.max_cgroups);
-  bpf_map__set_max_entries(s->maps.cgroup_moved, (o.max_cgroups + 63) / 64);
-  for (bpf_map* m : {s->maps.interference, s->maps.pair_slots, s->maps.pair_free})
-    bpf_map__set_max_entries(m, o.max_pairs);
-  bpf_map__set_max_entries(s->maps.pair_moved, (o.max_pairs + 63) / 64);
+  size_slot_maps(s, o);
+  probe_btf(plan, o);
+  plan_stalls_and_throttling(plan, o, ncpus);
+  self->scan_ = plan_migration_and_scan(plan, o);
+  self->fentry_ = plan.fentry;
+  self->throttle_source_ = plan.fentry && !o.cpu_controller_on_v1 ? ThrottleSource::Fentry : ThrottleSource::CpuStat;
+  log_throttling_plan(plan, o);
 
-  std::vector<LeftOutProgram> left_out;
-  auto leave_out = [&](bpf_program* p, const std::string& why) {
-    bpf_program__set_autoload(p, false);
-    left_out.push_back({bpf_program__name(p), why});
-  };
-  bool fentry = false, kernel_clock = false;
-  std::string no_fentry = "turned off (--no-fentry): throttling read from cpu.stat";
-  std::string no_task_iter;
-  {  // freed before the load parses the kernel's BTF again
-    VmlinuxBtf vmlinux;
-    fentry = o.allow_fentry && probe_fentry_in(vmlinux.btf, "throttle_cfs_rq", &no_fentry) &&
-             probe_fentry_in(vmlinux.btf, "unthrottle_cfs_rq", &no_fentry);
-    kernel_clock = has_throttled_clock(vmlinux.btf);
-    no_task_iter = iterator_refusal(vmlinux.btf, "task");
-    if (stalls && !has_enum_value(vmlinux.btf, "BPF_F_TIMER_CPU_PIN")) {
-      stalls = false;
-      no_stalls = "the kernel has no BPF timers pinned to a CPU (BPF_F_TIMER_CPU_PIN, Linux 6.7+)";
-    }
-    // Direct reclaim by the task that pays for it: each pair of tracepoints
-    // where the kernel has it (the memcg pair needs CONFIG_MEMCG).
-    for (auto [begin, end, event] :
-         {std::tuple{s->progs.handle_direct_reclaim_begin, s->progs.handle_direct_reclaim_end, "direct_reclaim"},
-          std::tuple{s->progs.handle_memcg_reclaim_begin, s->progs.handle_memcg_reclaim_end, "memcg_reclaim"}}) {
-      for (const char* edge : {"_begin", "_end"}) {
-        const std::string tp = std::string("btf_trace_mm_vmscan_") + event + edge;
-        if (vmlinux.btf && btf__find_by_name_kind(vmlinux.btf, tp.c_str(), BTF_KIND_TYPEDEF) > 0) continue;
-        const std::string why = "no tracepoint mm_vmscan_" + std::string(event) + edge + " in the kernel's BTF";
-        if (bpf_program__autoload(begin)) leave_out(begin, why);
-        if (bpf_program__autoload(end)) leave_out(end, why);
-      }
-    }
-  }
-  s->rodata->cfg_stall_period_ns = stalls ? o.stall_period_ns : 0;
-  s->rodata->cfg_stall_min_ns = o.stall_min_ns;
-  bpf_map__set_max_entries(s->maps.stall_timers, stalls ? static_cast<uint32_t>(ncpus) : 1);
-  // The task iterator is optional: refused, it is left out, never the whole load.
-  s->rodata->cfg_fentry_clock = fentry && !kernel_clock;
-  if (!fentry) {
-    if (o.allow_fentry) no_fentry = "fentry probe: " + no_fentry;
-    leave_out(s->progs.handle_throttle_cfs_rq, no_fentry);
-    leave_out(s->progs.handle_unthrottle_cfs_rq, no_fentry);
-    // Only the fentry programs use these: keep them, empty and minimal.
-    bpf_map__set_max_entries(s->maps.throttle_stats, 1);
-    bpf_map__set_max_entries(s->maps.throttle_start, 1);
-  }
-  if (!s->rodata->cfg_fentry_clock) bpf_map__set_max_entries(s->maps.throttle_clock, 1);
-  // Reading another CPU's cpu_state needs bpf_map_lookup_percpu_elem (5.19+):
-  // the migration handler (a wait that moves CPUs while queued) and the
-  // task iterator for waits still going on (run every fast_path.scan_interval; only the fast
-  // path uses it).
-  bool percpu_lookup =
-      libbpf_probe_bpf_helper(BPF_PROG_TYPE_SOCKET_FILTER, BPF_FUNC_map_lookup_percpu_elem, nullptr) == 1;
-  const char* no_percpu_lookup = "no bpf_map_lookup_percpu_elem (5.19+)";
-  if (!percpu_lookup) leave_out(s->progs.handle_sched_migrate_task, no_percpu_lookup);
-  spdlog::info("waits that move to another CPU while queued: {}",
-               percpu_lookup ? "each part blamed on who ran where it was queued (sched_migrate_task)"
-                             : "blamed by the CPU where they end (no bpf_map_lookup_percpu_elem before 5.19)");
-  self->scan_ = o.event_min_ns != UINT64_MAX && o.scan_waits && percpu_lookup && no_task_iter.empty();
-  const std::string no_scan = !percpu_lookup ? std::string(no_percpu_lookup) : no_task_iter;
-  if (!self->scan_)
-    leave_out(s->progs.scan_waits, o.event_min_ns == UINT64_MAX ? "fast path off (fast_path.enabled: false)"
-                                   : !o.scan_waits              ? "fast_path.scan_interval is 0"
-                                                                : no_scan);
-  if (o.event_min_ns != UINT64_MAX)
-    spdlog::info("fast path: waits over their threshold reported when they end{}",
-                 self->scan_    ? ", and while they last (a task iterator, every fast_path.scan_interval)"
-                 : o.scan_waits ? "; not while they last (" + no_scan + ")"
-                                : "; not while they last (fast_path.scan_interval is 0)");
-  self->fentry_ = fentry;
-  self->throttle_source_ = fentry && !o.cpu_controller_on_v1 ? ThrottleSource::Fentry : ThrottleSource::CpuStat;
-  if (fentry && o.cpu_controller_on_v1)
-    spdlog::info(
-        "throttled time: from cpu.stat, as the cpu controller is on cgroup v1 here (fentry sees v1 cgroups, "
-        "whose ids are not the v2 ids the maps use)");
-  spdlog::info("throttled waits: {}", kernel_clock ? "split by the kernel's throttled clock (cfs_rq, 6.6+)"
-                                      : fentry
-                                          ? "split by a throttled clock kept by fentry (a cfs_rq's own throttling; an "
-                                            "ancestor's: throttled as a whole if they began throttled)"
-                                          : "throttled as a whole if they began throttled (no throttled clock before "
-                                            "6.6 without fentry: approximate)");
-
-  if (!stalls) leave_out(s->progs.init_stall_timer, no_stalls);
-  if (o.before_load) o.before_load(s->obj, left_out);
+  if (!plan.stalls) plan.leave_out(s->progs.init_stall_timer, plan.no_stalls);
+  if (o.before_load) o.before_load(s->obj, plan.left_out);
   if (int err = runq_bpf__load(s); err)
     return make_error(err, "loading the runq BPF programs (the verifier log above says why)");
-  // Every slot free, before any program runs.
-  for (auto [q, n] : {std::pair{s->maps.cgroup_free, o.max_cgroups}, std::pair{s->maps.pair_free, o.max_pairs}})
-    for (uint32_t i = 0; i < n; i++)
-      if (bpf_map_update_elem(bpf_map__fd(q), nullptr, &i, BPF_ANY) != 0)
-        return make_error(errno, std::string("filling ") + bpf_map__name(q));
-  if (stalls) self->stall_detector_ = self->init_stall_timers(ncpus);
-  if (!stalls)
-    spdlog::info("stall detector: {}; waits through CPU stalls are blamed on whoever was current", no_stalls);
+  if (auto r = fill_free_queues(s, o); !r) return r.error();
+  if (plan.stalls) self->stall_detector_ = self->init_stall_timers(ncpus);
+  if (!plan.stalls)
+    spdlog::info("stall detector: {}; waits through CPU stalls are blamed on whoever was current", plan.no_stalls);
   if (!o.attach) {
     self->scan_ = false;  // nothing to run without its link
     return self;
@@ -323,15 +219,7 @@ Result<std::unique_ptr<RunqBpf>> RunqBpf::open_and_load(const LoaderOptions& o) 
   if (auto r = self->attach(); !r) return r.error();
   uint64_t mem = 0;
   for (const auto& m : self->map_memory()) mem += m.memlock;
-  spdlog::info(
-      "BPF maps: {:.1f} MiB (memlock, {} possible CPUs; cgroup_stats {} entries, "
-      "interference {})",
-      static_cast<double>(mem) / (1 << 20), libbpf_num_possible_cpus(), o.max_cgroups, o.max_pairs);
-  spdlog::info("throttling source: {}{}", throttle_source_name(self->throttle_source_),
-               self->throttle_source_ == ThrottleSource::Fentry ? " (fentry on throttle_cfs_rq/unthrottle_cfs_rq)"
-               : self->fentry_
-                   ? " (cpu controller on cgroup v1; reading the cpu.stat of cgroups with throttled waits)"
-                   : " (fentry unavailable on this kernel; reading the cpu.stat of cgroups with throttled waits)");
+  log_attached(mem, o, self->throttle_source_, self->fentry_);
   self->replace_ = o.replace_pins;
   if (o.pin) {
     if (auto r = self->pin(o.pin_dir); !r) spdlog::warn("maps not pinned: {}", r.error().str());
@@ -365,6 +253,52 @@ bool RunqBpf::init_stall_timers(int ncpus) {
   return true;
 }
 
+namespace {
+
+// Reclaim time: both ends of a kind or neither (a begin alone counts
+// nothing, an end alone finds no start). The kinds attached.
+std::vector<std::string> attach_reclaim(runq_bpf* s) {
+  std::vector<std::string> kinds;
+  for (auto [begin, blink, end, elink, kind] :
+       {std::tuple{s->progs.handle_direct_reclaim_begin, &s->links.handle_direct_reclaim_begin,
+                   s->progs.handle_direct_reclaim_end, &s->links.handle_direct_reclaim_end, "node"},
+        std::tuple{s->progs.handle_memcg_reclaim_begin, &s->links.handle_memcg_reclaim_begin,
+                   s->progs.handle_memcg_reclaim_end, &s->links.handle_memcg_reclaim_end, "memcg"}}) {
+    if (!bpf_program__autoload(begin) || !bpf_program__autoload(end)) continue;
+    *blink = bpf_program__attach(begin);
+    *elink = *blink ? bpf_program__attach(end) : nullptr;
+    if (*blink && *elink) {
+      kinds.emplace_back(kind);
+      continue;
+    }
+    spdlog::warn("attaching {} reclaim tracepoints failed ({}); that reclaim is not timed", kind, std::strerror(errno));
+    bpf_link__destroy(*blink);
+    *blink = nullptr;
+  }
+  spdlog::info("memory reclaim paid by each cgroup: {}",
+               kinds.empty() ? std::string("not timed (no vmscan tracepoints)")
+                             : fmt::format("timed from the vmscan tracepoints ({})", fmt::join(kinds, ", ")));
+  return kinds;
+}
+
+// Removed cgroups reported by the kernel: without it, the collector checks
+// idle cgroups itself every few seconds. Whether handle_cgroup_rmdir is attached.
+bool attach_removals(runq_bpf* s) {
+  if (!bpf_program__autoload(s->progs.handle_cgroup_rmdir)) return false;
+  s->links.handle_cgroup_rmdir = bpf_program__attach(s->progs.handle_cgroup_rmdir);
+  if (s->links.handle_cgroup_rmdir) {
+    spdlog::info("removed cgroups: reported by the kernel (tp_btf/cgroup_rmdir), forgotten at the next tick");
+    return true;
+  }
+  spdlog::warn(
+      "attaching handle_cgroup_rmdir failed ({}); removed cgroups are found by checking "
+      "idle ones every few seconds",
+      std::strerror(errno));
+  return false;
+}
+
+}  // namespace
+
 Result<void> RunqBpf::attach() {
   auto* s = skel_;
   struct {
@@ -390,43 +324,8 @@ Result<void> RunqBpf::attach() {
                  std::strerror(err));
     fentry_ok = false;
   }
-  // Reclaim time: both ends of a kind or neither (a begin alone counts
-  // nothing, an end alone finds no start).
-  reclaim_kinds_.clear();
-  for (auto [begin, blink, end, elink, kind] :
-       {std::tuple{s->progs.handle_direct_reclaim_begin, &s->links.handle_direct_reclaim_begin,
-                   s->progs.handle_direct_reclaim_end, &s->links.handle_direct_reclaim_end, "node"},
-        std::tuple{s->progs.handle_memcg_reclaim_begin, &s->links.handle_memcg_reclaim_begin,
-                   s->progs.handle_memcg_reclaim_end, &s->links.handle_memcg_reclaim_end, "memcg"}}) {
-    if (!bpf_program__autoload(begin) || !bpf_program__autoload(end)) continue;
-    *blink = bpf_program__attach(begin);
-    *elink = *blink ? bpf_program__attach(end) : nullptr;
-    if (*blink && *elink) {
-      reclaim_kinds_.emplace_back(kind);
-      continue;
-    }
-    spdlog::warn("attaching {} reclaim tracepoints failed ({}); that reclaim is not timed", kind, std::strerror(errno));
-    bpf_link__destroy(*blink);
-    *blink = nullptr;
-  }
-  spdlog::info("memory reclaim paid by each cgroup: {}",
-               reclaim_kinds_.empty()
-                   ? std::string("not timed (no vmscan tracepoints)")
-                   : fmt::format("timed from the vmscan tracepoints ({})", fmt::join(reclaim_kinds_, ", ")));
-  // Removed cgroups reported by the kernel: without it, the collector checks
-  // idle cgroups itself every few seconds.
-  removals_ = false;
-  if (bpf_program__autoload(s->progs.handle_cgroup_rmdir)) {
-    s->links.handle_cgroup_rmdir = bpf_program__attach(s->progs.handle_cgroup_rmdir);
-    if (s->links.handle_cgroup_rmdir) {
-      removals_ = true;
-      spdlog::info("removed cgroups: reported by the kernel (tp_btf/cgroup_rmdir), forgotten at the next tick");
-    } else
-      spdlog::warn(
-          "attaching handle_cgroup_rmdir failed ({}); removed cgroups are found by checking "
-          "idle ones every few seconds",
-          std::strerror(errno));
-  }
+  reclaim_kinds_ = attach_reclaim(s);
+  removals_ = attach_removals(s);
   if (scan_) {
     s->links.scan_waits = bpf_program__attach_iter(s->progs.scan_waits, nullptr);
     if (!s->links.scan_waits) {
