@@ -421,14 +421,19 @@ TEST(Actuator, BurstOnBothBackendsSavedRestoredAndNotFought) {
   EXPECT_TRUE(a.plan(CgroupBackend::V2, {{pod, CpuBurst{2'000'000}}}).refused.empty()) << "the kernel checks the quota";
   EXPECT_FALSE(validate_cgroup_value(CgroupFile::CpuMaxBurst, "-1", kCpus).ok());
   EXPECT_TRUE(validate_cgroup_value(CgroupFile::V1CpuCfsBurst, "0", kCpus).ok());
-  // Someone else set another burst: reported, not fought.
-  f.files[{pod, CgroupFile::CpuMaxBurst}] = "5000";
-  EXPECT_EQ(a.apply_plan(p2, 2 * kS)[0].outcome, ActionOutcome::Reverted);
-  EXPECT_EQ(a.apply_plan(p2, 3 * kS)[0].outcome, ActionOutcome::Backoff);
   // Restored to what was there first.
-  f.files[{pod, CgroupFile::CpuMaxBurst}] = "10000";
   a.restore();
   EXPECT_EQ((f.files[{pod, CgroupFile::CpuMaxBurst}]), "0");
+  // Someone else set another burst: reported, not fought, and theirs from
+  // then on: its original forgotten, not restored over their value.
+  EXPECT_EQ(a.apply_plan(p2, 4 * kS)[0].outcome, ActionOutcome::Written);
+  f.files[{pod, CgroupFile::CpuMaxBurst}] = "5000";
+  auto rev = a.apply_plan(p2, 5 * kS);
+  EXPECT_EQ(rev[0].outcome, ActionOutcome::Reverted);
+  EXPECT_FALSE(st.has(pod, CgroupFile::CpuMaxBurst));
+  EXPECT_EQ(a.apply_plan(p2, 6 * kS)[0].outcome, ActionOutcome::Backoff);
+  a.restore();
+  EXPECT_EQ((f.files[{pod, CgroupFile::CpuMaxBurst}]), "5000");
 }
 
 TEST(Actuator, CpusetOrderWidenParentsFirstNarrowChildrenFirst) {

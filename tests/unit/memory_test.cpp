@@ -208,31 +208,35 @@ TEST(MemoryFiles, OomKillsAndRefaultsOnV2AndV1) {
   EXPECT_EQ(*v1.oom_kills("/pod"), 3u);
   EXPECT_FALSE(v1.oom_kills("/gone").ok());
 
-  // The meter: deltas, the first reading only starts a count.
+  // The meter: deltas, the first reading only starts a count. It reads
+  // through each tick's snapshot.
+  const auto v2r = real_node_reads({"", "", (t.path / "v2").string(), false, "", (t.path / "proc").string()});
+  const auto v1r = real_node_reads({"", "", (t.path / "v1").string(), true, "", (t.path / "proc").string()});
+  auto snap = [](const std::unique_ptr<NodeReads>& r) { return TickSnapshot(*r, 0); };
   MemoryEventMeter meter;
-  auto e = meter.step(v2, {"/pod"}, {});
+  auto e = meter.step(snap(v2r), {"/pod"}, {});
   EXPECT_EQ(e.online_oom_kills, 0u);
   group("v2/pod", false, 3, 160);
   group("v2/yarn", false, 0, 10);
-  e = meter.step(v2, {"/pod"}, {"/yarn", "/gone"});
+  e = meter.step(snap(v2r), {"/pod"}, {"/yarn", "/gone"});
   EXPECT_EQ(e.online_oom_kills, 2u);
   EXPECT_EQ(e.online_refaults, 60u);
   ASSERT_EQ(e.online_killed.size(), 1u);
   EXPECT_EQ(e.online_killed[0], (std::pair<std::string, uint64_t>{"/pod", 2}));
   EXPECT_EQ(e.offline_refaults, 0u) << "the parent's first reading";
   group("v2/yarn", false, 1, 30);
-  e = meter.step(v2, {"/pod"}, {"/yarn"});
+  e = meter.step(snap(v2r), {"/pod"}, {"/yarn"});
   EXPECT_EQ(e.online_oom_kills, 0u);
   EXPECT_EQ(e.offline_oom_kills, 1u);
   EXPECT_EQ(e.offline_refaults, 20u);
 
   // v1: a removed group hides no kill elsewhere, a new one counts from 0.
   MemoryEventMeter m1;
-  m1.step(v1, {"/pod"}, {});
+  m1.step(snap(v1r), {"/pod"}, {});
   std::filesystem::remove_all(t.path / "v1/pod/c2");  // took its 1 kill with it
   group("v1/pod/c1", true, 3, 10);                    // one more
   group("v1/pod/c3", true, 1, 10);                    // new, with one
-  e = m1.step(v1, {"/pod"}, {});
+  e = m1.step(snap(v1r), {"/pod"}, {});
   EXPECT_EQ(e.online_oom_kills, 2u);
 
   // Kernels before 5.9: one workingset_refault.
@@ -343,12 +347,12 @@ TEST(MemoryBudget, CriticalWhenLessThanHalfTheReserveIsFree) {
   MemoryConfig c = default_config().memory;  // eviction 100Mi, reserve 256Mi
   MemoryState st;
   auto d = memory_step({3 * kGiB, 3 * kGiB - 300 * kMiB, 1 * kGiB, kS, 0, {}}, c, st);
-  EXPECT_EQ(d.critical, "") << "200 MiB free above the threshold: short, not critical";
+  EXPECT_FALSE(d.critical) << "200 MiB free above the threshold: short, not critical";
   d = memory_step({3 * kGiB, 3 * kGiB - 220 * kMiB, 1 * kGiB, 2 * kS, 0, {}}, c, st);
-  EXPECT_EQ(d.critical,
+  EXPECT_EQ(d.critical.value_or(""),
             "120 MiB free above the eviction threshold, under half the 256 MiB reserve; offline holds 1024 MiB");
   d = memory_step({3 * kGiB, 3 * kGiB - 220 * kMiB, 0, 3 * kS, 0, {}}, c, st);
-  EXPECT_EQ(d.critical, "") << "offline holds nothing: no offline to take it from";
+  EXPECT_FALSE(d.critical) << "offline holds nothing: no offline to take it from";
 }
 
 TEST(MemoryBudget, SplitBetweenParents) {
@@ -408,11 +412,11 @@ TEST(MemoryLever, SignalsSumTheParentsAndSkipMissingOnes) {
   t.write("root/hadoop-yarn/memory.current", "1073741824\n");
   t.write("root/hadoop-yarn/memory.stat", "inactive_file 0\n");
   t.write("root/hadoop-yarn/memory.max", "max\n");
-  MemoryReader r((t.path / "root").string(), false, (t.path / "proc").string());
-  auto s = offline_memory(r, "", {"/hadoop-yarn", "/batch"}, 5);
+  const auto r = real_node_reads({"", "", (t.path / "root").string(), false, "", (t.path / "proc").string()});
+  auto s = offline_memory(TickSnapshot(*r, 5), "", {"/hadoop-yarn", "/batch"});
   EXPECT_EQ(s.used, (std::map<std::string, uint64_t>{{"/hadoop-yarn", 1 * kGiB}})) << "/batch is not there";
   ASSERT_EQ(s.problems.size(), 1u);
-  EXPECT_NE(s.problems[0].find("/batch"), std::string::npos);
+  EXPECT_EQ(s.problems[0].what, "offline /batch");
   EXPECT_EQ(s.input.offline_used, 1 * kGiB);
   EXPECT_EQ(s.input.capacity, 4 * kGiB);
   EXPECT_EQ(s.input.node_used, 2 * kGiB);
@@ -492,13 +496,15 @@ TEST(MemoryStall, OnlineCgroupsPsiBetweenTwoReadings) {
   };
   psi("/pod-a", 1000, 500);
   psi("/pod-b", 0, 0);
-  MemoryStallMeter meter((t.path / "unified").string());
-  auto s = meter.step({"/pod-a", "/pod-b", "/gone"}, kS);
+  const auto r = real_node_reads({(t.path / "unified").string(), "", "", false, "", "/proc"});
+  auto at = [&](uint64_t ns) { return TickSnapshot(*r, ns); };
+  MemoryStallMeter meter;
+  auto s = meter.step(at(kS), {"/pod-a", "/pod-b", "/gone"});
   EXPECT_EQ(s.some_us, 0u) << "the first reading only starts the count";
   EXPECT_EQ(s.unreadable, 1u);
   psi("/pod-a", 1000 + 50'000, 500 + 20'000);  // 50 ms of 200
   psi("/pod-b", 10'000, 0);                    // 10 ms
-  s = meter.step({"/pod-a", "/pod-b"}, kS + kS / 5);
+  s = meter.step(at(kS + kS / 5), {"/pod-a", "/pod-b"});
   EXPECT_EQ(s.some_us, 60'000u);
   EXPECT_EQ(s.full_us, 20'000u);
   EXPECT_DOUBLE_EQ(s.max_share, 0.25);
@@ -508,9 +514,9 @@ TEST(MemoryStall, OnlineCgroupsPsiBetweenTwoReadings) {
   EXPECT_EQ(s.shares[1].first, "/pod-b");
   EXPECT_DOUBLE_EQ(s.shares[1].second, 0.05);
   // A cgroup that left and came back starts again.
-  s = meter.step({"/pod-b"}, kS + 2 * kS / 5);
+  s = meter.step(at(kS + 2 * kS / 5), {"/pod-b"});
   psi("/pod-a", 900'000, 0);
-  s = meter.step({"/pod-a", "/pod-b"}, kS + 3 * kS / 5);
+  s = meter.step(at(kS + 3 * kS / 5), {"/pod-a", "/pod-b"});
   EXPECT_EQ(s.some_us, 0u);
 }
 
@@ -624,7 +630,7 @@ TEST(MemoryBudget, AStallInANodeFullOfCacheCutsUnlessThePodIsAtItsOwnLimit) {
   auto d = memory_step(in, c, st);
   EXPECT_FALSE(d.stalled) << "the pod's own limit: " << d.reason;
   st = {};
-  in.stall_own_limit = "";
+  in.stall_own_limit.reset();
   in.node_usage = 2 * kGiB + 512 * kMiB;  // 512 MiB unused: twice the reserve
   d = memory_step(in, c, st);
   EXPECT_FALSE(d.stalled) << "room left even counting the cache: " << d.reason;
@@ -654,7 +660,7 @@ TEST(MemoryBudget, AStallInANodeFullOfCacheCutsUnlessThePodIsAtItsOwnLimit) {
   {
     MemoryState held_st;
     MemoryInput h = in;
-    h.stall_own_limit = "";
+    h.stall_own_limit.reset();
     h.online_stall_share = 0;
     memory_step(h, c, held_st);  // the first budget: the ceiling
     held_st.budget = 500 * kMiB;

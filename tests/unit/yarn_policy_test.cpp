@@ -705,7 +705,7 @@ TEST(Reclaim, MemoryEmergencyKillsTheTopContainerHoldingMemoryAtMostEveryTwoSeco
     ReclaimInput i = in;
     if (off == 0) c.memory_emergency = false;
     if (off == 1) c.reclaim = false;
-    if (off == 2) i.memory_emergency.clear();
+    if (off == 2) i.memory_emergency.reset();
     st = {};
     d = reclaim_step(i, c, st);
     EXPECT_TRUE(d.kill.empty()) << off;

@@ -605,7 +605,7 @@ TEST_F(YarnRealRm, TheMemoryBudgetShrinksTheNodeAndACriticalNodeLosesOneContaine
   auto offer_memory = [&](uint64_t budget_mb, const std::string& critical) {
     YarnOffer o = offer(8);
     o.memory_budget_bytes = budget_mb << 20;
-    o.memory_emergency = critical;
+    if (!critical.empty()) o.memory_emergency = critical;
     return o;
   };
   // A budget of 6144 MiB: the node advertises that much memory, all its

@@ -144,7 +144,7 @@ ActionRecord Actuator::apply_one(const DesiredValue& d, uint64_t now_ns, bool& d
   ActionRecord rec = apply_checked(d, now_ns, dirty);
   Key key{d.cgroup, static_cast<int>(d.file)};
   // A write-only file's dry run is never a repeat: each ask is a write.
-  if (rec.outcome == ActionOutcome::DryRun && knob_row(d.file).persistence == Persistence::SaveRestore) {
+  if (rec.outcome == ActionOutcome::DryRun && knob_row(d.file).persistence != Persistence::WriteOnly) {
     rec.repeat = dry_repeat(key, normalize_cgroup_value(d.file, rec.from),
                             d.canonical ? d.value : normalize_cgroup_value(d.file, d.value));
   } else {
@@ -276,6 +276,11 @@ ActionRecord Actuator::apply_checked(const DesiredValue& d, uint64_t now_ns, boo
                   std::to_string(backoff_ns_ / 1'000'000'000ULL) + "s";
     backoff_until_[key] = now_ns + backoff_ns_;
     last_written_.erase(lw);
+    if (knob_row(d.file).persistence == Persistence::SaveRestoreUntilChanged && store_.has(d.cgroup, d.file)) {
+      store_.forget(d.cgroup, d.file);  // theirs from now on: not restored over their value
+      dirty = true;
+      rec.message += "; theirs from now on, its original forgotten";
+    }
     return rec;
   }
   if (std::string why = unmet_requirement(d); !why.empty()) {

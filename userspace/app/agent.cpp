@@ -2,38 +2,22 @@
 #include "khagent/app/bootstrap.h"
 #include "khagent/app/peers.h"
 
-#include <poll.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <map>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
-#include "khagent/abi/runq.h"
 #include "khagent/actuate/actuator.h"
 #include "khagent/actuate/oom_order.h"
-#include "khagent/collect/cgroupfs.h"
-#include "khagent/collect/collector.h"
-#include "khagent/collect/kubelet_pods.h"
-#include "khagent/collect/topology.h"
+#include "khagent/app/wakeups.h"
+#include "khagent/collect/snapshot.h"
 #include "khagent/export/agent_log.h"
-#include "khagent/export/metrics.h"
-#include "khagent/loader/runq_loader.h"
-#include "khagent/policy/controller.h"
-#include "khagent/policy/ladder.h"
+#include "khagent/export/controller_reports.h"
+#include "khagent/policy/controllers.h"
 #include "khagent/policy/lever_table.h"
-#include "khagent/policy/memory.h"
-#include "khagent/policy/partition.h"
 #include "khagent/signals/offline_candidates.h"
-#include "khagent/signals/offline_memory.h"
-#include "khagent/signals/workload.h"
-#include "khagent/util/bytes.h"
 #include "khagent/util/clock.h"
 #include "khagent/util/log_limit.h"
-#include "khagent/util/strings.h"
 
 namespace khagent {
 
@@ -41,6 +25,9 @@ volatile std::sig_atomic_t g_stop = 0;
 
 namespace {
 
+// The loop: one snapshot per tick, every controller over it, one plan
+// applied, their reports exported; between ticks, wake-ups handed to the
+// controllers the same way. It knows no controller by name.
 class Agent {
  public:
   Agent(Config cfg, const CliOptions& o) : cfg_(std::move(cfg)), opts_(o) {}
@@ -48,65 +35,45 @@ class Agent {
 
  private:
   // Start-up in three steps, each returning the exit code of a failure.
-  std::optional<int> setup_node();       // mounts, topology, cgroup backend, levers
+  std::optional<int> setup_node();       // mounts, topology, cgroup backend, what the controllers may use
   std::optional<int> setup_peers();      // /metrics, the kubelet, YARN
-  std::optional<int> setup_measuring();  // BPF, collector, state file, actuator
+  std::optional<int> setup_measuring();  // BPF, collector, state file, actuator, controllers
   void loop();                           // until a signal
   int shutdown();                        // restores the originals
   void tick();
-  // The memory budget into levers_ (`triggers`: the online cgroups whose
-  // PSI triggers fired, between ticks); whether it changed.
-  bool memory_step(uint64_t now_ns, const std::vector<std::string>& triggers = {});
-  // The online pods that get CPU burst (levers_.online), from the verdicts.
-  void burst_step(const Decision& d, uint64_t now_ns);
-  void wait(int timeout_ms);                                   // for wait events, PSI triggers or the timeout
-  void memory_event(const std::vector<std::string>& stalled);  // PSI triggers fired: the memory lever only
-  void fast_step();
-  std::vector<OfflineTarget> targets(const NodeSignals& node);
-  // What the levers need this step (without the cpuset partition), in levers_.
-  LeverInput& lever_input(const Decision& d, bool fast);
-  std::optional<CpuSet> offline_cpus(const Decision& d, bool fast);
-  void ladder(const Decision& d, const ControllerInput& in);
-  void apply(const Decision& d, bool fast, uint64_t first_event_ns);
+  void wakeup(Wakeup w, uint64_t first_event_ns);
+  std::vector<OfflineTarget> targets(const NodeSignals& node, const Sample& sample);
+  TickView view(const TickSnapshot& snap, uint64_t now_ns) const;
+  // Applies the outcomes' settings as one plan (`complete`: a tick's, so
+  // what no controller wants any more is put back), logs and exports.
+  // `woke_ns`: when a wake-up woke the loop (0: a tick); `first_event_ns`: its first over-threshold wait, if any.
+  void apply(std::vector<std::pair<const Controller*, Outcome>>& outs, uint64_t woke_ns, uint64_t first_event_ns);
 
   Config cfg_;
   CliOptions opts_;
   Mounts mounts_;
-  Topology topo_;
+  NodeFacts facts_;
+  CgroupBackend backend_ = CgroupBackend::V2;
   Measuring meas_;  // the BPF programs, their maps and the collector
   std::unique_ptr<Classifier> classifier_;
   std::unique_ptr<RealCgroupFs> cgfs_;
+  std::unique_ptr<NodeReads> reads_;
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<Actuator> actuator_;
+  std::unique_ptr<OomOrder> oom_;  // offline processes first in the OOM killer's order
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<KubeletPodsWatcher> pods_;
   std::unique_ptr<YarnDownscaler> yarn_;
-  YarnOffer yarn_offer_;  // the last one, re-offered with the fast path's budget
-  ControllerState state_;
-  ControllerInput last_input_;
-  LeverInput levers_;  // its targets are the last tick's
-  CgroupBackend backend_ = CgroupBackend::V2;
-  bool idle_supported_ = true;
-  LadderState ladder_;
-  std::unique_ptr<MemoryReader> memory_;  // none: the memory lever is off or has nothing to write
-  MemoryState memory_state_;
-  std::unique_ptr<MemoryStallMeter> stall_;        // online pods' memory.pressure
-  MemoryEventMeter memory_events_;                 // OOM kills and refaults
-  std::unique_ptr<PsiTriggers> psi_;               // on the same files: wakes the loop between ticks
-  std::vector<std::string> online_;                // the last tick's online pods
-  ReclaimCounters online_reclaim_;                 // the direct reclaim they paid in the last tick
-  uint64_t online_reclaim_interval_ns_ = 0;        // that tick's interval
-  std::map<std::string, std::string> burst_pods_;  // online pods given CPU burst, and why
-  bool psi_noted_ = false;                         // psi_->note() logged
-  std::string memory_why_;                         // the last memory budget change, for its writes' log lines
-  std::string memory_critical_;                    // why the node's memory is critical; "" not
-  std::map<std::string, uint64_t> memory_last_;    // each offline parent's last working set read
-  std::unique_ptr<OomOrder> oom_;                  // offline processes first in the OOM killer's order
-  uint64_t fast_breaches_ = 0;                     // since the last tick
+  std::unique_ptr<Wakeups> wakeups_;
+  std::unique_ptr<ReportExporter> exporter_;
+  std::vector<std::unique_ptr<Controller>> controllers_;
+  YarnOffer offer_;   // the last one, updated by wake-ups between ticks
+  NodeSignals node_;  // the last tick's
+  std::vector<OfflineTarget> targets_;
+  std::vector<std::string> online_;  // the last tick's online pods
   std::vector<kh_wait_event> pending_;
-  uint64_t last_scan_ns_ = 0;             // mono_ns of the last scan for waits still going on
-  LogLimiter warned_;                     // a problem that lasts is logged once a minute
-  std::optional<CpuSet> exclusive_cpus_;  // from the tick's cpu_manager_state read
+  uint64_t last_scan_ns_ = 0;  // mono_ns of the last scan for waits still going on
+  LogLimiter warned_;          // a problem that lasts is logged once a minute
   uint64_t ticks_ = 0;
   ReactionTimes reactions_;
 };
@@ -127,27 +94,17 @@ std::optional<int> Agent::setup_node() {
   if (auto rc = checked_mounts(mounts_)) return rc;
   NodeSetup node;
   if (auto rc = khagent::setup_node(mounts_, node)) return rc;
-  topo_ = std::move(node.topo);
+  facts_.topo = std::move(node.topo);
+  facts_.idle_supported = node.idle_supported;
   backend_ = node.backend;
-  idle_supported_ = node.idle_supported;
   if (cfg_.memory.enabled) {
-    const CgroupRoots roots = roots_of(mounts_);
-    if (auto ok = memory_controller_for(backend_, roots); !ok) {
+    if (auto ok = memory_controller_for(backend_, roots_of(mounts_)); !ok) {
       spdlog::warn("memory lever off: {}", ok.error().message);
       cfg_.memory.enabled = false;
-    } else {
-      const bool v1 = backend_ == CgroupBackend::V1Hybrid;
-      memory_ = std::make_unique<MemoryReader>(v1 ? roots.memory_v1 : roots.unified, v1);
-      stall_ = std::make_unique<MemoryStallMeter>(roots.unified);
-      if (cfg_.memory.stall_window_ns) {
-        const uint64_t window_us = cfg_.memory.stall_window_ns / 1000;
-        psi_ = std::make_unique<PsiTriggers>(
-            roots.unified, static_cast<uint64_t>(static_cast<double>(window_us) * cfg_.memory.stall_limit), window_us);
-      }
-      if (cfg_.memory.oom_order && !cfg_.dry_run) oom_ = std::make_unique<OomOrder>(roots.unified);
     }
   }
-  spdlog::info("levers: {}", levers_summary(cfg_, idle_supported_));
+  facts_.memory = cfg_.memory.enabled;
+  spdlog::info("levers: {}", levers_summary(cfg_, facts_.idle_supported));
   return std::nullopt;
 }
 
@@ -157,6 +114,7 @@ std::optional<int> Agent::setup_peers() {
   metrics_ = std::move(p.metrics);
   pods_ = std::move(p.pods);
   yarn_ = std::move(p.yarn);
+  facts_.yarn_last_resort = yarn_ && cfg_.yarn.reclaim && cfg_.yarn.memory_emergency;
   return std::nullopt;
 }
 
@@ -173,12 +131,18 @@ std::optional<int> Agent::setup_measuring() {
   meas_.collector->set_totals(false);       // decisions and metrics use intervals only
   meas_.collector->set_changes_only(true);  // the classifier remembers idle cgroups
   classifier_ = std::make_unique<Classifier>(cfg_.classes, cfg_.offline.yarn_hierarchy);
-  cgfs_ = std::make_unique<RealCgroupFs>(roots_of(mounts_));
+  const CgroupRoots roots = roots_of(mounts_);
+  cgfs_ = std::make_unique<RealCgroupFs>(roots);
+  reads_ = real_node_reads(node_read_roots(roots, backend_, facts_.memory, cfg_.cpuset.cpu_manager_state));
+  wakeups_ = std::make_unique<Wakeups>(*meas_.bpf, facts_.memory ? psi_triggers(cfg_.memory, roots) : nullptr);
+  if (facts_.memory && cfg_.memory.oom_order && !cfg_.dry_run) oom_ = std::make_unique<OomOrder>(roots.unified);
 
   store_ = std::make_unique<StateStore>(cfg_.state_file);
   load_or_set_aside(*store_, cfg_.dry_run);
-  actuator_ = std::make_unique<Actuator>(*cgfs_, *store_, cfg_.dry_run, topo_.all());
+  actuator_ = std::make_unique<Actuator>(*cgfs_, *store_, cfg_.dry_run, facts_.topo.all());
   if (cfg_.dry_run) spdlog::warn("dry run: actions are logged, nothing is written");
+  controllers_ = make_controllers(cfg_, facts_);
+  exporter_ = std::make_unique<ReportExporter>(cfg_, metrics_.get());
   return std::nullopt;
 }
 
@@ -187,9 +151,25 @@ void Agent::loop() {
   while (!g_stop) {
     uint64_t now = mono_ns();
     int timeout_ms = now >= next_tick ? 0 : static_cast<int>((next_tick - now + 999999) / 1000000);
-    wait(timeout_ms);
+    auto woken = wakeups_->wait(timeout_ms);
+    for (const auto& p : woken.problems)
+      if (warned_.allow(p, mono_ns())) spdlog::warn("{}", p);
     if (g_stop) break;
-    if (!pending_.empty()) fast_step();
+    if (!woken.memory_stalled.empty()) {
+      exporter_->wakeup(woken.memory_stalled.size());
+      wakeup({mono_ns(), {}, std::move(woken.memory_stalled)}, 0);
+    }
+    if (!pending_.empty()) {
+      std::vector<kh_wait_event> events;
+      events.swap(pending_);
+      FastBatch batch = fast_batch(events, *classifier_);
+      if (batch.longest)  // one line per scan: a starved task is worth knowing about while it lasts
+        spdlog::info("{}", describe_ongoing_waits(*batch.longest, batch.ongoing, [this](uint64_t id) {
+                       auto p = meas_.index->path_of(id);
+                       return p ? *p : fmt::format("cgroup {}", id);
+                     }));
+      wakeup({mono_ns(), std::move(batch.events), {}}, batch.first_ts_ns);
+    }
     now = mono_ns();
     if (now >= next_tick) {
       // Waits still going on: their events arrive with the next poll.
@@ -204,75 +184,12 @@ void Agent::loop() {
   }
 }
 
-void Agent::wait(int timeout_ms) {
-  if (!psi_ || psi_->size() == 0) {
-    if (auto n = meas_.bpf->poll_events(timeout_ms); !n) spdlog::warn("{}", n.error().str());
-    return;
-  }
-  std::vector<pollfd> fds{{meas_.bpf->events_fd(), POLLIN, 0}};
-  psi_->add_to(fds);
-  if (::poll(fds.data(), fds.size(), timeout_ms) < 0) {
-    if (errno != EINTR && warned_.allow("poll", mono_ns())) spdlog::warn("waiting for events: {}", strerror(errno));
-    return;
-  }
-  if (fds[0].revents)
-    if (auto n = meas_.bpf->drain_events(); !n) spdlog::warn("{}", n.error().str());
-  std::vector<std::string> fired;
-  for (size_t i = 1; i < fds.size(); i++) {
-    const std::string* p = fds[i].revents ? psi_->path_of(fds[i].fd) : nullptr;
-    if (!p) continue;
-    if (fds[i].revents & (POLLERR | POLLNVAL)) {  // the cgroup is gone
-      psi_->drop(std::string(*p));
-      continue;
-    }
-    if (fds[i].revents & POLLPRI) fired.push_back(*p);
-  }
-  if (!fired.empty()) memory_event(fired);
-}
-
-void Agent::memory_event(const std::vector<std::string>& stalled) {
-  const uint64_t t0 = mono_ns();
-  if (metrics_) metrics_->record_psi_triggers(stalled.size());
-  if (ticks_ == 0) return;  // no targets yet
-  // Only the stall cut is made between ticks: a budget that would grow (or
-  // move for another reason) waits for the tick, as if nothing happened.
-  const MemoryState before = memory_state_;
-  const std::optional<uint64_t> budget_before = levers_.memory_budget;
-  if (!memory_step(t0, stalled) || !memory_state_.last_cut_ns || memory_state_.last_cut_ns != t0) {
-    memory_state_ = before;
-    levers_.memory_budget = budget_before;
-    spdlog::debug("PSI trigger fired on {}: no cut (node not short, or cut less than a second ago)", stalled.front());
-    return;
-  }
-  LeverInput li = levers_;
-  li.budget_only = false;  // (a fast step may have left it set) the memory lever does not carry the CPU budget
-  auto want = lever_writes(li, cfg_);
-  std::erase_if(want, [](const Setting& s) { return !std::holds_alternative<MemoryLimit>(s.value); });
-  auto recs = actuator_->apply_plan(actuator_->plan(backend_, want), mono_ns());
-  if (metrics_) metrics_->record_actions(recs);
-  log_actions(recs,
-              fmt::format("{}; {:.1f} ms after the trigger woke the agent", memory_why_,
-                          static_cast<double>(mono_ns() - t0) / 1e6),
-              warned_, mono_ns());
-  if (yarn_) {  // YARN's memory follows at once too
-    yarn_offer_.now_ns = t0;
-    yarn_offer_.memory_budget_bytes = levers_.memory_budget;
-    yarn_offer_.memory_emergency = memory_critical_;
-    yarn_->offer(yarn_offer_);
-  }
-}
-
 int Agent::shutdown() {
   if (pods_) pods_->stop();
   const char* sig = g_stop > 0 ? sigabbrev_np(static_cast<int>(g_stop)) : nullptr;
   spdlog::info("stopping on SIG{}: restoring original values", sig ? sig : "?");
   const size_t failed = log_restore(actuator_->restore(), false);
-  if (oom_) {
-    auto back = oom_->restore();
-    if (!back.empty())
-      spdlog::info("restore oom_score_adj of {} offline processes (e.g. pid {}: {} -> {})", back.size(),
-                   back.front().pid, back.front().from, back.front().to);
-  }
+  if (oom_) log_oom_restored(oom_->restore());
   // After the cgroups (local and fast): give YARN the node's configured
   // resources back; this may wait on the ResourceManager.
   if (yarn_) yarn_->stop(true);
@@ -281,7 +198,7 @@ int Agent::shutdown() {
   return failed ? 1 : 0;
 }
 
-std::vector<OfflineTarget> Agent::targets(const NodeSignals& node) {
+std::vector<OfflineTarget> Agent::targets(const NodeSignals& node, const Sample& sample) {
   std::vector<std::string> refused;
   auto c = find_target_candidates(mounts_.cgroup2, cfg_.offline, node.offline_parents, &refused);
   for (const auto& r : refused)
@@ -292,317 +209,62 @@ std::vector<OfflineTarget> Agent::targets(const NodeSignals& node) {
         "no offline cgroup to restrain: no YARN hierarchy /{}, no BestEffort QoS cgroup under kubepods, no "
         "offline.targets that exist; measuring only (`khagent doctor` says more)",
         cfg_.offline.yarn_hierarchy);
+  for (auto& t : out) t.usage_cores = cores_at_or_below(sample, t.path);
   return out;
 }
 
-LeverInput& Agent::lever_input(const Decision& d, bool fast) {
-  LeverInput& li = levers_;
-  li.offline_cpus.reset();
-  li.idle_supported = idle_supported_;
-  li.cpuset = rung_in_force(Lever::Cpuset, cfg_, ladder_);
-  li.quota = rung_in_force(Lever::Quota, cfg_, ladder_);
-  li.budget_cores = d.budget_cores;
-  li.node_cpus = static_cast<double>(topo_.cpus.size());
-  li.budget_only = fast;  // the fast path moves the budget only
-  return li;
+TickView Agent::view(const TickSnapshot& snap, uint64_t now_ns) const {
+  auto ours = [this](const std::string& cgroup, Knob k) { return store_->has(cgroup, file_for(backend_, k)); };
+  return {snap, node_, targets_, online_, ours, now_ns};
 }
 
-std::optional<CpuSet> Agent::offline_cpus(const Decision& d, bool fast) {
-  // The kubelet's exclusive CPUs are read at each tick; the fast path uses
-  // what the last tick read. No kubelet CPU manager: none exclusive.
-  if (!fast || !exclusive_cpus_) {
-    exclusive_cpus_.reset();
-    if (auto cms = read_cpu_manager_state(cfg_.cpuset.cpu_manager_state)) exclusive_cpus_ = cms->exclusive;
-    else if (warned_.allow("cpuset partition", mono_ns()))  // a lasting problem: once a minute, not every tick
-      spdlog::warn("cpuset partition skipped: {}", cms.error().str());
+void Agent::wakeup(Wakeup w, uint64_t first_event_ns) {
+  if (ticks_ == 0) return;  // nothing to compare with yet
+  const TickSnapshot snap(*reads_, w.now_ns);
+  const TickView v = view(snap, w.now_ns);
+  std::vector<std::pair<const Controller*, Outcome>> outs;
+  for (auto& c : controllers_)
+    if (auto o = c->on_wakeup(w, v)) outs.emplace_back(c.get(), std::move(*o));
+  if (!outs.empty()) apply(outs, w.now_ns, first_event_ns);
+}
+
+void Agent::apply(std::vector<std::pair<const Controller*, Outcome>>& outs, uint64_t woke_ns, uint64_t first_event_ns) {
+  const bool complete = woke_ns == 0;
+  const uint64_t t0 = complete ? mono_ns() : woke_ns;
+  std::vector<Setting> want;
+  for (auto& [c, o] : outs) {
+    exporter_->report(o.report, t0);
+    want.insert(want.end(), o.settings.begin(), o.settings.end());
+    merge_offer(offer_, o.offer);
   }
-  if (!exclusive_cpus_) return std::nullopt;
-  PartitionInput pi;
-  pi.topo = topo_;
-  pi.offline_budget_cores = d.budget_cores;
-  pi.online_demand_cores = last_input_.online_cpu_cores + cfg_.budget.reserve_cores;
-  pi.reserved = cfg_.cpuset.reserved_cpus;
-  pi.exclusive = *exclusive_cpus_;
-  Partition p = partition_cpus(pi);
-  if (!p.note.empty()) spdlog::debug("cpuset: {}", p.note);
-  if (p.offline.empty()) return std::nullopt;
-  return p.offline;
-}
-
-void Agent::ladder(const Decision& d, const ControllerInput& in) {
-  LadderInput li = ladder_input(d, in, fast_breaches_, cfg_.tick_ns, cfg_.cpuset.enabled || topo_.cpus.size() >= 2);
-  fast_breaches_ = 0;
-  LadderDecision ld = ladder_step(li, cfg_.ladder, ladder_);
-  if (metrics_) {
-    std::vector<std::pair<std::string, bool>> act;
-    for (auto [l, on] : levers_in_force(lever_input(d, true), cfg_)) act.emplace_back(lever_name(l), on);
-    metrics_->record_levers(act);
-  }
-  if (ld.action == LadderAction::Hold) return;
-  bool verdict = ld.action == LadderAction::Kept || ld.action == LadderAction::Undone;
-  if (metrics_)
-    metrics_->record_ladder_step(ld.lever ? lever_name(*ld.lever) : "", ladder_action_name(ld.action),
-                                 ld.before_rate / 1e9, ld.after_rate / 1e9, verdict);
-  if (ld.action == LadderAction::Undone) spdlog::warn("ladder: {}", ld.reason);
-  else spdlog::info("ladder {}: {}", ladder_action_name(ld.action), ld.reason);
-}
-
-void Agent::apply(const Decision& d, bool fast, uint64_t first_event_ns) {
-  LeverInput& li = lever_input(d, fast);
-  if (li.cpuset) li.offline_cpus = offline_cpus(d, fast);
-  auto plan = actuator_->plan(backend_, lever_writes(li, cfg_));
+  auto plan = actuator_->plan(backend_, want);
   auto recs = actuator_->apply_plan(plan, mono_ns());
-  if (!fast && !store_->empty()) {
+  if (complete && !store_->empty()) {
     // Put back what is no longer wanted: a lever released, a target gone.
     auto back = actuator_->restore_outside(plan);
     log_actions(back, "no longer wanted (lever released, or no longer a target)", warned_, mono_ns());
     recs.insert(recs.end(), back.begin(), back.end());
   }
-  if (metrics_) {
-    metrics_->record_decision(d);
-    metrics_->record_actions(recs);
-  }
-  std::string why = fmt::format("{}: {}", action_name(d.action), d.reason);
+  if (metrics_) metrics_->record_actions(recs);
+  std::string reaction;
   if (first_event_ns && budget_written(recs)) {
-    double ms = static_cast<double>(mono_ns() - first_event_ns) / 1e6;
+    const double ms = static_cast<double>(mono_ns() - first_event_ns) / 1e6;
     if (metrics_) metrics_->record_reaction(ms / 1e3);
     reactions_.add(ms);
-    why += fmt::format("; reaction {:.2f} ms from the first over-threshold wait", ms);
+    reaction = fmt::format("; reaction {:.2f} ms from the first over-threshold wait", ms);
+  } else if (!complete) {
+    reaction = fmt::format("; {:.1f} ms after the wake-up", static_cast<double>(mono_ns() - t0) / 1e6);
   }
-  // Memory writes follow the memory budget, bursts the online pods'
-  // verdicts, not the CPU decision.
-  auto take = [&recs](std::initializer_list<CgroupFile> files) {
-    auto it = std::stable_partition(recs.begin(), recs.end(), [&](const ActionRecord& r) {
-      return std::find(files.begin(), files.end(), r.file) == files.end();
-    });
-    std::vector<ActionRecord> out(std::make_move_iterator(it), std::make_move_iterator(recs.end()));
-    recs.erase(it, recs.end());
-    return out;
-  };
-  auto memory_recs = take({CgroupFile::MemoryHigh, CgroupFile::V1MemoryLimit});
-  auto burst_recs = take({CgroupFile::CpuMaxBurst, CgroupFile::V1CpuCfsBurst});
-  log_actions(recs, why, warned_, mono_ns());
-  log_actions(memory_recs, memory_why_, warned_, mono_ns());
-  // A burst someone else changed is theirs from then on: not written again,
-  // and not restored over their value.
-  for (const auto& r : burst_recs)
-    if (r.outcome == ActionOutcome::Reverted) {
-      store_->forget(r.cgroup, r.file);
-      if (auto s = store_->save(); !s) spdlog::warn("saving the state file: {}", s.error().str());
-    }
-  log_actions(burst_recs,
-              fmt::format("CPU burst {:.0f}% of the quota: an online pod's waits were its own throttling",
-                          cfg_.online.burst_share * 100),
-              warned_, mono_ns());
-  if (oom_ && !fast) {
-    // The kubelet already puts BestEffort pods at 1000; YARN containers and
-    // configured targets are raised here, each new process once.
-    std::vector<std::string> parents;
-    for (const auto& t : li.targets)
-      if (t.kind == TargetKind::YarnRoot || t.kind == TargetKind::Configured) parents.push_back(t.path);
-    auto raised = oom_->raise(parents, 1000);
-    if (!raised.empty())
-      spdlog::info(
-          "oom_score_adj 1000 on {} offline process{} (e.g. pid {} in {}: {} -> 1000): the OOM killer takes "
-          "offline before online",
-          raised.size(), raised.size() == 1 ? "" : "es", raised.front().pid, raised.front().cgroup,
-          raised.front().from);
+  for (auto& [c, o] : outs) {  // each controller's writes with its reason
+    std::vector<ActionRecord> mine;
+    for (const auto& r : recs)
+      if (r.lever && std::ranges::find(c->levers(), *r.lever) != c->levers().end()) mine.push_back(r);
+    log_actions(mine, o.why + reaction, warned_, mono_ns());
+    if (oom_ && complete && !o.oom_first.empty()) log_oom_raised(oom_->raise(o.oom_first, 1000));
   }
-}
-
-bool Agent::memory_step(uint64_t now_ns, const std::vector<std::string>& triggers) {
-  levers_.memory_budget.reset();
-  if (!memory_) return false;
-  std::vector<std::string> parents;  // BestEffort pods are counted in their QoS cgroup
-  for (const auto& t : levers_.targets)
-    if (t.kind != TargetKind::BestEffortPod) parents.push_back(t.path);
-  MemorySignals ms = offline_memory(*memory_, cfg_.memory.node_cgroup, parents, now_ns);
-  // A parent that could not be read this tick keeps its last reading (and
-  // its limit): a failed read must not lift a limit.
-  std::map<std::string, uint64_t> last;
-  last.swap(memory_last_);
-  for (auto& t : levers_.targets) {
-    std::optional<uint64_t> v;
-    if (auto a = ms.used.find(t.path); a != ms.used.end()) v = a->second;
-    else if (auto b = last.find(t.path); b != last.end()) v = b->second;
-    t.memory_known = v.has_value();
-    t.memory_used = v.value_or(0);
-    if (v) memory_last_[t.path] = *v;
-  }
-  for (const auto& p : ms.problems)
-    if (warned_.allow(p.substr(0, p.find(':')), now_ns)) spdlog::warn("{}", p);
-  std::vector<std::string> stalled = triggers;  // online pods whose stall may cut offline
-  std::vector<double> stall_shares;             // at a tick: their shares of it
-  if (triggers.empty()) {                       // the tick reads the stall and the events; a trigger says it
-    MemoryEvents ev = memory_events_.step(*memory_, online_, parents);
-    for (const auto& [p, n] : ev.online_killed)
-      spdlog::error(
-          "online {}: {} process{} taken by the kernel's OOM killer since the last tick (offline working set {}, "
-          "budget {})",
-          p, n, n == 1 ? "" : "es", mib_text(ms.input.offline_used), mib_text(memory_state_.budget));
-    if (ev.offline_oom_kills)
-      spdlog::info("offline: {} OOM kill{} inside the offline parents since the last tick", ev.offline_oom_kills,
-                   ev.offline_oom_kills == 1 ? "" : "s");
-    if (metrics_) metrics_->record_memory_events(ev);
-    MemoryStall stall = stall_->step(online_, now_ns);
-    ms.input.online_stall_share = stall.max_share;
-    for (const auto& [path, share] : stall.shares)  // the most stalled first
-      if (share > cfg_.memory.stall_limit) {
-        stalled.push_back(path);
-        stall_shares.push_back(share);
-      }
-    if (metrics_) metrics_->record_memory_stall(stall);
-    if (!online_.empty() && stall.unreadable == online_.size() && warned_.allow("psi", now_ns))
-      spdlog::warn(
-          "no online pod's memory.pressure is readable (a kernel without PSI, or psi=0): the cut on an online "
-          "memory stall is off");
-    if (psi_) {
-      for (const auto& p : psi_->sync(online_))
-        if (warned_.allow("psi trigger", now_ns))
-          spdlog::warn("{} (the tick's reading still cuts on a stall, up to a tick later)", p);
-      if (psi_->size() && !psi_noted_)
-        spdlog::info("PSI triggers \"{}\" on {} online pod{}{}", psi_->spec(), psi_->size(),
-                     psi_->size() == 1 ? "" : "s", psi_->note().empty() ? "" : ": " + psi_->note());
-      psi_noted_ = psi_noted_ || psi_->size();
-    }
-  }
-  ms.input.stall_trigger = triggers.empty() ? std::string() : triggers.front();
-  // In a node cgroup full of page cache, a stall is the node's only for a
-  // pod with room under its own limits (and those above it): the first
-  // such pod, the most stalled at a tick, is the one named (its share the
-  // tick's). Unreadable counts as at its limit.
-  for (size_t i = 0; ms.input.node_usage && i < stalled.size(); i++) {
-    auto own = memory_->at_own_limit(stalled[i], cfg_.memory.node_cgroup);
-    const std::string why = own ? *own : "unknown (" + own.error().str() + ")";
-    if (i == 0) ms.input.stall_own_limit = why;  // all at their limits: the first is the one logged
-    if (why.empty()) {
-      ms.input.stall_own_limit.clear();
-      if (!triggers.empty()) ms.input.stall_trigger = stalled[i];
-      else ms.input.online_stall_share = stall_shares.at(i);
-      break;
-    }
-  }
-  ms.input.online_node_reclaim_ns = online_reclaim_.ns[KH_RECLAIM_NODE];
-  ms.input.online_memcg_reclaim_ns = online_reclaim_.ns[KH_RECLAIM_MEMCG];
-  ms.input.interval_ns = online_reclaim_interval_ns_;
-  if (ms.input.capacity == 0) {  // the node's memory is unknown: the last budget stays
-    if (memory_state_.initialized) levers_.memory_budget = memory_state_.budget;
-    memory_critical_.clear();
-    return false;
-  }
-  MemoryDecision d = khagent::memory_step(ms.input, cfg_.memory, memory_state_);
-  if (spdlog::should_log(spdlog::level::debug))  // its strings are built each tick otherwise
-    spdlog::debug(
-        "memory: capacity {}, in use {} (working sets {}), offline {} (working set {}); stall {:.0f}%{}{} -> budget "
-        "{}{}",
-        mib_text(ms.input.capacity), mib_text(ms.input.node_usage), mib_text(ms.input.node_used),
-        mib_text(ms.input.offline_usage), mib_text(ms.input.offline_used), ms.input.online_stall_share * 100,
-        ms.input.stall_trigger.empty() ? "" : ", trigger on " + ms.input.stall_trigger,
-        ms.input.stall_own_limit.empty() ? "" : ", at its own limit: " + ms.input.stall_own_limit, mib_text(d.budget),
-        d.stalled ? " (stall cut)" : "");
-  if (!d.critical.empty() && memory_critical_.empty())
-    spdlog::warn("node memory critical: {}; {}", d.critical,
-                 yarn_ && cfg_.yarn.reclaim && cfg_.yarn.memory_emergency
-                     ? "the highest-ranked YARN container that holds memory goes at once (yarn.memory_emergency)"
-                     : "no YARN last resort (no YARN, or yarn.reclaim / yarn.memory_emergency off)");
-  else if (d.critical.empty() && !memory_critical_.empty()) spdlog::info("node memory no longer critical");
-  memory_critical_ = d.critical;
-  if (d.changed) {
-    memory_why_ = fmt::format("memory budget {}: {}", mib_text(d.budget), d.reason);
-    spdlog::info("{} for offline: {}", memory_why_.substr(0, memory_why_.find(':')), d.reason);
-  }
-  levers_.memory_budget = d.budget;
-  if (metrics_) metrics_->record_memory(ms.input, d);
-  return d.changed;
-}
-
-void Agent::burst_step(const Decision& d, uint64_t now_ns) {
-  levers_.online.clear();
-  const bool on = cfg_.online.burst_share > 0;
-  for (const auto& v : d.verdicts) {
-    if (v.kind != PodVerdictKind::SelfThrottled) continue;
-    // Online cgroups outside pods are summed under one name: not a cgroup.
-    const bool pod = std::find(online_.begin(), online_.end(), v.path) != online_.end();
-    if (!on || !pod) {
-      if (warned_.allow("quota " + v.path, now_ns))
-        spdlog::warn("online {}: {} (not acted on: {})", v.path, v.why,
-                     on ? "not a pod's cgroup" : "online.burst_share is 0");
-    } else if (burst_pods_.emplace(v.path, v.why).second) {
-      spdlog::info("online {}: {}; CPU burst of {:.0f}% of its quota on the pod and its containers", v.path, v.why,
-                   cfg_.online.burst_share * 100);
-    } else if (warned_.allow("quota " + v.path, now_ns)) {
-      spdlog::warn(
-          "online {}: {} with its CPU burst in place (a burst lends only what earlier periods left unused: a "
-          "pod busy at its limit needs a larger limit)",
-          v.path, v.why);
-    }
-  }
-  // A pod keeps its burst while it lives (a burst costs nothing while unused);
-  // one no longer online is forgotten, its originals restored by apply().
-  std::erase_if(burst_pods_,
-                [&](const auto& kv) { return std::find(online_.begin(), online_.end(), kv.first) == online_.end(); });
-  if (!on) return;
-  if (metrics_) metrics_->record_burst(burst_pods_.size(), 0);
-  for (const auto& [pod, _] : burst_pods_) {
-    // The kubelet puts the pod's limit on the pod and each container's on
-    // the container: either can throttle, so each gets its burst.
-    std::vector<std::string> cgroups{pod};
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(mounts_.cgroup2 + pod, ec))
-      if (e.is_directory(ec)) cgroups.push_back(pod + "/" + e.path().filename().string());
-    for (const auto& cg : cgroups) {
-      OfflineTarget t;
-      t.path = cg;
-      t.kind = TargetKind::OnlinePod;
-      t.quota = read_cpu_quota(mounts_.cgroup2, mounts_.cpu_v1, cg);
-      if (!t.quota || !t.quota->quota_us) continue;  // no quota: nothing throttles it
-      // A burst khagent did not write is someone else's: left alone.
-      if (!store_->has(cg, file_for(backend_, Knob::Burst))) {
-        auto cur = read_cpu_burst(mounts_.cgroup2, mounts_.cpu_v1, cg);
-        if (!cur) {
-          if (warned_.allow("no burst", now_ns))
-            spdlog::warn("CPU burst: {} has no burst file (kernels before 5.14): no burst for it", cg);
-          continue;
-        }
-        if (*cur != 0) {
-          if (warned_.allow("foreign burst " + cg, now_ns))
-            spdlog::info("CPU burst: {} already has a burst of {} us that khagent did not write: left alone", cg, *cur);
-          continue;
-        }
-      }
-      levers_.online.push_back(std::move(t));
-    }
-  }
-  if (metrics_) metrics_->record_burst(burst_pods_.size(), levers_.online.size());
-}
-
-void Agent::fast_step() {
-  std::vector<kh_wait_event> events;
-  events.swap(pending_);
-  if (!state_.initialized) return;  // no tick yet: nothing to compare with
-  ControllerInput in = last_input_;
-  in.now_ns = mono_ns();
-  in.online_pods.clear();
-  FastBatch batch = fast_batch(events, *classifier_);
-  in.fast_events = std::move(batch.events);
-  if (batch.longest) {  // one line per scan: a starved task is worth knowing about while it lasts
-    spdlog::info("{}", describe_ongoing_waits(*batch.longest, batch.ongoing, [this](uint64_t id) {
-                   auto p = meas_.index->path_of(id);
-                   return p ? *p : fmt::format("cgroup {}", id);
-                 }));
-  }
-  Decision d = controller_step(in, cfg_, state_);
-  fast_breaches_ += d.fast_breaches;
-  // With cpu.idle alone there is nothing to move between ticks; the ladder
-  // decides at the next tick whether to add a rung.
-  bool budget_lever = rung_in_force(Lever::Cpuset, cfg_, ladder_) || rung_in_force(Lever::Quota, cfg_, ladder_);
-  if (d.changed && budget_lever) {
-    apply(d, true, batch.first_ts_ns);
-    if (yarn_) {  // shrink YARN's view at once too, not at the next tick
-      yarn_offer_.now_ns = in.now_ns;
-      yarn_offer_.budget_cores = d.budget_cores;
-      yarn_->offer(yarn_offer_);
-    }
+  if (yarn_) {
+    offer_.now_ns = t0;
+    yarn_->offer(offer_);
   }
 }
 
@@ -619,41 +281,33 @@ void Agent::tick() {
       classifier_->set_pods(std::move(*p));
     }
   }
-  NodeSignals node = rollup(*sample, *classifier_);
+  node_ = rollup(*sample, *classifier_);
   if (metrics_) {
-    metrics_->update(node, *sample);
+    metrics_->update(node_, *sample);
     if (ticks_ % 5 == 1) metrics_->update_bpf_cost(meas_.bpf->prog_stats());
   }
-
   if (cfg_.fast_path.enabled) {
     std::unordered_map<uint64_t, uint64_t> prot;
-    for (auto id : node.online_cgroups) prot[id] = cfg_.fast_path.wait_threshold_ns;
+    for (auto id : node_.online_cgroups) prot[id] = cfg_.fast_path.wait_threshold_ns;
     if (auto r = meas_.bpf->sync_protected(prot); !r) spdlog::warn("{}", r.error().str());
   }
-
-  levers_.targets = targets(node);
-  for (auto& t : levers_.targets) t.usage_cores = cores_at_or_below(*sample, t.path);
+  targets_ = targets(node_, *sample);
   online_.clear();
-  for (const auto& p : node.pods)
+  for (const auto& p : node_.pods)
     if (p.cls == CgroupClass::Online) online_.push_back(p.path);
-  online_reclaim_ = node.reclaim[static_cast<size_t>(CgroupClass::Online)];
-  online_reclaim_interval_ns_ = node.interval_ns;
-  memory_step(mono_ns());
+  auto synced = wakeups_->sync(online_);
+  for (const auto& p : synced.problems)
+    if (warned_.allow("psi trigger", mono_ns()))
+      spdlog::warn("{} (the tick's reading still cuts on a stall, up to a tick later)", p);
+  if (!synced.started.empty()) spdlog::info("{}", synced.started);
 
-  ControllerInput in = controller_input(node, static_cast<double>(topo_.cpus.size()), mono_ns());
-  last_input_ = in;
-  Decision d = controller_step(in, cfg_, state_);
-  burst_step(d, in.now_ns);
-  ladder(d, in);
-  if (d.changed || ticks_ == 1) spdlog::info("{}", budget_line(d, in, levers_.targets));
-  apply(d, false, 0);
-  if (yarn_) {
-    yarn_offer_ = yarn_offer(d, node, cfg_, in.now_ns);
-    yarn_offer_.memory_budget_bytes = levers_.memory_budget;
-    yarn_offer_.memory_emergency = memory_critical_;
-    yarn_->offer(yarn_offer_);
-    if (metrics_) metrics_->update_yarn(yarn_->status());
-  }
+  const uint64_t now = mono_ns();
+  const TickSnapshot snap(*reads_, now);
+  const TickView v = view(snap, now);
+  std::vector<std::pair<const Controller*, Outcome>> outs;
+  for (auto& c : controllers_) outs.emplace_back(c.get(), c->step(v));
+  apply(outs, 0, 0);
+  if (yarn_ && metrics_) metrics_->update_yarn(yarn_->status());
   if (metrics_) metrics_->set_ready();
 }
 

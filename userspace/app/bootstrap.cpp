@@ -66,4 +66,22 @@ std::optional<int> start_measuring(const Mounts& m, LoaderOptions lo, bool resca
   return std::nullopt;
 }
 
+NodeReadRoots node_read_roots(const CgroupRoots& roots, CgroupBackend b, bool memory,
+                              const std::string& cpu_manager_state) {
+  NodeReadRoots r;
+  r.unified = roots.unified;
+  r.cpu_v1 = roots.cpu_v1;
+  r.memory_v1 = b == CgroupBackend::V1Hybrid;
+  if (memory) r.memory = r.memory_v1 ? roots.memory_v1 : roots.unified;
+  r.cpu_manager_state = cpu_manager_state;
+  return r;
+}
+
+std::unique_ptr<PsiTriggers> psi_triggers(const MemoryConfig& cfg, const CgroupRoots& roots) {
+  if (!cfg.stall_window_ns) return nullptr;
+  const uint64_t window_us = cfg.stall_window_ns / 1000;
+  return std::make_unique<PsiTriggers>(
+      roots.unified, static_cast<uint64_t>(static_cast<double>(window_us) * cfg.stall_limit), window_us);
+}
+
 }  // namespace khagent

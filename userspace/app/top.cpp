@@ -187,7 +187,7 @@ struct TopSource {
   Collector& collector;
   Classifier& classifier;
   size_t cpus;
-  const MemoryReader* memory;  // none: no memory controller
+  const NodeReads& reads;
   MemoryStallMeter* stall;
   const std::string& node_cgroup;
   bool reclaim_timed;  // the vmscan tracepoints are attached
@@ -195,15 +195,16 @@ struct TopSource {
 
 TopMemory top_memory(const TopSource& src, const NodeSignals& node) {
   TopMemory out;
-  if (!src.memory) return out;
-  if (auto n = src.memory->node(src.node_cgroup)) {
-    out.capacity = n->limit.value_or(0);
-    out.working_set = n->working_set();
+  if (!src.reads.has_memory()) return out;
+  const TickSnapshot snap(src.reads, mono_ns());
+  if (const auto& n = snap.node_memory(src.node_cgroup)) {
+    out.capacity = n.value().limit.value_or(0);
+    out.working_set = n.value().working_set();
   }
   std::vector<std::string> online;
   for (const auto& p : node.pods)
     if (p.cls == CgroupClass::Online) online.push_back(p.path);
-  MemoryStall s = src.stall->step(online, mono_ns());
+  MemoryStall s = src.stall->step(snap, online);
   out.online_stall_share = s.max_share;
   out.worst = s.worst;
   if (src.reclaim_timed) out.online_reclaim_ns = node.reclaim[static_cast<size_t>(CgroupClass::Online)].total_ns();
@@ -286,14 +287,10 @@ int run_top(const CliOptions& o) {
   }
 
   CgroupRoots roots = roots_of(mounts);
-  std::unique_ptr<MemoryReader> memory;
   CgroupBackend backend = CgroupBackend::V2;
   if (auto b = detect_backend(roots)) backend = *b;
-  if (memory_controller_for(backend, roots)) {
-    const bool v1 = backend == CgroupBackend::V1Hybrid;
-    memory = std::make_unique<MemoryReader>(v1 ? roots.memory_v1 : roots.unified, v1);
-  }
-  MemoryStallMeter stall(roots.unified);
+  auto reads = real_node_reads(node_read_roots(roots, backend, memory_controller_for(backend, roots).ok(), ""));
+  MemoryStallMeter stall;
 
   TopModel model;
   model.node_cpus = cpus;
@@ -306,7 +303,7 @@ int run_top(const CliOptions& o) {
     if (!term.enter()) failure = std::string("cannot set the terminal mode: ") + std::strerror(errno);
     else
       failure = top_loop(o, term, log,
-                         {*meas.collector, classifier, cpus, memory.get(), &stall, cfg->memory.node_cgroup,
+                         {*meas.collector, classifier, cpus, *reads, &stall, cfg->memory.node_cgroup,
                           !meas.bpf->reclaim_kinds().empty()},
                          model);
   }  // terminal restored, captured log lines printed

@@ -74,4 +74,18 @@ std::string describe_ongoing_waits(const kh_wait_event& longest, size_t ongoing,
       held);
 }
 
+void log_oom_raised(const std::vector<OomChange>& raised) {
+  if (raised.empty()) return;
+  spdlog::info(
+      "oom_score_adj 1000 on {} offline process{} (e.g. pid {} in {}: {} -> 1000): the OOM killer takes offline "
+      "before online",
+      raised.size(), raised.size() == 1 ? "" : "es", raised.front().pid, raised.front().cgroup, raised.front().from);
+}
+
+void log_oom_restored(const std::vector<OomChange>& back) {
+  if (back.empty()) return;
+  spdlog::info("restore oom_score_adj of {} offline processes (e.g. pid {}: {} -> {})", back.size(), back.front().pid,
+               back.front().from, back.front().to);
+}
+
 }  // namespace khagent

@@ -35,7 +35,9 @@ double share(uint64_t part, uint64_t whole) {
   return whole ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
 }
 
-PodVerdict judge(const OnlinePodLoad& p, const OnlineConfig& o) {
+}  // namespace
+
+PodVerdict judge_pod(const OnlinePodLoad& p, const OnlineConfig& o) {
   PodVerdict v;
   v.uid = p.uid;
   v.path = p.path;
@@ -74,8 +76,6 @@ PodVerdict judge(const OnlinePodLoad& p, const OnlineConfig& o) {
   return v;
 }
 
-}  // namespace
-
 ControllerInput controller_input(const NodeSignals& node, double node_cpus, uint64_t now_ns) {
   ControllerInput in;
   in.now_ns = now_ns;
@@ -94,7 +94,7 @@ Decision controller_step(const ControllerInput& in, const Config& cfg, Controlle
 
   std::string breach_why;
   for (const auto& p : in.online_pods) {
-    PodVerdict v = judge(p, cfg.online);
+    PodVerdict v = judge_pod(p, cfg.online);
     if (v.kind == PodVerdictKind::Breach && breach_why.empty()) breach_why = p.path + ": " + v.why;
     if (v.kind != PodVerdictKind::FewSamples) d.verdicts.push_back(std::move(v));
   }

@@ -162,7 +162,7 @@ std::vector<std::pair<Lever, bool>> levers_in_force(const LeverInput& in, const 
   return out;
 }
 
-std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg) {
+std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg, std::span<const Lever> only) {
   // The budget is split by recent use between the parents, each keeping a
   // small share.
   double total = 0;
@@ -176,6 +176,7 @@ std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg) {
   for (const auto& t : in.online) {
     for (const auto& s : kTable) {
       if (in.budget_only && !s.carries_budget) continue;
+      if (std::find(only.begin(), only.end(), s.lever) == only.end()) continue;
       if (!s.touches(t.kind) || !s.in_force(in, cfg)) continue;
       if (auto v = s.value(in, cfg, t, 0)) want.push_back({t.path, std::move(*v), s.lever});
     }
@@ -186,6 +187,7 @@ std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg) {
                                       : 1.0 / static_cast<double>(std::max<size_t>(parents, 1));
     for (const auto& s : kTable) {
       if (in.budget_only && !s.carries_budget) continue;
+      if (std::find(only.begin(), only.end(), s.lever) == only.end()) continue;
       if (!s.touches(t.kind) || !s.in_force(in, cfg)) continue;
       if (auto v = s.value(in, cfg, t, share)) want.push_back({t.path, std::move(*v), s.lever});
     }

@@ -38,7 +38,7 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
     d.critical = fmt::format("{} free above the eviction threshold, under half the {} reserve; offline holds {}",
                              mib_text(free_above), mib_text(d.reserve), mib_text(in.offline_used));
   const bool cut_due = st.last_cut_ns == 0 || sub_sat(in.now_ns, st.last_cut_ns) >= 1'000'000'000;
-  const bool stalled = in.online_stall_share > cfg.stall_limit || !in.stall_trigger.empty();
+  const bool stalled = in.online_stall_share > cfg.stall_limit || in.stall_trigger.has_value();
   // Online tasks spent stall_limit of the interval reclaiming for the node
   // (the page allocator ran short for small allocations): the node is
   // short whatever the working sets say (page cache they count as free was
@@ -50,7 +50,7 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
   // or the page allocator), where offline's cache, counted as free above,
   // was not free fast enough.
   const uint64_t unused = sub_sat(sub_sat(in.capacity, d.eviction), in.node_usage);
-  const bool node_full = in.node_usage > 0 && unused < 2 * d.reserve && in.stall_own_limit.empty();
+  const bool node_full = in.node_usage > 0 && unused < 2 * d.reserve && !in.stall_own_limit;
   // What offline holds: its use with its page cache where known (the cut
   // reclaims that too), else its working set.
   const uint64_t held = std::max(in.offline_usage, in.offline_used);
@@ -66,11 +66,11 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
       d.stalled = true;
       st.last_cut_ns = in.now_ns;
       const std::string what =
-          in.stall_trigger.empty()
+          !in.stall_trigger
               ? fmt::format("an online cgroup stalled on memory {:.0f}% of the tick (limit {:.0f}%)",
                             in.online_stall_share * 100, cfg.stall_limit * 100)
               : fmt::format("the kernel's PSI trigger fired: online {} stalled on memory past its threshold",
-                            in.stall_trigger);
+                            *in.stall_trigger);
       const uint64_t paid = in.online_node_reclaim_ns + in.online_memcg_reclaim_ns;
       const std::string reclaim =
           paid ? fmt::format(

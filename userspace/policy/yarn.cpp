@@ -341,7 +341,7 @@ ReclaimDecision reclaim_step(const ReclaimInput& in, const YarnConfig& cfg, Recl
     d.used.vcores = sat_add(d.used.vcores, c.resource.vcores);
     d.used.memory_mb = sat_add(d.used.memory_mb, c.resource.memory_mb);
   }
-  const bool memory_due = cfg.reclaim && cfg.memory_emergency && !in.memory_emergency.empty() &&
+  const bool memory_due = cfg.reclaim && cfg.memory_emergency && in.memory_emergency.has_value() &&
                           (st.memory_kill_ns == 0 || in.now_ns - st.memory_kill_ns >= kMemoryKillIntervalNs);
   if (fits(d.used, in.capacity)) {
     st.marked_ns.clear();
@@ -352,7 +352,7 @@ ReclaimDecision reclaim_step(const ReclaimInput& in, const YarnConfig& cfg, Recl
       if (const auto* v = memory_victim(ranked)) {
         d.kill.push_back(v->id);
         d.memory_urgent = v->id;
-        d.reason = fmt::format("memory emergency ({}): {} goes at once", in.memory_emergency, v->id);
+        d.reason = fmt::format("memory emergency ({}): {} goes at once", *in.memory_emergency, v->id);
       }
     }
     return d;
@@ -408,7 +408,8 @@ ReclaimDecision reclaim_step(const ReclaimInput& in, const YarnConfig& cfg, Recl
                          static_cast<double>(cfg.reclaim_grace_ns) / 1e9);
   if (urgent) d.reason += fmt::format(", emergency: {} (interfering) goes at once", urgent->id);
   if (memory_urgent)
-    d.reason += fmt::format(", memory emergency ({}): {} goes at once", in.memory_emergency, memory_urgent->id);
+    d.reason +=
+        fmt::format(", memory emergency ({}): {} goes at once", in.memory_emergency.value_or(""), memory_urgent->id);
   if (!cfg.reclaim) d.reason += " (reclaim off: nothing killed)";
   return d;
 }
@@ -424,6 +425,16 @@ YarnOffer yarn_offer(const Decision& d, const NodeSignals& node, const Config& c
   for (const auto& c : node.yarn)
     if (!c.container.empty()) o.containers[c.container] = {c.path, c.online_wait_caused_ns_total};
   return o;
+}
+
+void merge_offer(YarnOffer& offer, const OfferPart& part) {
+  if (part.budget_cores) offer.budget_cores = *part.budget_cores;
+  if (part.emergency) offer.emergency = *part.emergency;
+  if (part.containers) offer.containers = *part.containers;
+  if (part.memory) {
+    offer.memory_budget_bytes = part.memory_budget_bytes;
+    offer.memory_emergency = part.memory_emergency;
+  }
 }
 
 }  // namespace khagent

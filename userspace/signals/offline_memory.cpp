@@ -4,44 +4,45 @@
 
 namespace khagent {
 
-MemorySignals offline_memory(const MemoryReader& r, const std::string& node_cgroup,
-                             const std::vector<std::string>& parents, uint64_t now_ns) {
+MemorySignals offline_memory(const TickSnapshot& snap, const std::string& node_cgroup,
+                             const std::vector<std::string>& parents) {
   MemorySignals s;
-  s.input.now_ns = now_ns;
+  s.input.now_ns = snap.now_ns();
   for (const auto& path : parents) {
-    auto u = r.cgroup(path);
+    const auto& u = snap.memory(path);
     if (!u) {
-      s.problems.push_back("memory of offline " + path + ": " + u.error().str());
+      s.problems.push_back({"offline " + path, u.error()});
       continue;
     }
-    s.used[path] = u->working_set();
-    s.input.offline_used += u->working_set();
-    s.input.offline_usage += u->usage;
+    s.used[path] = u.value().working_set();
+    s.input.offline_used += u.value().working_set();
+    s.input.offline_usage += u.value().usage;
   }
-  auto node = r.node(node_cgroup);
+  const auto& node = snap.node_memory(node_cgroup);
   if (!node) {
-    s.problems.push_back("memory of the node" + (node_cgroup.empty() ? "" : " (" + node_cgroup + ")") + ": " +
-                         node.error().str());
+    s.problems.push_back({"the node" + (node_cgroup.empty() ? "" : " (" + node_cgroup + ")"), node.error()});
     return s;
   }
-  s.input.capacity = node->limit.value_or(0);
-  s.input.node_used = node->working_set();
+  s.input.capacity = node.value().limit.value_or(0);
+  s.input.node_used = node.value().working_set();
   // Use with page cache says something only of a node cgroup: the whole
   // node's MemFree is small whenever its cache has filled it.
-  if (!node_cgroup.empty()) s.input.node_usage = node->usage;
+  if (!node_cgroup.empty()) s.input.node_usage = node.value().usage;
   return s;
 }
 
-MemoryStall MemoryStallMeter::step(const std::vector<std::string>& paths, uint64_t now_ns) {
+MemoryStall MemoryStallMeter::step(const TickSnapshot& snap, const std::vector<std::string>& paths) {
   MemoryStall out;
+  const uint64_t now_ns = snap.now_ns();
   const uint64_t interval_us = last_ns_ && now_ns > last_ns_ ? (now_ns - last_ns_) / 1000 : 0;
   std::map<std::string, PsiTotals> now;
   for (const auto& p : paths) {
-    auto t = read_psi(root_ + (p == "/" ? "" : p) + "/memory.pressure");
-    if (!t) {
+    const auto& read = snap.memory_pressure(p);
+    if (!read) {
       out.unreadable++;
       continue;
     }
+    const PsiTotals* t = &read.value();
     now[p] = *t;
     auto it = last_.find(p);
     if (it == last_.end()) continue;
@@ -63,19 +64,19 @@ MemoryStall MemoryStallMeter::step(const std::vector<std::string>& paths, uint64
   return out;
 }
 
-MemoryEvents MemoryEventMeter::step(const MemoryReader& r, const std::vector<std::string>& online,
+MemoryEvents MemoryEventMeter::step(const TickSnapshot& snap, const std::vector<std::string>& online,
                                     const std::vector<std::string>& offline) {
   MemoryEvents out;
   std::map<std::string, Counts> now;
   for (bool is_online : {true, false}) {
     for (const auto& p : is_online ? online : offline) {
       if (now.count(p)) continue;
-      auto u = r.cgroup(p);
-      auto k = r.oom_kill_counts(p);
+      const auto& u = snap.memory(p);
+      const auto& k = snap.oom_kill_counts(p);
       if (!u || !k) continue;
       Counts& c = now[p];
-      c.kills = std::move(*k);
-      c.refaults = u->refaults;
+      c.kills = k.value();
+      c.refaults = u.value().refaults;
       auto it = last_.find(p);
       if (it == last_.end()) continue;
       uint64_t kills = 0;

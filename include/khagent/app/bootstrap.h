@@ -14,7 +14,9 @@
 #include "khagent/collect/cgroupfs.h"
 #include "khagent/collect/collector.h"
 #include "khagent/collect/cpustat.h"
+#include "khagent/collect/snapshot.h"
 #include "khagent/collect/topology.h"
+#include "khagent/config/config.h"
 #include "khagent/loader/runq_loader.h"
 
 namespace khagent {
@@ -34,6 +36,15 @@ struct NodeSetup {
 // Reads the CPU topology and finds where cgroups are written (pure v1 hosts
 // are refused), and logs both.
 std::optional<int> setup_node(const Mounts& m, NodeSetup& out);
+
+// Where a snapshot reads the node: the memory controller of the backend
+// (`memory`: it has one), the v1 cpu hierarchy on a hybrid host.
+NodeReadRoots node_read_roots(const CgroupRoots& roots, CgroupBackend b, bool memory,
+                              const std::string& cpu_manager_state);
+
+// PSI triggers on online pods' memory.pressure for the memory
+// controller's cut between ticks; none without memory.stall_window.
+std::unique_ptr<PsiTriggers> psi_triggers(const MemoryConfig& cfg, const CgroupRoots& roots);
 
 struct Measuring {
   std::unique_ptr<RunqBpf> bpf;

@@ -11,6 +11,7 @@
 
 #include "khagent/abi/runq.h"
 #include "khagent/actuate/actuator.h"
+#include "khagent/actuate/oom_order.h"
 #include "khagent/policy/controller.h"
 #include "khagent/policy/targets.h"
 #include "khagent/util/log_limit.h"
@@ -25,6 +26,11 @@ void log_actions(const std::vector<ActionRecord>& recs, const std::string& why, 
 // Logs the records of a restore (`unchanged_too`: those that found the
 // original in place as well); how many were rejected.
 size_t log_restore(const std::vector<ActionRecord>& recs, bool unchanged_too);
+
+// The OOM order's changes: offline processes raised to go first, and put
+// back at the end.
+void log_oom_raised(const std::vector<OomChange>& raised);
+void log_oom_restored(const std::vector<OomChange>& back);
 
 // The budget line of a tick: the decision, the usage and the targets.
 std::string budget_line(const Decision& d, const ControllerInput& in, const std::vector<OfflineTarget>& targets);

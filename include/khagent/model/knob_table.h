@@ -22,6 +22,11 @@ enum class Persistence {
   // the way out; the actuator reads it first, writes only when it differs,
   // and notices when someone else changes it back.
   SaveRestore,
+  // A state saved and restored as above until someone else changes it:
+  // then it is theirs (cpu.max.burst on an online pod: the kubelet's
+  // cgroup, khagent's burst only lent), forgotten, never written again
+  // and not restored over their value.
+  SaveRestoreUntilChanged,
   // An action (memory.reclaim): written every time it is asked, never read,
   // saved or restored.
   WriteOnly,

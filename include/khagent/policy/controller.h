@@ -40,6 +40,9 @@ struct PodVerdict {
   std::string why;
 };
 
+// One pod's verdict over the last tick.
+PodVerdict judge_pod(const OnlinePodLoad& p, const OnlineConfig& o);
+
 struct ControllerState {
   bool initialized = false;
   double budget_cores = 0;  // last decided (and applied) budget

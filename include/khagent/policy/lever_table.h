@@ -77,7 +77,8 @@ std::vector<std::pair<Lever, bool>> levers_in_force(const LeverInput& in, const 
 //     whenever there is a budget; never on pods;
 //   - burst: online.burst_share of the quota, on the online pods listed
 //     (in.online), those with a quota.
-std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg);
+// `only`: the levers whose values are wanted (a controller's own).
+std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg, std::span<const Lever> only = kAllLevers);
 
 // One line for the start-up log: the base lever, the rungs always in force
 // and the ladder.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "khagent/config/config.h"
@@ -27,8 +28,8 @@ struct MemoryDecision {
   bool stalled = false;   // the ceiling is the stall cut, not the arithmetic
   // The node's memory is critical: less than half the reserve is free above
   // the eviction threshold while offline holds memory (the limits did not
-  // hold it); why, for the log and the YARN last resort; "" not.
-  std::string critical;
+  // hold it); why, for the log and the YARN last resort; none: not critical.
+  std::optional<std::string> critical;
   bool changed = false;
   std::string reason;  // when changed
 };

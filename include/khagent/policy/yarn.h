@@ -25,13 +25,25 @@ struct YarnOffer {
   double budget_cores = 0;                      // the offline CPU budget just decided
   std::optional<uint64_t> memory_budget_bytes;  // the offline memory budget, if the memory lever has one
   bool emergency = false;                       // an online pod's p99 is over emergency_p99_factor * target
-  std::string memory_emergency;                 // the node's memory is critical: why; "" not
+  std::optional<std::string> memory_emergency;  // the node's memory is critical: why
   struct Container {
     std::string path;              // cgroup path relative to the cgroup2 mount
     uint64_t caused_total_ns = 0;  // online wait it caused since khagent started
   };
   std::map<std::string, Container> containers;  // container_<id> -> what BPF saw
 };
+
+// What one controller adds to the offer: each field it sets replaces the
+// offer's (none: left as it is).
+struct OfferPart {
+  std::optional<double> budget_cores;
+  std::optional<bool> emergency;
+  bool memory = false;  // the memory fields below are set (the budget may be none)
+  std::optional<uint64_t> memory_budget_bytes;
+  std::optional<std::string> memory_emergency;
+  std::optional<std::map<std::string, YarnOffer::Container>> containers;
+};
+void merge_offer(YarnOffer& offer, const OfferPart& part);
 
 // The offer after a tick's decision: its budget, whether a breach (not a
 // pod's own quota) is far enough over target to reclaim at once, and each
@@ -171,10 +183,10 @@ std::vector<size_t> rank_for_reclaim(const std::vector<YarnContainerInfo>& conta
 
 struct ReclaimInput {
   uint64_t now_ns = 0;
-  YarnResource capacity;                      // the advertised (posted) capacity
-  std::vector<YarnContainerInfo> containers;  // running on this node
-  bool emergency = false;                     // an online pod is far over its target
-  std::string memory_emergency;               // the node's memory is critical: why; "" not
+  YarnResource capacity;                        // the advertised (posted) capacity
+  std::vector<YarnContainerInfo> containers;    // running on this node
+  bool emergency = false;                       // an online pod is far over its target
+  std::optional<std::string> memory_emergency;  // the node's memory is critical: why
 };
 
 struct ReclaimState {

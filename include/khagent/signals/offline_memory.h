@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "khagent/collect/memory.h"
+#include "khagent/collect/snapshot.h"
 
 namespace khagent {
 
@@ -25,9 +26,9 @@ struct MemoryInput {
   // a node cgroup the most stalled pod's not at its own limit.
   double online_stall_share = 0;
   // Between ticks: the kernel's PSI trigger fired on this online cgroup
-  // (it stalled over memory.stall_limit of memory.stall_window); empty: no
+  // (it stalled over memory.stall_limit of memory.stall_window); none: no
   // trigger, the share above decides.
-  std::string stall_trigger;
+  std::optional<std::string> stall_trigger;
   // Direct reclaim online tasks paid in the last interval (ns, from the
   // vmscan tracepoints; 0 where they are not attached): the node's (the
   // page allocator ran short) and at memory cgroup limits.
@@ -37,22 +38,28 @@ struct MemoryInput {
   uint64_t node_usage = 0;     // a node cgroup's use, page cache included (0: unknown, or the whole node)
   uint64_t offline_usage = 0;  // the offline parents' use, page cache included (0: unknown)
   // The stalled online cgroup (or one of its containers) is at its own
-  // memory limit: "path: use of limit"; "" not, or no stall.
-  std::string stall_own_limit = {};
+  // memory limit: "path: use of limit"; none: not, or no stall.
+  std::optional<std::string> stall_own_limit = {};
+};
+
+// A cgroup whose memory could not be read this tick.
+struct MemoryProblem {
+  std::string what;  // "offline /hadoop-yarn", "the node (/node)": also the key a lasting problem is logged under
+  Error error;
 };
 
 struct MemorySignals {
   MemoryInput input;
   std::map<std::string, uint64_t> used;  // working set of each parent read
-  std::vector<std::string> problems;     // files that could not be read, one line each
+  std::vector<MemoryProblem> problems;   // what could not be read
 };
 
 // Reads each offline parent (paths in the memory hierarchy, the same
 // relative paths as in the cgroup2 mount) and the node. A parent missing
 // from the memory hierarchy is left out of `used` (and of the lever) with
 // a problem line; a node that cannot be read leaves input.capacity 0.
-MemorySignals offline_memory(const MemoryReader& r, const std::string& node_cgroup,
-                             const std::vector<std::string>& parents, uint64_t now_ns);
+MemorySignals offline_memory(const TickSnapshot& snap, const std::string& node_cgroup,
+                             const std::vector<std::string>& parents);
 
 // The memory stall of online cgroups between two calls, from their PSI
 // totals (memory.pressure in the cgroup2 mount; kernels with PSI per cgroup).
@@ -67,13 +74,11 @@ struct MemoryStall {
 };
 class MemoryStallMeter {
  public:
-  explicit MemoryStallMeter(std::string unified_root) : root_(std::move(unified_root)) {}
   // A cgroup's first reading only starts its count; cgroups not in `paths`
   // are forgotten.
-  MemoryStall step(const std::vector<std::string>& paths, uint64_t now_ns);
+  MemoryStall step(const TickSnapshot& snap, const std::vector<std::string>& paths);
 
  private:
-  std::string root_;
   std::map<std::string, PsiTotals> last_;
   uint64_t last_ns_ = 0;
 };
@@ -93,7 +98,7 @@ struct MemoryEvents {
 };
 class MemoryEventMeter {
  public:
-  MemoryEvents step(const MemoryReader& r, const std::vector<std::string>& online,
+  MemoryEvents step(const TickSnapshot& snap, const std::vector<std::string>& online,
                     const std::vector<std::string>& offline);
 
  private:

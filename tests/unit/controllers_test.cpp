@@ -1,0 +1,256 @@
+// The controllers over one snapshot: each file read once per tick, the
+// registry, and what the memory and burst controllers decide from a
+// snapshot of fake files (no kernel, no file system).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "khagent/collect/snapshot.h"
+#include "khagent/policy/controllers.h"
+
+using namespace khagent;
+
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kS = 1'000'000'000;
+
+// The node's files as plain maps; every read counted.
+class FakeReads : public NodeReads {
+ public:
+  mutable std::map<std::string, int> count;
+  std::map<std::string, MemoryUse> mem;
+  MemoryUse node{3000 * kMiB, 0, 4096 * kMiB, {}};
+  std::map<std::string, PsiTotals> psi;
+  std::map<std::string, CpuQuota> quota;
+  std::map<std::string, uint64_t> burst;
+  std::map<std::string, std::vector<std::string>> kids;
+
+  bool has_memory() const override { return true; }
+  Result<MemoryUse> memory(const std::string& cg) const override {
+    count["memory " + cg]++;
+    auto it = mem.find(cg);
+    if (it == mem.end()) return make_error(ENOENT, cg);
+    return it->second;
+  }
+  Result<MemoryUse> node_memory(const std::string&) const override {
+    count["node"]++;
+    return node;
+  }
+  Result<std::map<std::string, uint64_t>> oom_kill_counts(const std::string& cg) const override {
+    count["oom " + cg]++;
+    return std::map<std::string, uint64_t>{{cg, 0}};
+  }
+  Result<std::string> at_own_limit(const std::string& cg, const std::string&) const override {
+    count["own " + cg]++;
+    return std::string();
+  }
+  Result<PsiTotals> memory_pressure(const std::string& cg) const override {
+    count["psi " + cg]++;
+    auto it = psi.find(cg);
+    if (it == psi.end()) return make_error(ENOENT, cg);
+    return it->second;
+  }
+  std::optional<CpuQuota> cpu_quota(const std::string& cg) const override {
+    count["quota " + cg]++;
+    auto it = quota.find(cg);
+    return it == quota.end() ? std::nullopt : std::optional<CpuQuota>(it->second);
+  }
+  std::optional<uint64_t> cpu_burst(const std::string& cg) const override {
+    count["burst " + cg]++;
+    auto it = burst.find(cg);
+    return it == burst.end() ? std::nullopt : std::optional<uint64_t>(it->second);
+  }
+  std::vector<std::string> children(const std::string& cg) const override {
+    count["children " + cg]++;
+    auto it = kids.find(cg);
+    return it == kids.end() ? std::vector<std::string>{} : it->second;
+  }
+  Result<CpuManagerState> cpu_manager_state() const override {
+    count["cpu manager"]++;
+    return CpuManagerState{};
+  }
+};
+
+NodeFacts facts() {
+  NodeFacts f;
+  f.topo.cpus = {{0, 0, 0}, {1, 1, 0}};
+  f.memory = true;
+  return f;
+}
+
+// An online pod whose waits this tick were mostly its own throttling.
+PodSignals self_throttled(const std::string& path) {
+  PodSignals p;
+  p.uid = path;
+  p.path = path;
+  p.cls = CgroupClass::Online;
+  p.interval.waits = 100;
+  p.interval.wait_ns = 100'000'000;
+  p.interval.cause_ns[KH_WAIT_THROTTLED] = 90'000'000;
+  p.wait_p99_us = 20'000;
+  return p;
+}
+
+struct Tick {
+  NodeSignals node;
+  std::vector<OfflineTarget> targets;
+  std::vector<std::string> online;
+  std::set<std::pair<std::string, Knob>> ours;
+  TickView view(const TickSnapshot& snap) const {
+    return {
+        snap,         node, targets, online, [this](const std::string& cg, Knob k) { return ours.count({cg, k}) > 0; },
+        snap.now_ns()};
+  }
+};
+
+Controller& find(std::vector<std::unique_ptr<Controller>>& cs, const std::string& name) {
+  for (auto& c : cs)
+    if (c->name() == name) return *c;
+  throw std::runtime_error("no controller " + name);
+}
+
+}  // namespace
+
+TEST(TickSnapshot, ReadsEachFileOnceAndServesTheRestFromItsCache) {
+  FakeReads r;
+  r.mem["/yarn"] = {100 * kMiB, 0, {}, {}};
+  const TickSnapshot snap(r, kS);
+  EXPECT_EQ(snap.memory("/yarn").value().usage, 100 * kMiB);
+  EXPECT_EQ(snap.memory("/yarn").value().usage, 100 * kMiB);
+  EXPECT_FALSE(snap.memory("/gone").ok());
+  EXPECT_FALSE(snap.memory("/gone").ok()) << "a failed read is cached too: one moment per tick";
+  EXPECT_EQ(r.count["memory /yarn"], 1);
+  EXPECT_EQ(r.count["memory /gone"], 1);
+  EXPECT_EQ(snap.reads(), 2u);
+  r.mem["/yarn"].usage = 200 * kMiB;
+  EXPECT_EQ(snap.memory("/yarn").value().usage, 100 * kMiB) << "the tick's value, whatever the file says now";
+  const TickSnapshot next(r, 2 * kS);
+  EXPECT_EQ(next.memory("/yarn").value().usage, 200 * kMiB) << "the next tick reads again";
+}
+
+TEST(Controllers, OneListEachLeverOwnedByOneController) {
+  Config cfg = default_config();
+  auto all = make_controllers(cfg, facts());
+  std::set<std::string> names;
+  std::map<Lever, std::string> owner;
+  for (const auto& c : all) {
+    EXPECT_TRUE(names.insert(c->name()).second) << c->name();
+    for (Lever l : c->levers()) EXPECT_TRUE(owner.emplace(l, c->name()).second) << lever_name(l) << " twice";
+  }
+  EXPECT_EQ(owner.size(), kAllLevers.size()) << "every lever has a controller";
+  NodeFacts no_memory = facts();
+  no_memory.memory = false;
+  EXPECT_EQ(make_controllers(cfg, no_memory).size(), all.size() - 1) << "no memory controller without memory";
+  cfg.memory.enabled = false;
+  EXPECT_EQ(make_controllers(cfg, facts()).size(), all.size() - 1);
+}
+
+TEST(Controllers, ATickReadsTheNodesFilesOnceForAllControllers) {
+  Config cfg = default_config();
+  auto cs = make_controllers(cfg, facts());
+  FakeReads r;
+  r.mem["/hadoop-yarn"] = {500 * kMiB, 0, {}, {}};
+  Tick t;
+  t.targets = {{"/hadoop-yarn", TargetKind::YarnRoot, 0.5, 0, false, {}}};
+  t.node.pods = {self_throttled("/kubepods/pod-a")};
+  t.online = {"/kubepods/pod-a"};
+  r.quota["/kubepods/pod-a"] = {20000, 100000};
+  for (uint64_t i = 1; i <= 3; i++) {
+    r.count.clear();
+    const TickSnapshot snap(r, i * kS);
+    const TickView v = t.view(snap);
+    for (auto& c : cs) (void)c->step(v);
+    for (const auto& [file, n] : r.count) EXPECT_EQ(n, 1) << file << " read " << n << " times in tick " << i;
+    EXPECT_GT(r.count["node"], 0);
+    EXPECT_GT(r.count["memory /hadoop-yarn"], 0);
+  }
+}
+
+TEST(BurstController, GivesTheBurstToThePodAndItsContainersButNotOverSomeoneElses) {
+  Config cfg = default_config();  // burst_share 0.5
+  auto cs = make_controllers(cfg, facts());
+  Controller& burst = find(cs, "burst");
+  FakeReads r;
+  const std::string pod = "/kubepods/burstable/pod-a";
+  r.kids[pod] = {pod + "/c1", pod + "/c2", pod + "/c3"};
+  r.quota[pod] = {20000, 100000};
+  r.quota[pod + "/c1"] = {20000, 100000};
+  r.quota[pod + "/c2"] = {10000, 100000};
+  r.quota[pod + "/c3"] = {std::nullopt, 100000};  // no quota: nothing throttles it
+  r.burst = {{pod, 0}, {pod + "/c1", 0}, {pod + "/c2", 7000}};
+  Tick t;
+  t.node.pods = {self_throttled(pod)};
+  t.online = {pod};
+  const TickSnapshot snap(r, kS);
+  Outcome o = burst.step(t.view(snap));
+  ASSERT_EQ(o.settings.size(), 2u);
+  EXPECT_EQ(o.settings[0], (Setting{pod, CpuBurst{10000}, Lever::Burst}));
+  EXPECT_EQ(o.settings[1], (Setting{pod + "/c1", CpuBurst{10000}, Lever::Burst}));
+  const auto& rep = std::get<BurstReport>(o.report);
+  EXPECT_EQ(rep.pods, 1u);
+  EXPECT_EQ(rep.cgroups, 2u);
+  bool given = false, foreign = false;
+  for (const auto& n : rep.notes) {
+    given = given || (n.kind == BurstNote::Kind::Given && n.path == pod);
+    foreign = foreign || (n.kind == BurstNote::Kind::Foreign && n.path == pod + "/c2" && n.burst_us == 7000);
+  }
+  EXPECT_TRUE(given);
+  EXPECT_TRUE(foreign) << "c2's burst of 7000 us is someone else's";
+
+  // Its own burst, read back at the next tick, is still its own.
+  r.burst[pod] = 10000;
+  t.ours = {{pod, Knob::Burst}, {pod + "/c1", Knob::Burst}};
+  t.node.pods[0].interval.cause_ns[KH_WAIT_THROTTLED] = 0;  // calm now: the pod keeps its burst
+  const TickSnapshot next(r, 2 * kS);
+  o = burst.step(t.view(next));
+  EXPECT_EQ(o.settings.size(), 2u);
+  // The pod gone: no burst wanted (the actuator puts the originals back).
+  t.online.clear();
+  t.node.pods.clear();
+  const TickSnapshot gone(r, 3 * kS);
+  EXPECT_TRUE(burst.step(t.view(gone)).settings.empty());
+}
+
+TEST(MemoryController, AWakeUpWithoutACutLeavesTheControllerAsTheTickLeftIt) {
+  Config cfg = default_config();
+  auto cs = make_controllers(cfg, facts());
+  Controller& mem = find(cs, "memory");
+  FakeReads r;
+  r.node = {1000 * kMiB, 0, 4096 * kMiB, {}};  // roomy: 3 GiB free
+  r.mem["/hadoop-yarn"] = {500 * kMiB, 0, {}, {}};
+  Tick t;
+  t.targets = {{"/hadoop-yarn", TargetKind::YarnRoot, 0.5, 0, false, {}}};
+  t.online = {"/kubepods/pod-a"};
+  Wakeup w{kS / 2, {}, {"/kubepods/pod-a"}};
+  {
+    const TickSnapshot early(r, kS / 2);
+    EXPECT_FALSE(mem.on_wakeup(w, t.view(early))) << "no tick yet: no targets to cut";
+  }
+  const TickSnapshot s1(r, kS);
+  Outcome first = mem.step(t.view(s1));
+  ASSERT_EQ(first.settings.size(), 1u);
+  const auto budget = std::get<MemoryReport>(first.report).decision.budget;
+  EXPECT_TRUE(first.offer.memory);
+  EXPECT_EQ(first.offer.memory_budget_bytes, budget);
+  EXPECT_EQ(first.oom_first, std::vector<std::string>{"/hadoop-yarn"});
+  // A trigger on a roomy node: no cut, nothing to apply.
+  w.now_ns = kS + kS / 2;
+  const TickSnapshot s2(r, w.now_ns);
+  EXPECT_FALSE(mem.on_wakeup(w, t.view(s2)));
+  // The node short of memory (300 MiB free above the eviction threshold): the trigger cuts at once.
+  r.node.usage = 3696 * kMiB;
+  w.now_ns = kS + 3 * kS / 4;
+  const TickSnapshot s3(r, w.now_ns);
+  auto cut = mem.on_wakeup(w, t.view(s3));
+  ASSERT_TRUE(cut);
+  const auto& rep = std::get<MemoryReport>(cut->report);
+  EXPECT_FALSE(rep.tick);
+  EXPECT_TRUE(rep.decision.stalled);
+  EXPECT_EQ(rep.input.stall_trigger, std::optional<std::string>("/kubepods/pod-a"));
+  EXPECT_LT(rep.decision.budget, budget);
+  ASSERT_EQ(cut->settings.size(), 1u);
+  EXPECT_EQ(cut->settings[0].cgroup, "/hadoop-yarn");
+  EXPECT_TRUE(cut->oom_first.empty()) << "the OOM order is set at ticks";
+}

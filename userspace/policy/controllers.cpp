@@ -1,0 +1,13 @@
+#include "khagent/policy/controllers.h"
+
+namespace khagent {
+
+std::vector<std::unique_ptr<Controller>> make_controllers(const Config& cfg, const NodeFacts& facts) {
+  std::vector<std::unique_ptr<Controller>> out;
+  out.push_back(make_cpu_controller(cfg, facts));
+  if (cfg.memory.enabled && facts.memory) out.push_back(make_memory_controller(cfg, facts));
+  out.push_back(make_burst_controller(cfg));
+  return out;
+}
+
+}  // namespace khagent

@@ -1,0 +1,186 @@
+#include "khagent/policy/memory_controller.h"
+
+#include <array>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "khagent/policy/controllers.h"
+#include "khagent/policy/lever_table.h"
+#include "khagent/util/bytes.h"
+
+namespace khagent {
+
+namespace {
+
+constexpr std::array<Lever, 1> kMemoryLevers = {Lever::Memory};
+
+class MemoryController : public Controller {
+ public:
+  MemoryController(const Config& cfg, const NodeFacts& facts) : cfg_(cfg), facts_(facts) {}
+  const char* name() const override { return "memory"; }
+  std::span<const Lever> levers() const override { return kMemoryLevers; }
+  Outcome step(const TickView& v) override;
+  std::optional<Outcome> on_wakeup(const Wakeup& w, const TickView& v) override;
+
+ private:
+  // The budget from this snapshot (`triggers`: the online cgroups whose PSI
+  // triggers fired, between ticks); `targets` get their memory filled in.
+  MemoryReport decide(const TickView& v, const std::vector<std::string>& triggers, std::vector<OfflineTarget>& targets);
+  // The online pods that stalled past the limit, the most stalled first, with their shares.
+  void tick_signals(const TickView& v, const std::vector<std::string>& parents, MemoryReport& r,
+                    std::vector<std::pair<std::string, double>>& stalled);
+  // Which stalled pod is the node's (not at its own limit) into r.input.
+  void own_limits(const TickView& v, const std::vector<std::pair<std::string, double>>& stalled, bool trigger,
+                  MemoryReport& r) const;
+  Outcome outcome(MemoryReport r, std::vector<OfflineTarget> targets) const;
+
+  const Config& cfg_;
+  NodeFacts facts_;
+  MemoryState state_;
+  MemoryEventMeter events_;
+  MemoryStallMeter stall_;
+  std::map<std::string, uint64_t> last_used_;  // each offline parent's last working set read
+  std::optional<std::string> critical_;        // why the node's memory is critical
+  std::optional<uint64_t> budget_;             // in force; none: no budget (yet)
+  ReclaimCounters online_reclaim_;             // the direct reclaim online paid in the last tick
+  uint64_t reclaim_interval_ns_ = 0;           // that tick's interval
+  std::string why_;                            // the last change of the budget, for its writes' log lines
+  bool ticked_ = false;
+};
+
+void MemoryController::tick_signals(const TickView& v, const std::vector<std::string>& parents, MemoryReport& r,
+                                    std::vector<std::pair<std::string, double>>& stalled) {
+  r.events = events_.step(v.snap, v.online_pods, parents);
+  MemoryStall stall = stall_.step(v.snap, v.online_pods);
+  r.input.online_stall_share = stall.max_share;
+  for (const auto& [path, share] : stall.shares)  // the most stalled first
+    if (share > cfg_.memory.stall_limit) stalled.emplace_back(path, share);
+  r.stall_unreadable = !v.online_pods.empty() && stall.unreadable == v.online_pods.size();
+  r.stall = std::move(stall);
+}
+
+void MemoryController::own_limits(const TickView& v, const std::vector<std::pair<std::string, double>>& stalled,
+                                  bool trigger, MemoryReport& r) const {
+  // In a node cgroup full of page cache, a stall is the node's only for a
+  // pod with room under its own limits (and those above it): the first
+  // such pod, the most stalled at a tick, is the one named (its share the
+  // tick's). Unreadable counts as at its limit.
+  for (size_t i = 0; r.input.node_usage && i < stalled.size(); i++) {
+    const auto& own = v.snap.at_own_limit(stalled[i].first, cfg_.memory.node_cgroup);
+    const std::string why = own ? own.value() : "unknown (" + own.error().str() + ")";
+    if (i == 0) r.input.stall_own_limit = why;  // all at their limits: the first is the one logged
+    if (why.empty()) {
+      r.input.stall_own_limit.reset();
+      if (trigger) r.input.stall_trigger = stalled[i].first;
+      else r.input.online_stall_share = stalled[i].second;
+      break;
+    }
+  }
+  if (r.input.stall_own_limit && r.input.stall_own_limit->empty()) r.input.stall_own_limit.reset();
+}
+
+MemoryReport MemoryController::decide(const TickView& v, const std::vector<std::string>& triggers,
+                                      std::vector<OfflineTarget>& targets) {
+  MemoryReport r;
+  r.tick = triggers.empty();
+  r.yarn_last_resort = facts_.yarn_last_resort;
+  std::vector<std::string> parents;  // BestEffort pods are counted in their QoS cgroup
+  for (const auto& t : targets)
+    if (t.kind != TargetKind::BestEffortPod) parents.push_back(t.path);
+  MemorySignals ms = offline_memory(v.snap, cfg_.memory.node_cgroup, parents);
+  r.input = ms.input;
+  r.problems = std::move(ms.problems);
+  // A parent that could not be read keeps its last reading (and its
+  // limit): a failed read must not lift a limit.
+  std::map<std::string, uint64_t> last;
+  last.swap(last_used_);
+  for (auto& t : targets) {
+    std::optional<uint64_t> u;
+    if (auto a = ms.used.find(t.path); a != ms.used.end()) u = a->second;
+    else if (auto b = last.find(t.path); b != last.end()) u = b->second;
+    t.memory_known = u.has_value();
+    t.memory_used = u.value_or(0);
+    if (u) last_used_[t.path] = *u;
+  }
+  std::vector<std::pair<std::string, double>> stalled;  // online pods whose stall may cut offline
+  if (r.tick) tick_signals(v, parents, r, stalled);
+  else
+    for (const auto& p : triggers) stalled.emplace_back(p, 0.0);
+  if (!r.tick) r.input.stall_trigger = triggers.front();
+  own_limits(v, stalled, !r.tick, r);
+  r.input.online_node_reclaim_ns = online_reclaim_.ns[KH_RECLAIM_NODE];
+  r.input.online_memcg_reclaim_ns = online_reclaim_.ns[KH_RECLAIM_MEMCG];
+  r.input.interval_ns = reclaim_interval_ns_;
+  if (r.input.capacity == 0) {  // the node's memory is unknown: the last budget stays
+    critical_.reset();
+    return r;
+  }
+  r.decided = true;
+  r.decision = memory_step(r.input, cfg_.memory, state_);
+  r.critical_began = r.decision.critical && !critical_;
+  r.critical_ended = !r.decision.critical && critical_;
+  critical_ = r.decision.critical;
+  budget_ = r.decision.budget;
+  if (r.decision.changed) why_ = fmt::format("memory budget {}: {}", mib_text(r.decision.budget), r.decision.reason);
+  return r;
+}
+
+Outcome MemoryController::outcome(MemoryReport r, std::vector<OfflineTarget> targets) const {
+  Outcome o;
+  if (budget_) {
+    LeverInput in;
+    in.targets = std::move(targets);
+    in.memory_budget = budget_;
+    o.settings = lever_writes(in, cfg_, kMemoryLevers);
+  }
+  o.why = why_;
+  o.offer.memory = true;
+  o.offer.memory_budget_bytes = budget_;
+  o.offer.memory_emergency = critical_;
+  o.report = std::move(r);
+  return o;
+}
+
+Outcome MemoryController::step(const TickView& v) {
+  online_reclaim_ = v.node.reclaim[static_cast<size_t>(CgroupClass::Online)];
+  reclaim_interval_ns_ = v.node.interval_ns;
+  std::vector<OfflineTarget> targets = v.targets;
+  MemoryReport r = decide(v, {}, targets);
+  ticked_ = true;
+  Outcome o = outcome(std::move(r), targets);
+  // The kubelet already puts BestEffort pods at 1000; YARN containers and
+  // configured targets go first in the OOM order too.
+  if (cfg_.memory.oom_order)
+    for (const auto& t : targets)
+      if (t.kind == TargetKind::YarnRoot || t.kind == TargetKind::Configured) o.oom_first.push_back(t.path);
+  return o;
+}
+
+std::optional<Outcome> MemoryController::on_wakeup(const Wakeup& w, const TickView& v) {
+  if (w.memory_stalled.empty() || !ticked_) return std::nullopt;  // no targets yet
+  // Only the stall cut is made between ticks: a budget that would grow (or
+  // move for another reason) waits for the tick, as if nothing happened.
+  const MemoryState state = state_;
+  const auto critical = critical_;
+  const auto budget = budget_;
+  const std::string why = why_;
+  std::vector<OfflineTarget> targets = v.targets;
+  MemoryReport r = decide(v, w.memory_stalled, targets);
+  if (!r.decision.changed || state_.last_cut_ns != r.input.now_ns || !r.decision.stalled) {
+    state_ = state;
+    critical_ = critical;
+    budget_ = budget;
+    why_ = why;
+    return std::nullopt;
+  }
+  return outcome(std::move(r), std::move(targets));
+}
+
+}  // namespace
+
+std::unique_ptr<Controller> make_memory_controller(const Config& cfg, const NodeFacts& facts) {
+  return std::make_unique<MemoryController>(cfg, facts);
+}
+
+}  // namespace khagent
