@@ -6,8 +6,10 @@
 #include <map>
 #include <set>
 
+#include "khagent/actuate/actuator.h"
 #include "khagent/collect/snapshot.h"
 #include "khagent/policy/controllers.h"
+#include "test_util.h"
 
 using namespace khagent;
 
@@ -253,4 +255,66 @@ TEST(MemoryController, AWakeUpWithoutACutLeavesTheControllerAsTheTickLeftIt) {
   ASSERT_EQ(cut->settings.size(), 1u);
   EXPECT_EQ(cut->settings[0].cgroup, "/hadoop-yarn");
   EXPECT_TRUE(cut->oom_first.empty()) << "the OOM order is set at ticks";
+}
+
+// What a new controller takes, shown with one that is not shipped: a class
+// over the snapshot, its settings of an existing knob row (memory.reclaim,
+// write-only) and the actuator as the loop drives it. Nothing in app/.
+namespace {
+
+class ReclaimExample : public Controller {
+ public:
+  const char* name() const override { return "reclaim-example"; }
+  std::span<const Lever> levers() const override { return {}; }
+  Outcome step(const TickView& v) override {
+    Outcome o;
+    for (const auto& t : v.targets)
+      if (const auto& m = v.snap.memory(t.path); m && m.value().inactive_file >= 64 * kMiB)
+        o.settings.push_back({t.path, MemoryReclaim{m.value().inactive_file / 2}});
+    o.why = "example: half the offline page cache";
+    o.report = BurstReport{};  // a real one adds its own report type
+    return o;
+  }
+};
+
+struct OneFileFs : CgroupFs {
+  std::vector<std::string> writes;
+  Result<std::string> read(const std::string& cg, CgroupFile) override { return make_error(EIO, cg + ": no read"); }
+  Result<void> write(const std::string& cg, CgroupFile f, const std::string& v) override {
+    writes.push_back(cg + " " + cgroup_file_name(f) + " " + v);
+    return {};
+  }
+  bool exists(const std::string&) override { return true; }
+};
+
+}  // namespace
+
+TEST(Controllers, ANewControllerPlugsInWithoutTheLoopKnowingIt) {
+  FakeReads r;
+  r.mem["/hadoop-yarn"] = {600 * kMiB, 400 * kMiB, {}, {}};
+  r.mem["/batch"] = {10 * kMiB, 1 * kMiB, {}, {}};
+  Tick t;
+  t.targets = {{"/hadoop-yarn", TargetKind::YarnRoot, 0, 0, false, {}},
+               {"/batch", TargetKind::Configured, 0, 0, false, {}}};
+  std::vector<std::unique_ptr<Controller>> cs = make_controllers(default_config(), facts());
+  cs.push_back(std::make_unique<ReclaimExample>());
+  const TickSnapshot snap(r, kS);
+  std::vector<Setting> want;
+  for (auto& c : cs) {
+    Outcome o = c->step(t.view(snap));
+    want.insert(want.end(), o.settings.begin(), o.settings.end());
+  }
+  EXPECT_EQ(r.count["memory /hadoop-yarn"], 1) << "the memory controller's read served the example too";
+  TempDir d;
+  OneFileFs fs;
+  StateStore st((d.path / "s.json").string());
+  Actuator a(fs, st, false, {0, 1});
+  std::vector<Setting> reclaim;
+  for (const auto& s : want)
+    if (std::holds_alternative<MemoryReclaim>(s.value)) reclaim.push_back(s);
+  auto recs = a.apply_plan(a.plan(CgroupBackend::V2, reclaim), kS);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].outcome, ActionOutcome::Written);
+  EXPECT_EQ(fs.writes, std::vector<std::string>{"/hadoop-yarn memory.reclaim " + std::to_string(200 * kMiB)});
+  EXPECT_TRUE(st.entries().empty()) << "a write-only knob saves no original";
 }

@@ -253,7 +253,7 @@ void Agent::apply(std::vector<std::pair<const Controller*, Outcome>>& outs, uint
     reactions_.add(ms);
     reaction = fmt::format("; reaction {:.2f} ms from the first over-threshold wait", ms);
   } else if (!complete) {
-    reaction = fmt::format("; {:.1f} ms after the wake-up", static_cast<double>(mono_ns() - t0) / 1e6);
+    reaction = fmt::format("; {:.1f} ms after the trigger woke the agent", static_cast<double>(mono_ns() - t0) / 1e6);
   }
   for (auto& [c, o] : outs) {  // each controller's writes with its reason
     std::vector<ActionRecord> mine;
