@@ -2,7 +2,6 @@
 #include "khagent/app/bootstrap.h"
 #include "khagent/app/peers.h"
 
-#include <algorithm>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
@@ -15,7 +14,6 @@
 #include "khagent/export/controller_reports.h"
 #include "khagent/policy/controllers.h"
 #include "khagent/policy/lever_table.h"
-#include "khagent/signals/offline_candidates.h"
 #include "khagent/util/clock.h"
 #include "khagent/util/log_limit.h"
 
@@ -93,17 +91,11 @@ int Agent::run() {
 std::optional<int> Agent::setup_node() {
   if (auto rc = checked_mounts(mounts_)) return rc;
   NodeSetup node;
-  if (auto rc = khagent::setup_node(mounts_, node)) return rc;
+  if (auto rc = khagent::setup_node(mounts_, cfg_.memory.enabled, node)) return rc;
   facts_.topo = std::move(node.topo);
   facts_.idle_supported = node.idle_supported;
   backend_ = node.backend;
-  if (cfg_.memory.enabled) {
-    if (auto ok = memory_controller_for(backend_, roots_of(mounts_)); !ok) {
-      spdlog::warn("memory lever off: {}", ok.error().message);
-      cfg_.memory.enabled = false;
-    }
-  }
-  facts_.memory = cfg_.memory.enabled;
+  facts_.memory = cfg_.memory.enabled = node.memory;
   spdlog::info("levers: {}", levers_summary(cfg_, facts_.idle_supported));
   return std::nullopt;
 }
@@ -164,10 +156,7 @@ void Agent::loop() {
       events.swap(pending_);
       FastBatch batch = fast_batch(events, *classifier_);
       if (batch.longest)  // one line per scan: a starved task is worth knowing about while it lasts
-        spdlog::info("{}", describe_ongoing_waits(*batch.longest, batch.ongoing, [this](uint64_t id) {
-                       auto p = meas_.index->path_of(id);
-                       return p ? *p : fmt::format("cgroup {}", id);
-                     }));
+        log_ongoing_waits(*batch.longest, batch.ongoing, *meas_.index);
       wakeup({mono_ns(), std::move(batch.events), {}}, batch.first_ts_ns);
     }
     now = mono_ns();
@@ -200,16 +189,14 @@ int Agent::shutdown() {
 
 std::vector<OfflineTarget> Agent::targets(const NodeSignals& node, const Sample& sample) {
   std::vector<std::string> refused;
-  auto c = find_target_candidates(mounts_.cgroup2, cfg_.offline, node.offline_parents, &refused);
+  auto out = tick_targets(mounts_.cgroup2, cfg_.offline, node.offline_parents, sample, refused);
   for (const auto& r : refused)
     if (warned_.allow("target " + r, mono_ns())) spdlog::error("offline target ignored: {}", r);
-  auto out = select_targets(c, cfg_.offline);
   if (out.empty() && warned_.allow("no targets", mono_ns()))
     spdlog::warn(
         "no offline cgroup to restrain: no YARN hierarchy /{}, no BestEffort QoS cgroup under kubepods, no "
         "offline.targets that exist; measuring only (`khagent doctor` says more)",
         cfg_.offline.yarn_hierarchy);
-  for (auto& t : out) t.usage_cores = cores_at_or_below(sample, t.path);
   return out;
 }
 
@@ -246,20 +233,9 @@ void Agent::apply(std::vector<std::pair<const Controller*, Outcome>>& outs, uint
     recs.insert(recs.end(), back.begin(), back.end());
   }
   if (metrics_) metrics_->record_actions(recs);
-  std::string reaction;
-  if (first_event_ns && budget_written(recs)) {
-    const double ms = static_cast<double>(mono_ns() - first_event_ns) / 1e6;
-    if (metrics_) metrics_->record_reaction(ms / 1e3);
-    reactions_.add(ms);
-    reaction = fmt::format("; reaction {:.2f} ms from the first over-threshold wait", ms);
-  } else if (!complete) {
-    reaction = fmt::format("; {:.1f} ms after the trigger woke the agent", static_cast<double>(mono_ns() - t0) / 1e6);
-  }
+  const std::string reaction = complete ? "" : reactions_.note(recs, first_event_ns, t0, mono_ns(), metrics_.get());
   for (auto& [c, o] : outs) {  // each controller's writes with its reason
-    std::vector<ActionRecord> mine;
-    for (const auto& r : recs)
-      if (r.lever && std::ranges::find(c->levers(), *r.lever) != c->levers().end()) mine.push_back(r);
-    log_actions(mine, o.why + reaction, warned_, mono_ns());
+    log_actions(recs, c->levers(), o.why + reaction, warned_, mono_ns());
     if (oom_ && complete && !o.oom_first.empty()) log_oom_raised(oom_->raise(o.oom_first, 1000));
   }
   if (yarn_) {
@@ -295,12 +271,7 @@ void Agent::tick() {
   online_.clear();
   for (const auto& p : node_.pods)
     if (p.cls == CgroupClass::Online) online_.push_back(p.path);
-  auto synced = wakeups_->sync(online_);
-  for (const auto& p : synced.problems)
-    if (warned_.allow("psi trigger", mono_ns()))
-      spdlog::warn("{} (the tick's reading still cuts on a stall, up to a tick later)", p);
-  if (!synced.started.empty()) spdlog::info("{}", synced.started);
-
+  wakeups_->sync(online_, warned_);
   const uint64_t now = mono_ns();
   const TickSnapshot snap(*reads_, now);
   const TickView v = view(snap, now);

@@ -18,7 +18,7 @@ std::optional<int> checked_mounts(Mounts& out) {
   return std::nullopt;
 }
 
-std::optional<int> setup_node(const Mounts& m, NodeSetup& out) {
+std::optional<int> setup_node(const Mounts& m, bool memory, NodeSetup& out) {
   auto topo = read_topology();
   if (!topo) {
     spdlog::error("reading the CPU topology: {}", topo.error().str());
@@ -40,6 +40,11 @@ std::optional<int> setup_node(const Mounts& m, NodeSetup& out) {
   else
     spdlog::info("cgroup backend: {}: measuring by cgroup2 ids in {}, writing cpu in {} and cpuset in {}",
                  backend_name(out.backend), m.cgroup2, m.cpu_v1, m.cpuset_v1.empty() ? "(none)" : m.cpuset_v1);
+  if (memory) {
+    auto ok = memory_controller_for(out.backend, roots);
+    if (!ok) spdlog::warn("memory lever off: {}", ok.error().message);
+    out.memory = ok.ok();
+  }
   return std::nullopt;
 }
 

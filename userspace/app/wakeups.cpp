@@ -6,6 +6,9 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "khagent/util/clock.h"
 
 namespace khagent {
 
@@ -35,16 +38,16 @@ Wakeups::Woken Wakeups::wait(int timeout_ms) {
   return out;
 }
 
-Wakeups::Synced Wakeups::sync(const std::vector<std::string>& online) {
-  Synced out;
-  if (!psi_) return out;
-  out.problems = psi_->sync(online);
+void Wakeups::sync(const std::vector<std::string>& online, LogLimiter& warned) {
+  if (!psi_) return;
+  for (const auto& p : psi_->sync(online))
+    if (warned.allow("psi trigger", mono_ns()))
+      spdlog::warn("{} (the tick's reading still cuts on a stall, up to a tick later)", p);
   if (psi_->size() && !started_) {
     started_ = true;
-    out.started = fmt::format("PSI triggers \"{}\" on {} online pod{}{}", psi_->spec(), psi_->size(),
-                              psi_->size() == 1 ? "" : "s", psi_->note().empty() ? "" : ": " + psi_->note());
+    spdlog::info("PSI triggers \"{}\" on {} online pod{}{}", psi_->spec(), psi_->size(), psi_->size() == 1 ? "" : "s",
+                 psi_->note().empty() ? "" : ": " + psi_->note());
   }
-  return out;
 }
 
 }  // namespace khagent

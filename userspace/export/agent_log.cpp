@@ -88,4 +88,30 @@ void log_oom_restored(const std::vector<OomChange>& back) {
                back.front().from, back.front().to);
 }
 
+void log_actions(const std::vector<ActionRecord>& recs, std::span<const Lever> levers, const std::string& why,
+                 LogLimiter& limit, uint64_t now_ns) {
+  std::vector<ActionRecord> mine;
+  for (const auto& r : recs)
+    if (r.lever && std::find(levers.begin(), levers.end(), *r.lever) != levers.end()) mine.push_back(r);
+  log_actions(mine, why, limit, now_ns);
+}
+
+void log_ongoing_waits(const kh_wait_event& longest, size_t ongoing, const CgroupIndex& index) {
+  spdlog::info("{}", describe_ongoing_waits(longest, ongoing, [&index](uint64_t id) {
+                 auto p = index.path_of(id);
+                 return p ? *p : fmt::format("cgroup {}", id);
+               }));
+}
+
+std::string ReactionTimes::note(const std::vector<ActionRecord>& recs, uint64_t first_event_ns, uint64_t woke_ns,
+                                uint64_t now_ns, Metrics* metrics) {
+  if (first_event_ns && budget_written(recs)) {
+    const double ms = static_cast<double>(now_ns - first_event_ns) / 1e6;
+    if (metrics) metrics->record_reaction(ms / 1e3);
+    add(ms);
+    return fmt::format("; reaction {:.2f} ms from the first over-threshold wait", ms);
+  }
+  return fmt::format("; {:.1f} ms after the trigger woke the agent", static_cast<double>(now_ns - woke_ns) / 1e6);
+}
+
 }  // namespace khagent

@@ -47,4 +47,12 @@ std::vector<OfflineTarget> select_targets(const TargetCandidates& c, const Offli
   return out;
 }
 
+std::vector<OfflineTarget> tick_targets(const std::string& cgroup2, const OfflineConfig& cfg,
+                                        const std::vector<std::string>& offline_parents, const Sample& sample,
+                                        std::vector<std::string>& refused) {
+  auto out = select_targets(find_target_candidates(cgroup2, cfg, offline_parents, &refused), cfg);
+  for (auto& t : out) t.usage_cores = cores_at_or_below(sample, t.path);
+  return out;
+}
+
 }  // namespace khagent

@@ -31,11 +31,13 @@ struct NodeSetup {
   Topology topo;
   CgroupBackend backend = CgroupBackend::V2;
   bool idle_supported = true;  // the kernel has cpu.idle
+  bool memory = false;         // a memory controller the backend writes (asked for, and found)
 };
 
 // Reads the CPU topology and finds where cgroups are written (pure v1 hosts
 // are refused), and logs both.
-std::optional<int> setup_node(const Mounts& m, NodeSetup& out);
+// `memory`: the memory lever is asked for (found or not, said in the log).
+std::optional<int> setup_node(const Mounts& m, bool memory, NodeSetup& out);
 
 // Where a snapshot reads the node: the memory controller of the backend
 // (`memory`: it has one), the v1 cpu hierarchy on a hybrid host.

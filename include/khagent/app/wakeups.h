@@ -10,6 +10,7 @@
 
 #include "khagent/collect/memory.h"
 #include "khagent/loader/runq_loader.h"
+#include "khagent/util/log_limit.h"
 
 namespace khagent {
 
@@ -25,12 +26,10 @@ class Wakeups {
   // Waits up to `timeout_ms` for either.
   Woken wait(int timeout_ms);
 
-  struct Synced {
-    std::vector<std::string> problems;  // triggers that could not be made (tried again at the next call)
-    std::string started;                // the first time triggers exist: what they are, for the log
-  };
-  // One trigger on each of `online` and none elsewhere.
-  Synced sync(const std::vector<std::string>& online);
+  // One trigger on each of `online` and none elsewhere; logs the triggers
+  // the first time there are some, and those that could not be made (tried
+  // again at the next call) once a minute.
+  void sync(const std::vector<std::string>& online, LogLimiter& warned);
 
  private:
   RunqBpf& bpf_;

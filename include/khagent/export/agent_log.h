@@ -6,12 +6,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "khagent/abi/runq.h"
 #include "khagent/actuate/actuator.h"
 #include "khagent/actuate/oom_order.h"
+#include "khagent/collect/cgroupfs.h"
+#include "khagent/export/metrics.h"
 #include "khagent/policy/controller.h"
 #include "khagent/policy/targets.h"
 #include "khagent/util/log_limit.h"
@@ -22,6 +25,9 @@ namespace khagent {
 // dry run's would-be write once until it changes, failures at warn once a
 // minute per cgroup, file and outcome.
 void log_actions(const std::vector<ActionRecord>& recs, const std::string& why, LogLimiter& limit, uint64_t now_ns);
+// The same for the records of `levers` only (a controller's).
+void log_actions(const std::vector<ActionRecord>& recs, std::span<const Lever> levers, const std::string& why,
+                 LogLimiter& limit, uint64_t now_ns);
 
 // Logs the records of a restore (`unchanged_too`: those that found the
 // original in place as well); how many were rejected.
@@ -46,6 +52,12 @@ struct ReactionTimes {
     if (ms > max_ms) max_ms = ms;
   }
   std::string summary() const;  // "" when none
+  // For the writes of a wake-up at `woke_ns`: when they moved the CPU budget
+  // and `first_event_ns` is the wait that woke it, the reaction, counted
+  // here and in `metrics` (may be null); else the time since the wake-up.
+  // A note for their log lines.
+  std::string note(const std::vector<ActionRecord>& recs, uint64_t first_event_ns, uint64_t woke_ns, uint64_t now_ns,
+                   Metrics* metrics);
 };
 
 // One line for the waits still going on past the threshold (`ongoing` of
@@ -53,5 +65,7 @@ struct ReactionTimes {
 // `name_of` turns a cgroup id into a path.
 std::string describe_ongoing_waits(const kh_wait_event& longest, size_t ongoing,
                                    const std::function<std::string(uint64_t)>& name_of);
+// Logs that line, the cgroups named by `index`.
+void log_ongoing_waits(const kh_wait_event& longest, size_t ongoing, const CgroupIndex& index);
 
 }  // namespace khagent

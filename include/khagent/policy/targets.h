@@ -38,4 +38,11 @@ struct OfflineTarget {
 // (signals/offline_candidates.h) are targets, and of what kind.
 std::vector<OfflineTarget> select_targets(const TargetCandidates& c, const OfflineConfig& cfg);
 
+// A tick's targets: the candidates under the cgroup2 mount, selected, each
+// with its CPU use from the sample; `refused`: configured targets ignored,
+// one line each.
+std::vector<OfflineTarget> tick_targets(const std::string& cgroup2, const OfflineConfig& cfg,
+                                        const std::vector<std::string>& offline_parents, const Sample& sample,
+                                        std::vector<std::string>& refused);
+
 }  // namespace khagent
