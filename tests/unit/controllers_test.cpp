@@ -296,7 +296,8 @@ TEST(Controllers, ANewControllerPlugsInWithoutTheLoopKnowingIt) {
   Tick t;
   t.targets = {{"/hadoop-yarn", TargetKind::YarnRoot, 0, 0, false, {}},
                {"/batch", TargetKind::Configured, 0, 0, false, {}}};
-  std::vector<std::unique_ptr<Controller>> cs = make_controllers(default_config(), facts());
+  const Config cfg = default_config();  // the controllers keep a reference to it
+  std::vector<std::unique_ptr<Controller>> cs = make_controllers(cfg, facts());
   cs.push_back(std::make_unique<ReclaimExample>());
   const TickSnapshot snap(r, kS);
   std::vector<Setting> want;

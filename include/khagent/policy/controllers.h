@@ -66,7 +66,8 @@ class Controller {
 };
 
 // The controllers the configuration and the node enable, in the order
-// their settings are planned: the one list of them.
+// their settings are planned: the one list of them. They keep a reference
+// to `cfg`, which must outlive them.
 std::vector<std::unique_ptr<Controller>> make_controllers(const Config& cfg, const NodeFacts& facts);
 
 // Each controller, defined in its own file.
