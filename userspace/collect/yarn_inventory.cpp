@@ -130,37 +130,40 @@ std::optional<YarnNodeReader::NodeNow> YarnNodeReader::read_node(const std::stri
   return NodeNow{configured.value(), std::move(node).value(), std::move(containers).value()};
 }
 
-void YarnNodeReader::update(std::vector<NmContainer> containers, const YarnResource& node_max) {
-  // A container with numbers out of range, or larger than the node itself,
-  // is left out (neither counted nor killed): what it says cannot be used.
-  {
-    std::vector<NmContainer> usable;
-    usable.reserve(containers.size());
-    size_t skipped = 0;
-    std::string first;
-    for (auto& c : containers) {
-      std::string why = c.invalid;
-      if (why.empty() && !yarn_resource_within(c.resource, node_max)) {
-        why = "container " + c.id + ": " + yarn_resource_str(c.resource) + " is more than the node's " +
-              yarn_resource_str(node_max);
-      }
-      if (!why.empty()) {
-        if (skipped++ == 0) first = why;
-        continue;
-      }
-      usable.push_back(std::move(c));
+namespace {
+
+// The containers whose numbers can be used: in range and within the node; the others reported, not counted.
+std::vector<NmContainer> usable_containers(std::vector<NmContainer> containers, const YarnResource& node_max,
+                                           const YarnErrorFn& error) {
+  std::vector<NmContainer> usable;
+  usable.reserve(containers.size());
+  size_t skipped = 0;
+  std::string first;
+  for (auto& c : containers) {
+    std::string why = c.invalid;
+    if (why.empty() && !yarn_resource_within(c.resource, node_max)) {
+      why = "container " + c.id + ": " + yarn_resource_str(c.resource) + " is more than the node's " +
+            yarn_resource_str(node_max);
     }
-    if (skipped > 0) {
-      error_("container numbers", ERANGE,
-             "NodeManager containers: " + std::to_string(skipped) +
-                 " skipped for resources out of range, first: " + first);
+    if (!why.empty()) {
+      if (skipped++ == 0) first = why;
+      continue;
     }
-    containers = std::move(usable);
+    usable.push_back(std::move(c));
   }
-  // Queues only order the reclaim: without them (a slow or huge answer),
-  // the last known ones are used and everything else goes on.
-  std::map<std::string, YarnApp> by_id = inv_.apps;
-  auto apps = rest_->running_apps(abort_);
+  if (skipped > 0) {
+    error(
+        "container numbers", ERANGE,
+        "NodeManager containers: " + std::to_string(skipped) + " skipped for resources out of range, first: " + first);
+  }
+  return usable;
+}
+
+// The running applications by id, from the RM; the last known ones (`known`) when it cannot be asked.
+std::map<std::string, YarnApp> running_apps(YarnRest& rest, const std::atomic<bool>* abort, const YarnErrorFn& error,
+                                            std::map<std::string, YarnApp> known) {
+  std::map<std::string, YarnApp> by_id = std::move(known);
+  auto apps = rest.running_apps(abort);
   if (apps) {
     by_id.clear();
     size_t invalid = 0;
@@ -173,33 +176,39 @@ void YarnNodeReader::update(std::vector<NmContainer> containers, const YarnResou
       by_id[a.id] = std::move(a);
     }
     if (invalid > 0) {
-      error_("app numbers", ERANGE,
-             "running applications from the RM: " + std::to_string(invalid) +
-                 " skipped for numbers out of range, first: " + first);
+      error("app numbers", ERANGE,
+            "running applications from the RM: " + std::to_string(invalid) +
+                " skipped for numbers out of range, first: " + first);
     }
   } else {
-    error_("apps", apps.error().err, "running applications from the RM: " + apps.error().str());
+    error("apps", apps.error().err, "running applications from the RM: " + apps.error().str());
   }
-  // The AM of each application with a container here: the latest attempt
-  // and its container, looked up once per application and again when a
-  // container of a later attempt shows up (a new attempt has a new AM).
-  // Without view access the RM shows the attempt but not its container, and
-  // when it cannot be asked the attempt is the latest one seen here: the AM
-  // is then that attempt's first container (see yarn_reclaim_candidates).
-  std::map<std::string, YarnAmAttempt> am;
-  std::set<std::string> guessed;  // the RM could not be asked: ask again next time
+  return by_id;
+}
+
+// The latest attempt of each application with a container here, by application id.
+std::map<std::string, int> latest_attempts(const std::vector<NmContainer>& containers) {
   std::map<std::string, int> attempt;
   for (const auto& c : containers) {
     std::string app = app_of_container(c.id);
     if (!app.empty()) attempt[app] = std::max(attempt[app], attempt_of_container(c.id));
   }
+  return attempt;
+}
+
+// The AM of each application in `attempt`: the one known if still its latest attempt's, else asked of the RM,
+// else guessed (into `guessed`) as the latest attempt's first container.
+std::map<std::string, YarnAmAttempt> am_attempts(YarnRest& rest, const std::atomic<bool>* abort,
+                                                 const YarnInventory& known, const std::map<std::string, int>& attempt,
+                                                 std::set<std::string>& guessed) {
+  std::map<std::string, YarnAmAttempt> am;
   for (const auto& [app, latest] : attempt) {
-    auto it = inv_.am_of_app.find(app);
-    if (it != inv_.am_of_app.end() && it->second.attempt >= latest && inv_.am_guessed.count(app) == 0) {
+    auto it = known.am_of_app.find(app);
+    if (it != known.am_of_app.end() && it->second.attempt >= latest && known.am_guessed.count(app) == 0) {
       am[app] = it->second;
       continue;
     }
-    auto a = rest_->am_attempt(app, abort_);
+    auto a = rest.am_attempt(app, abort);
     if (a && a.value().attempt >= latest) {
       am[app] = a.value();
       if (a.value().container.empty()) {
@@ -214,6 +223,26 @@ void YarnNodeReader::update(std::vector<NmContainer> containers, const YarnResou
       guessed.insert(app);
     }
   }
+  return am;
+}
+
+}  // namespace
+
+void YarnNodeReader::update(std::vector<NmContainer> containers, const YarnResource& node_max) {
+  // A container with numbers out of range, or larger than the node itself,
+  // is left out (neither counted nor killed): what it says cannot be used.
+  containers = usable_containers(std::move(containers), node_max, error_);
+  // Queues only order the reclaim: without them (a slow or huge answer),
+  // the last known ones are used and everything else goes on.
+  std::map<std::string, YarnApp> by_id = running_apps(*rest_, abort_, error_, inv_.apps);
+  // The AM of each application with a container here: the latest attempt
+  // and its container, looked up once per application and again when a
+  // container of a later attempt shows up (a new attempt has a new AM).
+  // Without view access the RM shows the attempt but not its container, and
+  // when it cannot be asked the attempt is the latest one seen here: the AM
+  // is then that attempt's first container (see yarn_reclaim_candidates).
+  std::set<std::string> guessed;  // the RM could not be asked: ask again next time
+  std::map<std::string, YarnAmAttempt> am = am_attempts(*rest_, abort_, inv_, latest_attempts(containers), guessed);
   inv_ = YarnInventory{std::move(containers), std::move(by_id), std::move(am), std::move(guessed)};
 }
 

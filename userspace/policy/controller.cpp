@@ -86,12 +86,10 @@ ControllerInput controller_input(const NodeSignals& node, double node_cpus, uint
   return in;
 }
 
-Decision controller_step(const ControllerInput& in, const Config& cfg, ControllerState& st) {
-  const BudgetConfig& b = cfg.budget;
-  Decision d;
-  d.floor_cores = std::min(b.floor_cores, in.node_cpus);
-  d.ceiling_cores = std::max(d.floor_cores, in.node_cpus - in.online_cpu_cores - b.reserve_cores);
+namespace {
 
+// Judges the pods and the fast-path events into d; the first breach's why, empty when none.
+std::string judge_breaches(const ControllerInput& in, const Config& cfg, Decision& d) {
   std::string breach_why;
   for (const auto& p : in.online_pods) {
     PodVerdict v = judge_pod(p, cfg.online);
@@ -110,26 +108,28 @@ Decision controller_step(const ControllerInput& in, const Config& cfg, Controlle
                                e.ongoing ? "has been waiting for" : "waited", static_cast<double>(e.wait_ns) / 1e6,
                                static_cast<double>(e.aggressor_ns) / 1e6);
   }
-  bool breach = !breach_why.empty();
+  return breach_why;
+}
 
-  double prev = st.budget_cores;
+// The first step: the initial budget (the ceiling when unset) within the bounds; returns it.
+double init_budget(const ControllerInput& in, const BudgetConfig& b, ControllerState& st, Decision& d) {
+  double next = b.initial_cores >= 0 ? b.initial_cores : d.ceiling_cores;
+  next = std::clamp(next, d.floor_cores, d.ceiling_cores);
+  st.initialized = true;
+  st.budget_cores = next;
+  st.last_increase_ns = in.now_ns;
+  d.budget_cores = next;
+  d.changed = true;
+  d.action = BudgetAction::Init;
+  d.reason = fmt::format("start at {:.2f} cores (floor {:.2f}, ceiling {:.2f})", next, d.floor_cores, d.ceiling_cores);
+  return next;
+}
+
+// The rate-limited move from prev: a cut on a breach, a step up after a calm spell; returns the new budget.
+double rate_limited_move(const ControllerInput& in, const BudgetConfig& b, const std::string& breach_why, double prev,
+                         ControllerState& st, Decision& d) {
   double next = prev;
-  if (!st.initialized) {
-    next = b.initial_cores >= 0 ? b.initial_cores : d.ceiling_cores;
-    next = std::clamp(next, d.floor_cores, d.ceiling_cores);
-    st.initialized = true;
-    st.budget_cores = next;
-    st.last_increase_ns = in.now_ns;
-    d.budget_cores = next;
-    d.changed = true;
-    d.action = BudgetAction::Init;
-    d.reason =
-        fmt::format("start at {:.2f} cores (floor {:.2f}, ceiling {:.2f})", next, d.floor_cores, d.ceiling_cores);
-    if (!breach) return d;
-    prev = next;
-  }
-
-  if (breach) {
+  if (!breach_why.empty()) {
     st.last_breach_ns = in.now_ns;
     if (st.last_decrease_ns == 0 || in.now_ns - st.last_decrease_ns >= b.min_decrease_interval_ns) {
       // Cut from what offline actually uses if that is below the budget, so
@@ -151,6 +151,26 @@ Decision controller_step(const ControllerInput& in, const Config& cfg, Controlle
                                       : fmt::format("{:.2f} -> {:.2f} cores: calm for {:.1f}s", prev, next,
                                                     static_cast<double>(in.now_ns - st.last_breach_ns) / 1e9);
   }
+  return next;
+}
+
+}  // namespace
+
+Decision controller_step(const ControllerInput& in, const Config& cfg, ControllerState& st) {
+  const BudgetConfig& b = cfg.budget;
+  Decision d;
+  d.floor_cores = std::min(b.floor_cores, in.node_cpus);
+  d.ceiling_cores = std::max(d.floor_cores, in.node_cpus - in.online_cpu_cores - b.reserve_cores);
+
+  const std::string breach_why = judge_breaches(in, cfg, d);
+  bool breach = !breach_why.empty();
+
+  double prev = st.budget_cores;
+  if (!st.initialized) {
+    prev = init_budget(in, b, st, d);
+    if (!breach) return d;
+  }
+  double next = rate_limited_move(in, b, breach_why, prev, st, d);
 
   // The ceiling follows online usage at once, whatever the rate limits say.
   if (next > d.ceiling_cores) {

@@ -115,6 +115,64 @@ bool fits(const YarnResource& used, const YarnResource& cap) {
   return used.vcores <= cap.vcores && used.memory_mb <= cap.memory_mb;
 }
 
+// Decides to post r: the action, and the reason after the head.
+void post(YarnCapacityDecision& d, const std::string& head, YarnResource r, YarnCapacityAction action,
+          const std::string& why) {
+  d.post = true;
+  d.resource = r;
+  d.action = action;
+  d.reason = head + ", " + why;
+}
+
+// Decides to post nothing: the action, and the reason after the head.
+void no_post(YarnCapacityDecision& d, const std::string& head, YarnCapacityAction action, const std::string& why) {
+  d.action = action;
+  d.reason = head + ", " + why;
+}
+
+// A grow beyond the deadband: posted, at the lowest target seen meanwhile, once the target stayed above for
+// grow_stable and grow_interval passed since the last grow.
+void grow_step(const YarnCapacityInput& in, const YarnConfig& cfg, YarnCapacityState& st, const YarnResource& t,
+               int64_t band, const std::string& head, const std::string& adv, YarnCapacityDecision& d) {
+  const YarnResource& a = in.advertised;
+  if (!st.grow_pending) {
+    st.grow_pending = true;
+    st.grow_since_ns = in.now_ns;
+    st.grow_min_vcores = t.vcores;
+  }
+  st.grow_min_vcores = std::min(st.grow_min_vcores, t.vcores);
+  const uint64_t above_ns = in.now_ns >= st.grow_since_ns ? in.now_ns - st.grow_since_ns : 0;
+  if (above_ns < cfg.grow_stable_ns) {
+    no_post(d, head, YarnCapacityAction::WaitStable,
+            fmt::format("{}: above for {:.1f}s of {:.1f}s (lowest {} vcores)", adv, static_cast<double>(above_ns) / 1e9,
+                        static_cast<double>(cfg.grow_stable_ns) / 1e9, st.grow_min_vcores));
+    return;
+  }
+  if (st.last_grow_ns != 0 && in.now_ns >= st.last_grow_ns && in.now_ns - st.last_grow_ns < cfg.grow_interval_ns) {
+    no_post(d, head, YarnCapacityAction::WaitInterval,
+            fmt::format("{}: last grow {:.1f}s ago, interval {:.1f}s (lowest {} vcores)", adv,
+                        static_cast<double>(in.now_ns - st.last_grow_ns) / 1e9,
+                        static_cast<double>(cfg.grow_interval_ns) / 1e9, st.grow_min_vcores));
+    return;
+  }
+  YarnResource r{st.grow_min_vcores, memory_capped(st.grow_min_vcores, in.configured, cfg, in.memory_budget_mb)};
+  // What the window allows must still be a grow worth posting against the
+  // advertised value now (it may have changed meanwhile).
+  bool worth = r.vcores >= a.vcores && r.memory_mb >= a.memory_mb &&
+               (r.vcores - a.vcores >= band || (r.vcores == a.vcores && r.memory_mb > a.memory_mb));
+  if (!worth) {
+    reset_grow(st);
+    no_post(d, head, YarnCapacityAction::Deadband,
+            fmt::format("{}: lowest target in the window {} is not a grow", adv, yarn_resource_str(r)));
+    return;
+  }
+  reset_grow(st);
+  st.last_grow_ns = in.now_ns;
+  post(d, head, r, YarnCapacityAction::Grow,
+       fmt::format("{}: grow to {} (lowest target since {:.1f}s)", adv, yarn_resource_str(r),
+                   static_cast<double>(above_ns) / 1e9));
+}
+
 }  // namespace
 
 bool yarn_max_observe(YarnMaxRecord& rec, const std::string& node_id, const YarnResource& seen,
@@ -183,23 +241,12 @@ YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnC
                   in.memory_budget_mb && cfg.memory_follows_budget ? fmt::format(", {} MB", *in.memory_budget_mb) : "",
                   yarn_resource_str(t));
 
-  auto post = [&](YarnResource r, YarnCapacityAction action, const std::string& why) {
-    d.post = true;
-    d.resource = r;
-    d.action = action;
-    d.reason = head + ", " + why;
-  };
-  auto no_post = [&](YarnCapacityAction action, const std::string& why) {
-    d.action = action;
-    d.reason = head + ", " + why;
-  };
-
   // Numbers from the RM/NM that slipped past the readers: never act on them.
   if (!yarn_resource_sane(in.configured) || (in.known && !yarn_resource_sane(a))) {
     reset_grow(st);
     d.target = {};
     no_post(
-        YarnCapacityAction::Unknown,
+        d, head, YarnCapacityAction::Unknown,
         fmt::format("configured {}{}: out of range (at most {} vcores/{} MB), nothing posted",
                     yarn_resource_str(in.configured), in.known ? ", advertised " + yarn_resource_str(a) : std::string(),
                     kYarnMaxVcores, kYarnMaxMemoryMb));
@@ -208,7 +255,7 @@ YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnC
 
   if (!in.known) {
     reset_grow(st);
-    post(t, t.vcores < in.configured.vcores ? YarnCapacityAction::Shrink : YarnCapacityAction::Grow,
+    post(d, head, t, t.vcores < in.configured.vcores ? YarnCapacityAction::Shrink : YarnCapacityAction::Grow,
          fmt::format("advertised unknown, configured {}: first contact, post the target",
                      yarn_resource_str(in.configured)));
     return d;
@@ -221,12 +268,12 @@ YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnC
   if (a.vcores - t.vcores >= band || t.memory_mb < a.memory_mb) {
     reset_grow(st);
     YarnResource r{std::min(t.vcores, a.vcores), std::min(t.memory_mb, a.memory_mb)};
-    post(r, YarnCapacityAction::Shrink, fmt::format("{}: shrink to {}", adv, yarn_resource_str(r)));
+    post(d, head, r, YarnCapacityAction::Shrink, fmt::format("{}: shrink to {}", adv, yarn_resource_str(r)));
     return d;
   }
   if (t == a) {
     reset_grow(st);
-    no_post(YarnCapacityAction::Hold, adv + ": hold");
+    no_post(d, head, YarnCapacityAction::Hold, adv + ": hold");
     return d;
   }
   // From here on the memory does not drop, and the vcores are at most
@@ -234,46 +281,10 @@ YarnCapacityDecision yarn_capacity_step(const YarnCapacityInput& in, const YarnC
   bool grow = t.vcores - a.vcores >= band || (t.vcores == a.vcores && t.memory_mb > a.memory_mb);
   if (!grow) {
     reset_grow(st);
-    no_post(YarnCapacityAction::Deadband, fmt::format("{}: inside the deadband of {} vcores", adv, band));
+    no_post(d, head, YarnCapacityAction::Deadband, fmt::format("{}: inside the deadband of {} vcores", adv, band));
     return d;
   }
-
-  if (!st.grow_pending) {
-    st.grow_pending = true;
-    st.grow_since_ns = in.now_ns;
-    st.grow_min_vcores = t.vcores;
-  }
-  st.grow_min_vcores = std::min(st.grow_min_vcores, t.vcores);
-  const uint64_t above_ns = in.now_ns >= st.grow_since_ns ? in.now_ns - st.grow_since_ns : 0;
-  if (above_ns < cfg.grow_stable_ns) {
-    no_post(YarnCapacityAction::WaitStable,
-            fmt::format("{}: above for {:.1f}s of {:.1f}s (lowest {} vcores)", adv, static_cast<double>(above_ns) / 1e9,
-                        static_cast<double>(cfg.grow_stable_ns) / 1e9, st.grow_min_vcores));
-    return d;
-  }
-  if (st.last_grow_ns != 0 && in.now_ns >= st.last_grow_ns && in.now_ns - st.last_grow_ns < cfg.grow_interval_ns) {
-    no_post(YarnCapacityAction::WaitInterval,
-            fmt::format("{}: last grow {:.1f}s ago, interval {:.1f}s (lowest {} vcores)", adv,
-                        static_cast<double>(in.now_ns - st.last_grow_ns) / 1e9,
-                        static_cast<double>(cfg.grow_interval_ns) / 1e9, st.grow_min_vcores));
-    return d;
-  }
-  YarnResource r{st.grow_min_vcores, memory_capped(st.grow_min_vcores, in.configured, cfg, in.memory_budget_mb)};
-  // What the window allows must still be a grow worth posting against the
-  // advertised value now (it may have changed meanwhile).
-  bool worth = r.vcores >= a.vcores && r.memory_mb >= a.memory_mb &&
-               (r.vcores - a.vcores >= band || (r.vcores == a.vcores && r.memory_mb > a.memory_mb));
-  if (!worth) {
-    reset_grow(st);
-    no_post(YarnCapacityAction::Deadband,
-            fmt::format("{}: lowest target in the window {} is not a grow", adv, yarn_resource_str(r)));
-    return d;
-  }
-  reset_grow(st);
-  st.last_grow_ns = in.now_ns;
-  post(r, YarnCapacityAction::Grow,
-       fmt::format("{}: grow to {} (lowest target since {:.1f}s)", adv, yarn_resource_str(r),
-                   static_cast<double>(above_ns) / 1e9));
+  grow_step(in, cfg, st, t, band, head, adv, d);
   return d;
 }
 

@@ -271,15 +271,13 @@ void Classifier::retain(const std::vector<uint64_t>& alive) {
   forget(gone);
 }
 
-NodeSignals rollup(const Sample& s, Classifier& classifier) {
-  NodeSignals out;
-  out.ts_ns = s.ts_ns;
-  out.interval_ns = s.interval_ns;
-  double secs = s.interval_ns ? static_cast<double>(s.interval_ns) / 1e9 : 0;
+namespace {
 
-  // Membership first: removed cgroups (or, for a complete sample, unlisted
-  // ones) are no longer known, the sample's cgroups are from now on. (In
-  // this order: the entries below stay valid.)
+// Membership first: removed cgroups (or, for a complete sample, unlisted ones) are no longer known, the sample's
+// cgroups are from now on; returns each sample cgroup's entry (ancestors not known are classed into `ancestors`).
+std::vector<const Classifier::Entry*> update_membership(const Sample& s, Classifier& classifier,
+                                                        std::vector<Classifier::Entry>& ancestors) {
+  // (In this order: the entries below stay valid.)
   classifier.forget(s.removed);
   std::vector<const Classifier::Entry*> entries;
   entries.reserve(s.cgroups.size());
@@ -288,7 +286,6 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
   // class is its containers'.
   size_t n_ancestors = 0;
   for (const auto& c : s.cgroups) n_ancestors += c.ancestor;
-  std::vector<Classifier::Entry> ancestors;
   ancestors.reserve(n_ancestors);  // no reallocation: entries point into it
   for (const auto& c : s.cgroups) {
     const Classifier::Entry* known = c.ancestor ? classifier.find(c.id) : nullptr;
@@ -302,8 +299,12 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
       if (!c.ancestor) alive.push_back(c.id);
     classifier.retain(alive);
   }
+  return entries;
+}
 
-  std::map<std::string, PodSignals> pods;  // by uid
+// The classifier's pods, by uid, with their identity filled in and no counters yet.
+std::map<std::string, PodSignals> known_pods(const Classifier& classifier) {
+  std::map<std::string, PodSignals> pods;
   for (const auto& [uid, p] : classifier.pods()) {
     PodSignals& ps = pods[uid];
     ps.uid = uid;
@@ -311,12 +312,24 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
     ps.cls = p.cls;
     ps.qos = p.qos;
   }
+  return pods;
+}
+
+// The classifier's YARN containers, by id, with their identity filled in and no counters yet.
+std::map<std::string, YarnContainerSignals> known_yarn(const Classifier& classifier) {
   std::map<std::string, YarnContainerSignals> yarn;
   for (const auto& [id, y] : classifier.yarn_containers()) {
     YarnContainerSignals& ys = yarn[id];
     ys.container = id;
     ys.path = y.path;
   }
+  return yarn;
+}
+
+// Adds each cgroup's interval counters, throttling and reclaim to its class, its pod and its YARN container.
+void add_cgroups(const Sample& s, const std::vector<const Classifier::Entry*>& entries, const Classifier& classifier,
+                 double secs, NodeSignals& out, std::map<std::string, PodSignals>& pods,
+                 std::map<std::string, YarnContainerSignals>& yarn) {
   for (size_t i = 0; i < s.cgroups.size(); i++) {
     const CgroupSample& c = s.cgroups[i];
     const Classifier::Entry& e = *entries[i];
@@ -341,8 +354,11 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
       reclaim_add(out.reclaim[static_cast<size_t>(cls)], c.reclaim_interval);
     }
   }
+}
 
-  // Interference by class and pod, from the (victim, aggressor) pairs.
+// Interference by class and pod, from the (victim, aggressor) pairs; the YARN containers' totals kept.
+void add_pairs(const Sample& s, Classifier& classifier, NodeSignals& out, std::map<std::string, PodSignals>& pods,
+               std::map<std::string, YarnContainerSignals>& yarn) {
   for (const auto& pr : s.pairs) {
     const Classifier::Entry* v = classifier.find(pr.victim);
     const Classifier::Entry* a = classifier.find(pr.aggressor);
@@ -372,7 +388,11 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
     auto it = classifier.yarn_containers().find(id);
     if (it != classifier.yarn_containers().end()) y.online_wait_caused_ns_total = it->second.online_wait_caused_ns;
   }
+}
 
+// The per-tick figures (p99 waits, CPU cores) and the lists: pods, YARN containers, online cgroups, offline parents.
+void finish(const Classifier& classifier, double secs, std::map<std::string, PodSignals>& pods,
+            std::map<std::string, YarnContainerSignals>& yarn, NodeSignals& out) {
   for (auto& [uid, p] : pods) {
     p.wait_p99_us = hist_quantile(p.interval.hist, 0.99) / 1000.0;
     if (secs > 0) p.cpu_cores = static_cast<double>(p.interval.cpu_ns) / 1e9 / secs;
@@ -386,6 +406,23 @@ NodeSignals rollup(const Sample& s, Classifier& classifier) {
   out.online_cgroups.assign(classifier.online().begin(), classifier.online().end());
   std::sort(out.online_cgroups.begin(), out.online_cgroups.end());
   for (const auto& [parent, _] : classifier.offline_parents()) out.offline_parents.push_back(parent);
+}
+
+}  // namespace
+
+NodeSignals rollup(const Sample& s, Classifier& classifier) {
+  NodeSignals out;
+  out.ts_ns = s.ts_ns;
+  out.interval_ns = s.interval_ns;
+  double secs = s.interval_ns ? static_cast<double>(s.interval_ns) / 1e9 : 0;
+
+  std::vector<Classifier::Entry> ancestors;  // entries point into it
+  const std::vector<const Classifier::Entry*> entries = update_membership(s, classifier, ancestors);
+  std::map<std::string, PodSignals> pods = known_pods(classifier);  // by uid
+  std::map<std::string, YarnContainerSignals> yarn = known_yarn(classifier);
+  add_cgroups(s, entries, classifier, secs, out, pods, yarn);
+  add_pairs(s, classifier, out, pods, yarn);
+  finish(classifier, secs, pods, yarn, out);
   return out;
 }
 

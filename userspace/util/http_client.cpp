@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -67,20 +68,16 @@ struct Prepared {
   const std::string* body = nullptr;
 };
 
-Attempt perform(CURL* c, const HttpClientOptions& opts, const std::string& base, const Prepared& p,
-                const std::atomic<bool>* abort) {
-  Attempt a;
-  curl_easy_reset(c);
-  CurlSink sink;
-  sink.cap = opts.max_body_bytes;
-  char errbuf[CURL_ERROR_SIZE] = {};
-  const std::string url = base + p.path_query;
-
-  // Each setopt can fail (out of memory, option not built in): keep the first.
+// Keeps the first failure of a run of setopt calls (out of memory, option not built in).
+struct FirstError {
   CURLcode rc = CURLE_OK;
-  auto set = [&rc](CURLcode r) {
+  void operator()(CURLcode r) {
     if (rc == CURLE_OK) rc = r;
-  };
+  }
+};
+
+// The request proper: the URL, the protocols allowed, the method and body, the headers, no redirects followed.
+void set_request(CURL* c, const std::string& url, const Prepared& p, char* errbuf, FirstError& set) {
   set(curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf));
   set(curl_easy_setopt(c, CURLOPT_URL, url.c_str()));
 #if LIBCURL_VERSION_NUM >= 0x075500  // 7.85.0
@@ -102,6 +99,10 @@ Attempt perform(CURL* c, const HttpClientOptions& opts, const std::string& base,
   // Never follow redirects: a standby ResourceManager redirects to the active
   // one, and which base URL is next is ours to decide (see send()).
   set(curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L));
+}
+
+// The connection: timeouts without signals, TLS verification, Kerberos authentication.
+void set_connection(CURL* c, const HttpClientOptions& opts, FirstError& set) {
   // Timeouts without SIGALRM: we run on a thread of a multi-threaded process.
   set(curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L));
   set(curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, opts.timeout_ms));
@@ -121,6 +122,10 @@ Attempt perform(CURL* c, const HttpClientOptions& opts, const std::string& base,
     set(curl_easy_setopt(c, CURLOPT_HTTPAUTH, static_cast<long>(CURLAUTH_NEGOTIATE)));
     set(curl_easy_setopt(c, CURLOPT_USERPWD, ":"));
   }
+}
+
+// The response's way in: into `sink`, capped, and aborted when `abort` is set.
+void set_sink(CURL* c, CurlSink& sink, const std::atomic<bool>* abort, FirstError& set) {
   // Size cap: early when Content-Length announces too much, else while writing.
   set(curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(sink.cap)));
   set(curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_sink_write));
@@ -130,39 +135,39 @@ Attempt perform(CURL* c, const HttpClientOptions& opts, const std::string& base,
     set(curl_easy_setopt(c, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(abort)));
     set(curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L));
   }
-  if (rc != CURLE_OK) {
+}
+
+// A transfer that failed: too large and cancelled are fatal, anything else fails over.
+Attempt transfer_failure(CURL* c, CURLcode rc, const CurlSink& sink, const char* errbuf,
+                         const std::atomic<bool>* abort) {
+  Attempt a;
+  if (sink.overflow || rc == CURLE_FILESIZE_EXCEEDED) {
+    // Another replica would send the same: no point in failing over.
     a.kind = Attempt::Fatal;
-    a.err = rc == CURLE_NOT_BUILT_IN || rc == CURLE_UNKNOWN_OPTION ? ENOTSUP : EINVAL;
-    a.message = std::string("setting up the request: ") + curl_easy_strerror(rc);
+    a.err = EFBIG;
+    a.message = "response larger than " + std::to_string(sink.cap) + " bytes";
     return a;
   }
-
-  rc = curl_easy_perform(c);
-  if (rc != CURLE_OK) {
-    if (sink.overflow || rc == CURLE_FILESIZE_EXCEEDED) {
-      // Another replica would send the same: no point in failing over.
-      a.kind = Attempt::Fatal;
-      a.err = EFBIG;
-      a.message = "response larger than " + std::to_string(sink.cap) + " bytes";
-      return a;
-    }
-    if (rc == CURLE_ABORTED_BY_CALLBACK || aborted(abort)) {
-      a.kind = Attempt::Fatal;
-      a.err = ECANCELED;
-      a.message = "cancelled";
-      return a;
-    }
-    long os_errno = 0;
-    curl_easy_getinfo(c, CURLINFO_OS_ERRNO, &os_errno);
-    a.err = rc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT
-            : os_errno != 0                ? static_cast<int>(os_errno)
-            : rc == CURLE_COULDNT_CONNECT  ? ECONNREFUSED
-                                           : EIO;
-    a.message = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
-    while (!a.message.empty() && a.message.back() == '\n') a.message.pop_back();
+  if (rc == CURLE_ABORTED_BY_CALLBACK || aborted(abort)) {
+    a.kind = Attempt::Fatal;
+    a.err = ECANCELED;
+    a.message = "cancelled";
     return a;
   }
+  long os_errno = 0;
+  curl_easy_getinfo(c, CURLINFO_OS_ERRNO, &os_errno);
+  a.err = rc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT
+          : os_errno != 0                ? static_cast<int>(os_errno)
+          : rc == CURLE_COULDNT_CONNECT  ? ECONNREFUSED
+                                         : EIO;
+  a.message = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
+  while (!a.message.empty() && a.message.back() == '\n') a.message.pop_back();
+  return a;
+}
 
+// A transfer that completed: 2xx and 4xx (or any, if so configured) answer, a redirect or 5xx fails over.
+Attempt status_attempt(CURL* c, const HttpClientOptions& opts, const std::string& base, CurlSink& sink) {
+  Attempt a;
   long status = 0;
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
   if (opts.statuses_are_answers || (status >= 200 && status <= 299) || (status >= 400 && status <= 499)) {
@@ -185,6 +190,96 @@ Attempt perform(CURL* c, const HttpClientOptions& opts, const std::string& base,
   a.message = "HTTP " + std::to_string(status);
   if (!sink.body.empty()) a.message += ": " + body_excerpt(sink.body);
   return a;
+}
+
+// One attempt at one base URL: set up the transfer, run it, and class what came back.
+Attempt perform(CURL* c, const HttpClientOptions& opts, const std::string& base, const Prepared& p,
+                const std::atomic<bool>* abort) {
+  curl_easy_reset(c);
+  CurlSink sink;
+  sink.cap = opts.max_body_bytes;
+  char errbuf[CURL_ERROR_SIZE] = {};
+  const std::string url = base + p.path_query;
+
+  // Each setopt can fail (out of memory, option not built in): keep the first.
+  FirstError set;
+  set_request(c, url, p, errbuf, set);
+  set_connection(c, opts, set);
+  set_sink(c, sink, abort, set);
+  if (set.rc != CURLE_OK) {
+    Attempt a;
+    a.kind = Attempt::Fatal;
+    a.err = set.rc == CURLE_NOT_BUILT_IN || set.rc == CURLE_UNKNOWN_OPTION ? ENOTSUP : EINVAL;
+    a.message = std::string("setting up the request: ") + curl_easy_strerror(set.rc);
+    return a;
+  }
+
+  const CURLcode rc = curl_easy_perform(c);
+  if (rc != CURLE_OK) return transfer_failure(c, rc, sink, errbuf, abort);
+  return status_attempt(c, opts, base, sink);
+}
+
+// What is wrong with the request or the options before anything is sent (EINVAL); none: nothing.
+std::optional<std::string> invalid_request(const HttpClientOptions& opts, const HttpRequest& req) {
+  if (opts.base_urls.empty()) return "no base URL configured";
+  if (req.method != "GET" && req.method != "POST" && req.method != "PUT") return "unsupported method";
+  if (opts.timeout_ms <= 0) return "timeout must be positive";
+  if (has_crlf(req.path) || has_crlf(req.content_type)) return "line break in the path or content type";
+  for (const auto& h : req.headers) {
+    if (has_crlf(h)) return "line break in a header";
+  }
+  if (opts.auth == HttpAuth::Simple && opts.user.empty()) return "simple authentication needs a user";
+  return std::nullopt;
+}
+
+// The request's headers: JSON accepted, the body's type, no 100-continue, then the caller's; false: out of memory.
+bool build_headers(const HttpRequest& req, CurlSlist& headers) {
+  auto add_header = [&headers](const std::string& line) {
+    curl_slist* l = curl_slist_append(headers.get(), line.c_str());
+    if (l == nullptr) return false;
+    (void)headers.release();  // NOLINT(bugprone-unused-return-value): now owned by the list head `l`
+    headers.reset(l);
+    return true;
+  };
+  bool ok = add_header("Accept: application/json");
+  if (req.method != "GET") {
+    if (!req.content_type.empty()) ok = ok && add_header("Content-Type: " + req.content_type);
+    ok = ok && add_header("Expect:");  // no 100-continue round trip for large bodies
+  }
+  for (const auto& line : req.headers) ok = ok && add_header(line);
+  return ok;
+}
+
+// The base URL to try after a failure at idx: the one a redirect names, if configured and not yet tried in this
+// round; else the next untried one after idx; n if none.
+size_t next_base(const std::vector<std::string>& base_urls, const std::vector<bool>& tried, size_t idx,
+                 const std::string& location) {
+  const size_t n = base_urls.size();
+  size_t next = n;
+  if (!location.empty()) {
+    for (size_t j = 0; j < n; ++j) {
+      if (!tried[j] && url_under_base(location, base_urls[j])) {
+        next = j;
+        break;
+      }
+    }
+  }
+  for (size_t j = 1; next == n && j < n; ++j) {
+    if (!tried[(idx + j) % n]) next = (idx + j) % n;
+  }
+  return next;
+}
+
+// The error after every round failed: the rounds, the base URLs, and the last failure at each.
+std::string exhausted_message(const HttpClientOptions& opts, const std::vector<std::string>& last_failure) {
+  const size_t n = opts.base_urls.size();
+  std::string msg = "no usable answer after " + std::to_string(opts.retries + 1) +
+                    (opts.retries == 0 ? " round" : " rounds") + " over " + std::to_string(n) +
+                    (n == 1 ? " base URL" : " base URLs");
+  for (size_t i = 0; i < n; ++i) {
+    msg += "; " + opts.base_urls[i] + ": " + last_failure[i];
+  }
+  return msg;
 }
 
 }  // namespace
@@ -235,20 +330,7 @@ Result<HttpResponse> HttpClient::send(const HttpRequest& req, const std::atomic<
   };
 
   const size_t n = opts_.base_urls.size();
-  if (n == 0) return fail(EINVAL, "no base URL configured");
-  if (req.method != "GET" && req.method != "POST" && req.method != "PUT") {
-    return fail(EINVAL, "unsupported method");
-  }
-  if (opts_.timeout_ms <= 0) return fail(EINVAL, "timeout must be positive");
-  if (has_crlf(req.path) || has_crlf(req.content_type)) {
-    return fail(EINVAL, "line break in the path or content type");
-  }
-  for (const auto& h : req.headers) {
-    if (has_crlf(h)) return fail(EINVAL, "line break in a header");
-  }
-  if (opts_.auth == HttpAuth::Simple && opts_.user.empty()) {
-    return fail(EINVAL, "simple authentication needs a user");
-  }
+  if (auto bad = invalid_request(opts_, req)) return fail(EINVAL, *bad);
   if (CURLcode g = curl_global(); g != CURLE_OK) {
     return fail(EIO, std::string("curl_global_init: ") + curl_easy_strerror(g));
   }
@@ -269,20 +351,7 @@ Result<HttpResponse> HttpClient::send(const HttpRequest& req, const std::atomic<
   }
 
   CurlSlist headers;
-  auto add_header = [&headers](const std::string& line) {
-    curl_slist* l = curl_slist_append(headers.get(), line.c_str());
-    if (l == nullptr) return false;
-    (void)headers.release();  // NOLINT(bugprone-unused-return-value): now owned by the list head `l`
-    headers.reset(l);
-    return true;
-  };
-  bool ok = add_header("Accept: application/json");
-  if (req.method != "GET") {
-    if (!req.content_type.empty()) ok = ok && add_header("Content-Type: " + req.content_type);
-    ok = ok && add_header("Expect:");  // no 100-continue round trip for large bodies
-  }
-  for (const auto& line : req.headers) ok = ok && add_header(line);
-  if (!ok) return fail(ENOMEM, "building the header list");
+  if (!build_headers(req, headers)) return fail(ENOMEM, "building the header list");
   p.headers = headers.get();
 
   // The last failure at each base URL, for the error message.
@@ -312,35 +381,13 @@ Result<HttpResponse> HttpClient::send(const HttpRequest& req, const std::atomic<
       last_err = a.err;
       last_failure[idx] = std::move(a.message);
       if (k + 1 == n) break;  // round over
-
-      // Next: the base URL a redirect names, if configured and not yet tried
-      // in this round; else the next untried one after this.
-      size_t next = n;
-      if (!a.location.empty()) {
-        for (size_t j = 0; j < n; ++j) {
-          if (!tried[j] && url_under_base(a.location, opts_.base_urls[j])) {
-            next = j;
-            break;
-          }
-        }
-      }
-      for (size_t j = 1; next == n && j < n; ++j) {
-        if (!tried[(idx + j) % n]) next = (idx + j) % n;
-      }
-      idx = next;
+      idx = next_base(opts_.base_urls, tried, idx, a.location);
       stats_.failovers.fetch_add(1, std::memory_order_relaxed);
     }
     // The next round starts at `start` again: a move if the round ended elsewhere.
     if (round < opts_.retries && idx != start) stats_.failovers.fetch_add(1, std::memory_order_relaxed);
   }
-
-  std::string msg = "no usable answer after " + std::to_string(opts_.retries + 1) +
-                    (opts_.retries == 0 ? " round" : " rounds") + " over " + std::to_string(n) +
-                    (n == 1 ? " base URL" : " base URLs");
-  for (size_t i = 0; i < n; ++i) {
-    msg += "; " + opts_.base_urls[i] + ": " + last_failure[i];
-  }
-  return fail(last_err, msg);
+  return fail(last_err, exhausted_message(opts_, last_failure));
 }
 
 }  // namespace khagent
