@@ -9,7 +9,6 @@
 #include "khagent/actuate/actuator.h"
 #include "khagent/actuate/oom_order.h"
 #include "khagent/app/wakeups.h"
-#include "khagent/collect/snapshot.h"
 #include "khagent/export/agent_log.h"
 #include "khagent/export/controller_reports.h"
 #include "khagent/policy/controllers.h"
@@ -39,7 +38,7 @@ class Agent {
   void loop();                           // until a signal
   int shutdown();                        // restores the originals
   void tick();
-  void wakeup(Wakeup w, uint64_t first_event_ns);
+  void wakeup(const Wakeup& w, uint64_t first_event_ns);
   std::vector<OfflineTarget> targets(const NodeSignals& node, const Sample& sample);
   TickView view(const TickSnapshot& snap, uint64_t now_ns) const;
   // Applies the outcomes' settings as one plan (`complete`: a tick's, so
@@ -66,9 +65,9 @@ class Agent {
   std::unique_ptr<ReportExporter> exporter_;
   std::vector<std::unique_ptr<Controller>> controllers_;
   YarnOffer offer_;   // the last one, updated by wake-ups between ticks
-  NodeSignals node_;  // the last tick's
+  NodeSignals node_;  // the last tick's, with its targets and online pods
   std::vector<OfflineTarget> targets_;
-  std::vector<std::string> online_;  // the last tick's online pods
+  std::vector<std::string> online_;
   std::vector<kh_wait_event> pending_;
   uint64_t last_scan_ns_ = 0;  // mono_ns of the last scan for waits still going on
   LogLimiter warned_;          // a problem that lasts is logged once a minute
@@ -205,7 +204,7 @@ TickView Agent::view(const TickSnapshot& snap, uint64_t now_ns) const {
   return {snap, node_, targets_, online_, ours, now_ns};
 }
 
-void Agent::wakeup(Wakeup w, uint64_t first_event_ns) {
+void Agent::wakeup(const Wakeup& w, uint64_t first_event_ns) {
   if (ticks_ == 0) return;  // nothing to compare with yet
   const TickSnapshot snap(*reads_, w.now_ns);
   const TickView v = view(snap, w.now_ns);
@@ -276,6 +275,7 @@ void Agent::tick() {
   const TickSnapshot snap(*reads_, now);
   const TickView v = view(snap, now);
   std::vector<std::pair<const Controller*, Outcome>> outs;
+  outs.reserve(controllers_.size());
   for (auto& c : controllers_) outs.emplace_back(c.get(), c->step(v));
   apply(outs, 0, 0);
   if (yarn_ && metrics_) metrics_->update_yarn(yarn_->status());

@@ -13,6 +13,7 @@ void ReportExporter::operator()(const CpuReport& r) {
   if (!r.tick) return;
   if (metrics_) {
     std::vector<std::pair<std::string, bool>> act;
+    act.reserve(r.in_force.size());
     for (auto [l, on] : r.in_force) act.emplace_back(lever_name(l), on);
     metrics_->record_levers(act);
   }
