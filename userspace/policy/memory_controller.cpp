@@ -34,6 +34,10 @@ class MemoryController : public Controller {
   void own_limits(const TickView& v, const std::vector<std::pair<std::string, double>>& stalled, bool trigger,
                   MemoryReport& r) const;
   Outcome outcome(MemoryReport r, std::vector<OfflineTarget> targets) const;
+  // The budget in force (the last decided); none before the first.
+  std::optional<uint64_t> budget_in_force() const {
+    return state_.initialized ? std::optional<uint64_t>(state_.budget) : std::nullopt;
+  }
 
   const Config& cfg_;
   NodeFacts facts_;
@@ -42,7 +46,6 @@ class MemoryController : public Controller {
   MemoryStallMeter stall_;
   std::map<std::string, uint64_t> last_used_;  // each offline parent's last working set read
   std::optional<std::string> critical_;        // why the node's memory is critical
-  std::optional<uint64_t> budget_;             // in force; none: no budget (yet)
   ReclaimCounters online_reclaim_;             // the direct reclaim online paid in the last tick
   uint64_t reclaim_interval_ns_ = 0;           // that tick's interval
   std::string why_;                            // the last change of the budget, for its writes' log lines
@@ -121,22 +124,22 @@ MemoryReport MemoryController::decide(const TickView& v, const std::vector<std::
   r.critical_began = r.decision.critical && !critical_;
   r.critical_ended = !r.decision.critical && critical_;
   critical_ = r.decision.critical;
-  budget_ = r.decision.budget;
   if (r.decision.changed) why_ = fmt::format("memory budget {}: {}", mib_text(r.decision.budget), r.decision.reason);
   return r;
 }
 
 Outcome MemoryController::outcome(MemoryReport r, std::vector<OfflineTarget> targets) const {
   Outcome o;
-  if (budget_) {
+  const auto budget = budget_in_force();
+  if (budget) {
     LeverInput in;
     in.targets = std::move(targets);
-    in.memory_budget = budget_;
+    in.memory_budget = budget;
     o.settings = lever_writes(in, cfg_, kMemoryLevers);
   }
   o.why = why_;
   o.offer.memory = true;
-  o.offer.memory_budget_bytes = budget_;
+  o.offer.memory_budget_bytes = budget;
   o.offer.memory_emergency = critical_;
   o.report = std::move(r);
   return o;
@@ -163,14 +166,12 @@ std::optional<Outcome> MemoryController::on_wakeup(const Wakeup& w, const TickVi
   // move for another reason) waits for the tick, as if nothing happened.
   const MemoryState state = state_;
   const auto critical = critical_;
-  const auto budget = budget_;
   const std::string why = why_;
   std::vector<OfflineTarget> targets = v.targets;
   MemoryReport r = decide(v, w.memory_stalled, targets);
-  if (!r.decision.changed || state_.last_cut_ns != r.input.now_ns || !r.decision.stalled) {
+  if (!r.decision.changed || !r.decision.stalled) {  // stalled: the step cut, now
     state_ = state;
     critical_ = critical;
-    budget_ = budget;
     why_ = why;
     return std::nullopt;
   }
