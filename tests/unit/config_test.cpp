@@ -64,6 +64,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.online.min_offline_share, b.online.min_offline_share);
   EXPECT_EQ(a.online.self_throttle_share, b.online.self_throttle_share);
   EXPECT_EQ(a.online.min_waits, b.online.min_waits);
+  EXPECT_EQ(a.online.self_throttle_window_ns, b.online.self_throttle_window_ns);
   EXPECT_EQ(a.online.burst_share, b.online.burst_share);
 
   EXPECT_EQ(a.budget.floor_cores, b.budget.floor_cores);
@@ -194,6 +195,7 @@ online:
   min_offline_share: 0.1
   self_throttle_share: 0.7
   min_waits: 50
+  self_throttle_window: 3500ms
   burst_share: 0.25
 budget:
   floor: 2
@@ -255,6 +257,7 @@ fast_path:
   EXPECT_EQ(c.online.min_offline_share, 0.1);
   EXPECT_EQ(c.online.self_throttle_share, 0.7);
   EXPECT_EQ(c.online.min_waits, 50u);
+  EXPECT_EQ(c.online.self_throttle_window_ns, 3'500'000'000u);
   EXPECT_EQ(c.online.burst_share, 0.25);
 
   EXPECT_EQ(c.budget.floor_cores, 2.0);
@@ -391,6 +394,8 @@ TEST(ConfigErrors, NameTheFileTheKeyAndTheProblem) {
       {"dry_run: 'true'\n", {"dry_run: expected true or false"}},
       {"online: {min_waits: 2.5}\n", {"online.min_waits: expected a whole number"}},
       {"online: {min_waits: -3}\n", {"online.min_waits: must not be negative"}},
+      {"online: {self_throttle_window: 0s}\n", {"online.self_throttle_window: must be above 0"}},
+      {"online: {self_throttle_window: 2m}\n", {"online.self_throttle_window: must be above 0 and at most 1m"}},
       {"online: {min_waits: 99999999999999999999999}\n", {"online.min_waits:", "out of range"}},
       {"offline: {weight: 4294967296}\n", {"offline.weight:", "out of range"}},
       {"budget: 5\n", {"budget: expected a map, got \"5\""}},
@@ -788,7 +793,7 @@ TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   EXPECT_EQ(doc["memory"].size(), 12u);
   EXPECT_EQ(doc["ladder"].size(), 7u);
   EXPECT_EQ(doc["classes"].size(), 3u);
-  EXPECT_EQ(doc["online"].size(), 6u);
+  EXPECT_EQ(doc["online"].size(), 7u);
   EXPECT_EQ(doc["budget"].size(), 11u);
   EXPECT_EQ(doc["cpuset"].size(), 4u);
   EXPECT_EQ(doc["offline"].size(), 6u);
@@ -828,6 +833,7 @@ TEST(ConfigYaml, EverythingChangedRoundTrips) {
   c.online.min_offline_share = 1e-5;
   c.online.self_throttle_share = 1;
   c.online.min_waits = 123456789012;
+  c.online.self_throttle_window_ns = 1'500'000'001;
   c.online.burst_share = 0.7;
   c.budget.floor_cores = 1.0 / 3;
   c.budget.allow_zero = true;

@@ -8,6 +8,7 @@
 
 #include "khagent/actuate/actuator.h"
 #include "khagent/collect/snapshot.h"
+#include "khagent/model/histogram.h"
 #include "khagent/policy/controllers.h"
 #include "test_util.h"
 
@@ -91,7 +92,26 @@ PodSignals self_throttled(const std::string& path) {
   p.interval.waits = 100;
   p.interval.wait_ns = 100'000'000;
   p.interval.cause_ns[KH_WAIT_THROTTLED] = 90'000'000;
+  p.interval.hist[hist_bucket(20'000'000)] = 100;
   p.wait_p99_us = 20'000;
+  return p;
+}
+
+// A pod answering a few requests a second: this tick, `waits` waits of
+// `wait_ms` each, all of them its own throttling, in `periods` throttled
+// periods.
+PodSignals sparse(const std::string& path, uint64_t waits, uint64_t wait_ms, uint64_t periods) {
+  PodSignals p;
+  p.uid = path;
+  p.path = path;
+  p.cls = CgroupClass::Online;
+  p.interval.waits = waits;
+  p.interval.wait_ns = waits * wait_ms * 1'000'000;
+  p.interval.cause_ns[KH_WAIT_THROTTLED] = p.interval.wait_ns;
+  if (waits) p.interval.hist[hist_bucket(wait_ms * 1'000'000)] = waits;
+  p.wait_p99_us = static_cast<double>(wait_ms) * 1000;
+  p.throttle_interval.events = periods;
+  p.throttle_interval.throttled_ns = periods * wait_ms * 1'000'000;
   return p;
 }
 
@@ -193,12 +213,14 @@ TEST(BurstController, GivesTheBurstToThePodAndItsContainersButNotOverSomeoneElse
   const auto& rep = std::get<BurstReport>(o.report);
   EXPECT_EQ(rep.pods, 1u);
   EXPECT_EQ(rep.cgroups, 2u);
-  bool given = false, foreign = false;
-  for (const auto& n : rep.notes) {
-    given = given || (n.kind == BurstNote::Kind::Given && n.path == pod);
+  ASSERT_EQ(rep.online.size(), 1u);
+  EXPECT_EQ(rep.online[0].verdict, BurstPod::Verdict::SelfThrottled);
+  EXPECT_EQ(rep.online[0].burst, BurstPod::Burst::Given);
+  EXPECT_EQ(rep.online[0].burst_us, 10000u);
+  EXPECT_EQ(rep.online[0].cgroups, 2u);
+  bool foreign = false;
+  for (const auto& n : rep.notes)
     foreign = foreign || (n.kind == BurstNote::Kind::Foreign && n.path == pod + "/c2" && n.burst_us == 7000);
-  }
-  EXPECT_TRUE(given);
   EXPECT_TRUE(foreign) << "c2's burst of 7000 us is someone else's";
 
   // Its own burst, read back at the next tick, is still its own.
@@ -208,11 +230,124 @@ TEST(BurstController, GivesTheBurstToThePodAndItsContainersButNotOverSomeoneElse
   const TickSnapshot next(r, 2 * kS);
   o = burst.step(t.view(next));
   EXPECT_EQ(o.settings.size(), 2u);
+  EXPECT_EQ(std::get<BurstReport>(o.report).online.at(0).burst, BurstPod::Burst::InForce);
   // The pod gone: no burst wanted (the actuator puts the originals back).
   t.online.clear();
   t.node.pods.clear();
   const TickSnapshot gone(r, 3 * kS);
   EXPECT_TRUE(burst.step(t.view(gone)).settings.empty());
+}
+
+// The pod of the issue: a request (one or two waits) every 200 ms tick, far
+// under online.min_waits (20) a tick. Judged over the window instead: once
+// the kernel has throttled it in 2 periods, the burst, within a second.
+TEST(BurstController, APodWithAFewRequestsASecondIsJudgedOverTheWindow) {
+  Config cfg = default_config();
+  ASSERT_EQ(cfg.online.min_waits, 20u);
+  auto cs = make_controllers(cfg, facts());
+  Controller& burst = find(cs, "burst");
+  FakeReads r;
+  const std::string pod = "/kubepods/burstable/pod-s";
+  r.kids[pod] = {pod + "/c1"};
+  r.quota[pod] = {20000, 100000};
+  r.quota[pod + "/c1"] = {20000, 100000};
+  r.burst = {{pod, 0}, {pod + "/c1", 0}};
+  Tick t;
+  t.online = {pod};
+  t.node.interval_ns = kS / 5;
+  // Tick 1: one throttled wait of 60 ms, one period: too few to judge.
+  t.node.pods = {sparse(pod, 1, 60, 1)};
+  const TickSnapshot s1(r, kS);
+  Outcome o = burst.step(t.view(s1));
+  EXPECT_TRUE(o.settings.empty());
+  const auto& rep1 = std::get<BurstReport>(o.report);
+  ASSERT_EQ(rep1.online.size(), 1u);
+  EXPECT_EQ(rep1.online[0].verdict, BurstPod::Verdict::TooFew) << rep1.online[0].why;
+  EXPECT_NE(rep1.online[0].why.find("too few to judge"), std::string::npos) << rep1.online[0].why;
+  // Tick 2: nothing (between requests). Tick 3: the next request.
+  t.node.pods = {sparse(pod, 0, 0, 0)};
+  const TickSnapshot s2(r, kS + kS / 5);
+  EXPECT_TRUE(burst.step(t.view(s2)).settings.empty());
+  t.node.pods = {sparse(pod, 2, 40, 1)};
+  const TickSnapshot s3(r, kS + 2 * kS / 5);
+  o = burst.step(t.view(s3));
+  ASSERT_EQ(o.settings.size(), 2u) << "two periods throttled in the window: judged";
+  const auto& rep3 = std::get<BurstReport>(o.report);
+  EXPECT_EQ(rep3.online[0].verdict, BurstPod::Verdict::SelfThrottled) << rep3.online[0].why;
+  EXPECT_EQ(rep3.online[0].waits, 3u) << "the window's waits";
+  EXPECT_EQ(rep3.online[0].throttled_periods, 2u);
+  EXPECT_NEAR(rep3.online[0].window_s, 0.6, 1e-9);
+  EXPECT_EQ(rep3.online[0].burst, BurstPod::Burst::Given);
+}
+
+// A throttled wait ages out of the window: a pod throttled once long ago is
+// not judged with a new one.
+TEST(BurstController, OldThrottlingLeavesTheWindow) {
+  Config cfg = default_config();
+  cfg.online.self_throttle_window_ns = kS;
+  auto cs = make_controllers(cfg, facts());
+  Controller& burst = find(cs, "burst");
+  FakeReads r;
+  const std::string pod = "/kubepods/burstable/pod-o";
+  r.quota[pod] = {20000, 100000};
+  r.burst = {{pod, 0}};
+  Tick t;
+  t.online = {pod};
+  t.node.interval_ns = kS / 5;
+  t.node.pods = {sparse(pod, 1, 60, 1)};
+  const TickSnapshot s1(r, kS);
+  burst.step(t.view(s1));
+  t.node.pods = {sparse(pod, 1, 60, 1)};
+  const TickSnapshot s2(r, 2 * kS);  // a window later
+  Outcome o = burst.step(t.view(s2));
+  EXPECT_TRUE(o.settings.empty());
+  EXPECT_EQ(std::get<BurstReport>(o.report).online.at(0).verdict, BurstPod::Verdict::TooFew);
+}
+
+// A self-throttled pod refused a burst is told once, with why, for each
+// reason: the lever off, no quota of its own (an ancestor's throttles it),
+// every quota cgroup with someone else's burst.
+TEST(BurstController, ARefusalIsReportedOncePerPodWithWhy) {
+  const std::string a = "/kubepods/burstable/pod-a", b = "/kubepods/burstable/pod-b";
+  FakeReads r;
+  r.kids[b] = {b + "/c1"};
+  r.quota[b] = {std::nullopt, 100000};
+  r.quota[b + "/c1"] = {20000, 100000};
+  r.burst = {{b, 0}, {b + "/c1", 3000}};  // c1: someone else's burst
+  Tick t;
+  t.online = {a, b};
+  t.node.pods = {self_throttled(a), self_throttled(b)};
+  auto refusals = [&](Controller& c, uint64_t now) {
+    const TickSnapshot snap(r, now);
+    Outcome o = c.step(t.view(snap));
+    std::map<std::string, std::pair<BurstPod::Refusal, bool>> out;
+    for (const auto& p : std::get<BurstReport>(o.report).online)
+      if (p.burst == BurstPod::Burst::Refused) out[p.path] = {p.refusal, p.first};
+    return out;
+  };
+  Config off = default_config();
+  off.online.burst_share = 0;
+  auto cs = make_controllers(off, facts());
+  auto first = refusals(find(cs, "burst"), kS);
+  EXPECT_EQ(first[a], std::make_pair(BurstPod::Refusal::LeverOff, true));
+  EXPECT_EQ(first[b], std::make_pair(BurstPod::Refusal::LeverOff, true));
+  auto again = refusals(find(cs, "burst"), 2 * kS);
+  EXPECT_EQ(again[a], std::make_pair(BurstPod::Refusal::LeverOff, false)) << "told once";
+
+  Config on = default_config();
+  auto cs2 = make_controllers(on, facts());
+  auto r1 = refusals(find(cs2, "burst"), kS);
+  EXPECT_EQ(r1[a], std::make_pair(BurstPod::Refusal::NoQuota, true)) << "pod a has no quota anywhere";
+  EXPECT_EQ(r1[b], std::make_pair(BurstPod::Refusal::Foreign, true));
+  EXPECT_EQ(refusal_name(BurstPod::Refusal::Foreign), std::string("foreign_burst"));
+  auto r2 = refusals(find(cs2, "burst"), 2 * kS);
+  EXPECT_FALSE(r2[b].second) << "told once";
+  // The other writer's burst gone: b gets its own.
+  r.burst[b + "/c1"] = 0;
+  const TickSnapshot snap(r, 3 * kS);
+  Outcome o = find(cs2, "burst").step(t.view(snap));
+  ASSERT_EQ(o.settings.size(), 1u);
+  EXPECT_EQ(o.settings[0], (Setting{b + "/c1", CpuBurst{10000}, Lever::Burst}));
 }
 
 TEST(MemoryController, AWakeUpWithoutACutLeavesTheControllerAsTheTickLeftIt) {

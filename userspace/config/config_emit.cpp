@@ -54,6 +54,7 @@ std::string config_to_yaml(const Config& c) {
   key("min_offline_share") << format_double(o.min_offline_share);
   key("self_throttle_share") << format_double(o.self_throttle_share);
   key("min_waits") << o.min_waits;
+  key("self_throttle_window") << format_duration_ns(o.self_throttle_window_ns);
   key("burst_share") << format_double(o.burst_share);
   out << YAML::EndMap;
 

@@ -74,6 +74,11 @@ Result<void> validate_config(const Config& c) {
                                                  ? format_duration_us(o.wait_p99_target_us)
                                                  : std::string("a duration too long to represent")));
   }
+  // Shorter than the tick: one tick.
+  if (o.self_throttle_window_ns == 0 || o.self_throttle_window_ns > 60 * kNsPerS) {
+    return bad("online.self_throttle_window",
+               "must be above 0 and at most 1m, got " + format_duration_ns(o.self_throttle_window_ns));
+  }
   const std::pair<const char*, double> shares[] = {
       {"online.interference_share_limit", o.interference_share_limit},
       {"online.min_offline_share", o.min_offline_share},

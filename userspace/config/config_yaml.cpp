@@ -187,7 +187,8 @@ class Loader : public Walker {
                    {us("wait_p99_target", o.wait_p99_target_us),
                     num("interference_share_limit", o.interference_share_limit),
                     num("min_offline_share", o.min_offline_share), num("self_throttle_share", o.self_throttle_share),
-                    whole("min_waits", o.min_waits), num("burst_share", o.burst_share)});
+                    whole("min_waits", o.min_waits), ns("self_throttle_window", o.self_throttle_window_ns),
+                    num("burst_share", o.burst_share)});
          }},
         {"budget",
          [this, &c](const YAML::Node& n, const Where& at) {

@@ -1,42 +1,115 @@
 // The online burst controller's report: which pods got a burst, which were
-// refused one and why.
+// refused one and why, in the log, on /metrics and in the report file that
+// `khagent status` reads.
+#include <ctime>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "khagent/export/controller_reports.h"
+#include "khagent/util/file.h"
 
 namespace khagent {
 
+std::string burst_report_path(const std::string& state_file) {
+  return (std::filesystem::path(state_file).parent_path() / "online-burst.json").string();
+}
+
+namespace {
+
+const char* burst_name(BurstPod::Burst b) {
+  switch (b) {
+    case BurstPod::Burst::None: return "none";
+    case BurstPod::Burst::Given: return "given";
+    case BurstPod::Burst::InForce: return "in-force";
+    case BurstPod::Burst::Refused: return "refused";
+  }
+  return "none";
+}
+
+double ms(uint64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+}  // namespace
+
+std::string burst_report_json(const BurstReport& r, const Config& cfg, int64_t unix_s) {
+  nlohmann::json pods = nlohmann::json::array();
+  for (const auto& p : r.online) {
+    pods.push_back({{"cgroup", p.path},
+                    {"window_s", p.window_s},
+                    {"waits", p.waits},
+                    {"wait_ms", ms(p.wait_ns)},
+                    {"throttled_wait_ms", ms(p.throttled_wait_ns)},
+                    {"throttled_periods", p.throttled_periods},
+                    {"wait_p99_ms", p.wait_p99_us / 1000},
+                    {"verdict", verdict_name(p.verdict)},
+                    {"why", p.why},
+                    {"burst", burst_name(p.burst)},
+                    {"burst_us", p.burst_us},
+                    {"cgroups", p.cgroups},
+                    {"refusal", p.burst == BurstPod::Burst::Refused ? refusal_text(p.refusal) : ""}});
+  }
+  nlohmann::json j = {{"time", unix_s},
+                      {"burst_share", r.share},
+                      {"self_throttle_window_s", static_cast<double>(cfg.online.self_throttle_window_ns) / 1e9},
+                      {"online", std::move(pods)}};
+  return j.dump(1) + "\n";
+}
+
+void ReportExporter::write_burst_report(const BurstReport& r) {
+  if (cfg_.dry_run || cfg_.state_file.empty()) return;  // a dry run writes nothing
+  std::string verdicts;
+  for (const auto& p : r.online)
+    verdicts += fmt::format("{} {} {} {}\n", p.path, verdict_name(p.verdict), burst_name(p.burst),
+                            refusal_name(p.refusal));
+  if (verdicts == burst_verdicts_ && now_ns_ - burst_written_ns_ < 1'000'000'000ULL) return;
+  const std::string path = burst_report_path(cfg_.state_file);
+  std::error_code ec;  // the state file's folder, made by the first save if not before
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  auto w = write_file_atomic(path, burst_report_json(r, cfg_, static_cast<int64_t>(std::time(nullptr))), 0644,
+                             false);
+  if (!w) {
+    if (!burst_write_failed_) spdlog::warn("CPU burst: cannot write {}: {} (khagent status will not show it)", path,
+                                           w.error().message);
+    burst_write_failed_ = true;
+    return;
+  }
+  burst_write_failed_ = false;
+  burst_verdicts_ = std::move(verdicts);
+  burst_written_ns_ = now_ns_;
+}
+
 void ReportExporter::operator()(const BurstReport& r) {
-  for (const auto& n : r.notes) {
-    switch (n.kind) {
-      case BurstNote::Kind::NotActed:
-        if (warned_.allow("quota " + n.path, now_ns_))
-          spdlog::warn("online {}: {} (not acted on: {})", n.path, n.why,
-                       n.lever_off ? "online.burst_share is 0" : "not a pod's cgroup");
-        break;
-      case BurstNote::Kind::Given:
-        spdlog::info("online {}: {}; CPU burst of {:.0f}% of its quota on the pod and its containers", n.path, n.why,
-                     r.share * 100);
-        break;
-      case BurstNote::Kind::StillThrottled:
-        if (warned_.allow("quota " + n.path, now_ns_))
-          spdlog::warn(
-              "online {}: {} with its CPU burst in place (a burst lends only what earlier periods left unused: a "
-              "pod busy at its limit needs a larger limit)",
-              n.path, n.why);
-        break;
-      case BurstNote::Kind::NoBurstFile:
-        if (warned_.allow("no burst", now_ns_))
-          spdlog::warn("CPU burst: {} has no burst file (kernels before 5.14): no burst for it", n.path);
-        break;
-      case BurstNote::Kind::Foreign:
-        if (warned_.allow("foreign burst " + n.path, now_ns_))
-          spdlog::info("CPU burst: {} already has a burst of {} us that khagent did not write: left alone", n.path,
-                       n.burst_us);
-        break;
+  for (const auto& p : r.online) {
+    if (p.burst == BurstPod::Burst::Given) {
+      spdlog::info("online {}: self-throttled {}; CPU burst of {:.0f}% of its quota on the pod and its containers "
+                   "({} us on {} cgroup{})",
+                   p.path, p.why, r.share * 100, p.burst_us, p.cgroups, p.cgroups == 1 ? "" : "s");
+    } else if (p.burst == BurstPod::Burst::Refused) {
+      if (p.first)
+        spdlog::warn("online {}: self-throttled {}; no CPU burst: {}", p.path, p.why, refusal_text(p.refusal));
+    } else if (p.burst == BurstPod::Burst::InForce && p.verdict == BurstPod::Verdict::SelfThrottled) {
+      if (warned_.allow("quota " + p.path, now_ns_))
+        spdlog::warn(
+            "online {}: self-throttled {}, with its CPU burst of {} us in place (a burst lends only what earlier "
+            "periods left unused: a pod busy at its limit needs a larger limit)",
+            p.path, p.why, p.burst_us);
+    } else if (p.verdict == BurstPod::Verdict::TooFew && spdlog::should_log(spdlog::level::debug)) {
+      if (warned_.allow("too few " + p.path, now_ns_)) spdlog::debug("online {}: throttled {}", p.path, p.why);
     }
   }
-  if (metrics_ && r.share > 0) metrics_->record_burst(r.pods, r.cgroups);
+  for (const auto& n : r.notes) {
+    if (n.kind == BurstNote::Kind::NoBurstFile) {
+      if (warned_.allow("no burst", now_ns_))
+        spdlog::warn("CPU burst: {} has no burst file (kernels before 5.14): no burst for it", n.path);
+    } else if (warned_.allow("foreign burst " + n.path, now_ns_)) {
+      spdlog::info("CPU burst: {} already has a burst of {} us that khagent did not write: left alone", n.path,
+                   n.burst_us);
+    }
+  }
+  if (metrics_) metrics_->record_burst(r);
+  write_burst_report(r);
 }
 
 }  // namespace khagent

@@ -217,9 +217,9 @@ void Metrics::record_psi_triggers(size_t n) {
   impl_->memory.record_psi_triggers(n);
 }
 
-void Metrics::record_burst(size_t pods, size_t cgroups) {
+void Metrics::record_burst(const BurstReport& r) {
   std::lock_guard lk(impl_->mu);
-  impl_->burst.record(pods, cgroups);
+  impl_->burst.record(r);
 }
 
 void Metrics::record_memory_events(const MemoryEvents& e) {

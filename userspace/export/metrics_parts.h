@@ -27,6 +27,7 @@
 #include "khagent/export/metrics.h"
 #include "khagent/model/bpf_counters.h"
 #include "khagent/model/cgroup_class.h"
+#include "khagent/policy/burst_controller.h"
 
 namespace khagent {
 
@@ -220,12 +221,14 @@ class MemoryMetrics {
 class BurstMetrics {
  public:
   explicit BurstMetrics(prometheus::Registry& r) : r_(r) {}
-  void record(size_t pods, size_t cgroups);
+  void record(const BurstReport& r);
 
  private:
   prometheus::Registry& r_;
   Gauge* pods_ = nullptr;
   Gauge* cgroups_ = nullptr;
+  Gauge* self_throttled_ = nullptr;
+  std::array<Gauge*, kNrBurstRefusals> refused_{};
 };
 
 // metrics_yarn.cpp: the YARN downscaler (the families appear on the first call).

@@ -17,6 +17,9 @@ std::vector<OnlinePodLoad> online_loads(const NodeSignals& node) {
     l.offline_wait_ns = p.offline_wait_ns;
     l.stolen_wait_ns = p.interval.cause_ns[KH_WAIT_STOLEN];
     l.wait_p99_us = p.wait_p99_us;
+    l.hist = p.interval.hist;
+    l.throttled_periods = p.throttle_interval.events;
+    l.throttled_ns = p.throttle_interval.throttled_ns;
     out.push_back(std::move(l));
   }
   const auto& on = node.classes[static_cast<size_t>(CgroupClass::Online)];

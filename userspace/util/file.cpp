@@ -73,7 +73,7 @@ Result<std::string> read_regular_file(const std::string& path, size_t max_bytes,
   return read_all(fd.get(), path, max_bytes);
 }
 
-Result<void> write_file_atomic(const std::string& path, const std::string& text, mode_t mode) {
+Result<void> write_file_atomic(const std::string& path, const std::string& text, mode_t mode, bool durable) {
   const std::string tmp = path + ".tmp";
   if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) return make_error(errno, "cannot remove " + tmp);
   Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
@@ -89,7 +89,7 @@ Result<void> write_file_atomic(const std::string& path, const std::string& text,
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd.get()) != 0) {
+  if (durable && ::fsync(fd.get()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
     return make_error(err, "cannot sync " + tmp);
@@ -100,6 +100,7 @@ Result<void> write_file_atomic(const std::string& path, const std::string& text,
     ::unlink(tmp.c_str());
     return make_error(err, "cannot rename " + tmp + " to " + path);
   }
+  if (!durable) return {};
   // The rename itself survives a crash once its directory is synced (best
   // effort: the new content is in place either way).
   const size_t slash = path.rfind('/');

@@ -40,6 +40,10 @@ struct OnlineConfig {
   double min_offline_share = 0.2;         // a p99 breach only counts if offline had this share
   double self_throttle_share = 0.5;       // above this share of throttled wait: quota too small
   uint64_t min_waits = 20;                // fewer waits in a tick: no verdict for the pod
+  // CPU burst judges a pod over this window of ticks, not one tick: a pod
+  // with a few requests a second has a few waits a tick. Judged once the
+  // window holds min_waits waits or 2 periods the kernel throttled it in.
+  uint64_t self_throttle_window_ns = 2'000'000'000;
   // CPU burst for a pod whose waits are its own throttling, as a share of
   // its quota (0: none; at most 1, the kernel's cap).
   double burst_share = 0.5;

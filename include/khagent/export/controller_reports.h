@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "khagent/config/config.h"
 #include "khagent/export/metrics.h"
@@ -12,6 +13,13 @@
 #include "khagent/util/log_limit.h"
 
 namespace khagent {
+
+// Where the agent keeps its last burst report for `khagent status`: beside
+// its state file, as online-burst.json (written atomically, at most once a
+// second unless a verdict changed).
+std::string burst_report_path(const std::string& state_file);
+// The report as that file holds it: one JSON object, `unix_s` its time.
+std::string burst_report_json(const BurstReport& r, const Config& cfg, int64_t unix_s);
 
 class ReportExporter {
  public:
@@ -28,8 +36,14 @@ class ReportExporter {
  private:
   const Config& cfg_;
   Metrics* metrics_;
+  // The burst report file: written when its verdicts change, else once a second.
+  void write_burst_report(const BurstReport& r);
+
   LogLimiter warned_;
   uint64_t now_ns_ = 0;
+  std::string burst_verdicts_;     // the verdicts last written to the report file
+  uint64_t burst_written_ns_ = 0;  // when
+  bool burst_write_failed_ = false;
 };
 
 }  // namespace khagent

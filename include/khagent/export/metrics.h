@@ -20,6 +20,8 @@
 
 namespace khagent {
 
+struct BurstReport;
+
 struct NodeSignals;
 struct Sample;
 struct Decision;
@@ -82,8 +84,9 @@ class Metrics {
   void record_memory_stall(const MemoryStall& s);
   // PSI triggers on online pods' memory.pressure that fired between ticks.
   void record_psi_triggers(size_t n);
-  // Online pods given CPU burst (self-throttled), and their cgroups with one.
-  void record_burst(size_t pods, size_t cgroups);
+  // Online pods given CPU burst (self-throttled), their cgroups with one,
+  // the self-throttled pods and those refused one, by why.
+  void record_burst(const BurstReport& r);
   // OOM kills and refaults of online pods and offline parents.
   void record_memory_events(const MemoryEvents& e);
   // Actuator results counted by cgroup file and outcome.

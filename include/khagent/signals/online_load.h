@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "khagent/model/histogram.h"
 #include "khagent/signals/workload.h"
 
 namespace khagent {
@@ -20,6 +21,9 @@ struct OnlinePodLoad {
   uint64_t offline_wait_ns = 0;    // wait while offline cgroups held the CPU
   uint64_t stolen_wait_ns = 0;     // wait while its CPU stalled (counted in none of the above)
   double wait_p99_us = 0;
+  WaitHistogram hist{};            // its waits by duration (empty for the entry outside pods)
+  uint64_t throttled_periods = 0;  // CFS periods the kernel throttled its cgroups in
+  uint64_t throttled_ns = 0;       // how long they were throttled (the kernel's clock)
 };
 
 // Every online pod, and the online cgroups outside pods (configured by path

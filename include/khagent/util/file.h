@@ -61,7 +61,9 @@ Result<std::string> read_regular_file(const std::string& path, size_t max_bytes,
 // new, never a part: written to PATH.tmp (a stale one, or a symlink planted
 // there, is removed, never followed; O_EXCL), fsynced, renamed over `path`,
 // and the directory synced. The directory must exist. Nothing is left
-// behind on failure.
-Result<void> write_file_atomic(const std::string& path, const std::string& text, mode_t mode = 0600);
+// behind on failure. `durable` false: neither synced (a report that a crash
+// may lose, written often; readers still see the old file or the new).
+Result<void> write_file_atomic(const std::string& path, const std::string& text, mode_t mode = 0600,
+                               bool durable = true);
 
 }  // namespace khagent
