@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "khagent/app/doctor.h"
+#include "khagent/export/controller_reports.h"
 #include "khagent/export/status_report.h"
 #include "khagent/export/top_view.h"
 #include "khagent/model/histogram.h"
@@ -755,4 +756,65 @@ TEST(DoctorChecks, FormatAndExitCode) {
   EXPECT_EQ(doctor_exit_code(cs), 1);
   cs.pop_back();
   EXPECT_EQ(doctor_exit_code(cs), 0);
+}
+
+// The burst report the agent writes (export/burst_report.cpp) is the one
+// status reads: each online pod's throttled wait, verdict, and the burst in
+// force or why none.
+TEST(StatusFormat, BurstReportRoundTripsFromTheAgentToStatus) {
+  BurstReport rep;
+  rep.share = 0.5;
+  BurstPod given;
+  given.path = "/kubepods/burstable/pod-a";
+  given.window_s = 2;
+  given.waits = 9;
+  given.wait_ns = 300'000'000;
+  given.throttled_wait_ns = 290'000'000;
+  given.throttled_periods = 8;
+  given.wait_p99_us = 61'000;
+  given.verdict = BurstPod::Verdict::SelfThrottled;
+  given.why = "over 2.0 s: ...";
+  given.burst = BurstPod::Burst::InForce;
+  given.burst_us = 10000;
+  given.cgroups = 2;
+  BurstPod refused = given;
+  refused.path = "/kubepods/burstable/pod-b";
+  refused.burst = BurstPod::Burst::Refused;
+  refused.refusal = BurstPod::Refusal::NoQuota;
+  refused.burst_us = 0;
+  refused.cgroups = 0;
+  BurstPod calm;
+  calm.path = "/kubepods/burstable/pod-c";
+  calm.waits = 40;
+  calm.wait_ns = 4'000'000;
+  rep.online = {given, refused, calm};
+  Config cfg = default_config();
+  StatusReport r;
+  r.burst = parse_burst_report("/x/online-burst.json", burst_report_json(rep, cfg, 1000), 1003);
+  ASSERT_TRUE(r.burst->error.empty()) << r.burst->error;
+  EXPECT_EQ(r.burst->age_s, 3);
+  EXPECT_EQ(r.burst->window_s, 2.0);
+  ASSERT_EQ(r.burst->pods.size(), 3u);
+  EXPECT_EQ(r.burst->pods[0].throttled_wait_ms, 290.0);
+  EXPECT_EQ(r.burst->pods[0].burst, "in-force");
+  std::string t = format_status(r);
+  EXPECT_NE(t.find("/kubepods/burstable/pod-a  throttled wait 290.0 of 300.0 ms (97%, 8 periods throttled) over "
+                   "2.0 s, p99 61.0 ms; self-throttled; burst 10000 us on 2 cgroups"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("pod-b  throttled wait 290.0 of 300.0 ms"), std::string::npos) << t;
+  EXPECT_NE(t.find("self-throttled; no burst: neither the pod nor its containers has a CPU quota"), std::string::npos)
+      << t;
+  EXPECT_NE(t.find("pod-c  throttled wait 0.0 of 4.0 ms (0%, 0 periods throttled) over 0.0 s, p99 0.0 ms; "
+                   "not-throttled; no burst: not self-throttled"),
+            std::string::npos)
+      << t;
+  auto j = nlohmann::json::parse(status_json(r));
+  EXPECT_EQ(j["burst"]["online_pods"][1]["refusal"], refusal_text(BurstPod::Refusal::NoQuota));
+  // A damaged report is said to be one.
+  StatusReport bad;
+  bad.burst = parse_burst_report("/x/online-burst.json", "{\"time\": 1}", 2);
+  EXPECT_NE(format_status(bad).find("online pods' CPU burst: /x/online-burst.json unreadable: not a burst report"),
+            std::string::npos)
+      << format_status(bad);
 }

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -25,6 +26,7 @@
 #include "khagent/app/agent.h"
 #include "khagent/collect/cgroupfs.h"
 #include "khagent/collect/memory.h"
+#include "khagent/export/controller_reports.h"
 #include "khagent/model/cgroup_file.h"
 #include "khagent/policy/lever_table.h"
 #include "khagent/signals/offline_candidates.h"
@@ -379,6 +381,17 @@ void read_memory(StatusReport& r, const Config& cfg, const CgroupRoots& roots, C
   r.memory = std::move(m);
 }
 
+// The burst report the agent writes beside its state file, if there is one.
+void read_burst(StatusReport& r, const Config& cfg) {
+  const std::string path = burst_report_path(cfg.state_file);
+  auto text = read_regular_file(path, size_t{4} << 20);
+  if (!text) {
+    if (text.error().err != ENOENT) r.burst = StatusBurst{path, text.error().str(), 0, 0, 0, 0, {}};
+    return;
+  }
+  r.burst = parse_burst_report(path, *text, static_cast<int64_t>(std::time(nullptr)));
+}
+
 StatusReport collect_status(const CliOptions& o, const Config& cfg) {
   StatusReport r;
   r.pin_dir = o.loader.pin_dir;
@@ -390,6 +403,7 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
     if (auto b = detect_backend(roots)) backend = *b;
   }
   read_state_entries(r, cfg, roots);
+  read_burst(r, cfg);
   if (!roots.unified.empty()) {
     read_targets(r, cfg, roots, backend);
     read_memory(r, cfg, roots, backend);

@@ -11,6 +11,7 @@
 #include "khagent/abi/runq.h"
 #include "khagent/model/bpf_counters.h"
 #include "khagent/util/bytes.h"
+#include "khagent/util/json_bounded.h"
 #include "khagent/util/strings.h"
 
 namespace khagent {
@@ -187,9 +188,88 @@ std::string memory_text(const StatusMemory& m) {
 
 }  // namespace
 
+StatusBurst parse_burst_report(const std::string& path, const std::string& text, int64_t now_s) {
+  StatusBurst b;
+  b.path = path;
+  auto doc = parse_json_bounded(text, JsonLimits{size_t{4} << 20, 8, 200'000});
+  if (!doc) {
+    b.error = doc.error().str();
+    return b;
+  }
+  try {
+    const auto& j = *doc;
+    b.time = j.at("time").get<int64_t>();
+    b.age_s = now_s - b.time;
+    b.share = j.at("burst_share").get<double>();
+    b.window_s = j.at("self_throttle_window_s").get<double>();
+    for (const auto& p : j.at("online")) {
+      StatusBurstPod s;
+      s.cgroup = p.at("cgroup").get<std::string>();
+      s.window_s = p.at("window_s").get<double>();
+      s.waits = p.at("waits").get<uint64_t>();
+      s.wait_ms = p.at("wait_ms").get<double>();
+      s.throttled_wait_ms = p.at("throttled_wait_ms").get<double>();
+      s.throttled_periods = p.at("throttled_periods").get<uint64_t>();
+      s.wait_p99_ms = p.at("wait_p99_ms").get<double>();
+      s.verdict = p.at("verdict").get<std::string>();
+      s.why = p.at("why").get<std::string>();
+      s.burst = p.at("burst").get<std::string>();
+      s.burst_us = p.at("burst_us").get<uint64_t>();
+      s.cgroups = p.at("cgroups").get<uint64_t>();
+      s.refusal = p.at("refusal").get<std::string>();
+      b.pods.push_back(std::move(s));
+    }
+  } catch (const std::exception& e) {
+    b.pods.clear();
+    b.error = std::string("not a burst report: ") + e.what();
+  }
+  return b;
+}
+
+namespace {
+
+// One online pod's CPU line: its throttled wait, the verdict, the burst in
+// force or why none.
+std::string burst_pod_text(const StatusBurstPod& p) {
+  std::string burst;
+  if (p.burst == "given" || p.burst == "in-force")
+    burst = fmt::format("burst {} us on {} cgroup{}", p.burst_us, p.cgroups, p.cgroups == 1 ? "" : "s");
+  else if (p.burst == "refused")
+    burst = "no burst: " + p.refusal;
+  else
+    burst = "no burst: not self-throttled";
+  const double share = p.wait_ms > 0 ? 100 * p.throttled_wait_ms / p.wait_ms : 0;
+  return fmt::format("  {}  throttled wait {:.1f} of {:.1f} ms ({:.0f}%, {} period{} throttled) over {:.1f} s, p99 "
+                     "{:.1f} ms; {}; {}\n",
+                     p.cgroup, p.throttled_wait_ms, p.wait_ms, share, p.throttled_periods,
+                     p.throttled_periods == 1 ? "" : "s", p.window_s, p.wait_p99_ms, p.verdict, burst);
+}
+
+std::string burst_text(const StatusBurst& b) {
+  if (!b.error.empty()) return fmt::format("online pods' CPU burst: {} unreadable: {}\n", b.path, b.error);
+  constexpr size_t kShown = 20;
+  std::string out = fmt::format(
+      "online pods' CPU burst (the agent's last report, {} s ago; burst {:.0f}% of the quota, judged over {:.1f} "
+      "s):\n",
+      b.age_s, b.share * 100, b.window_s);
+  // The throttled first, then by name.
+  std::vector<const StatusBurstPod*> pods;
+  for (const auto& p : b.pods) pods.push_back(&p);
+  std::stable_sort(pods.begin(), pods.end(), [](const StatusBurstPod* a, const StatusBurstPod* c) {
+    return a->throttled_wait_ms > c->throttled_wait_ms;
+  });
+  for (size_t i = 0; i < pods.size() && i < kShown; i++) out += burst_pod_text(*pods[i]);
+  if (pods.size() > kShown) out += fmt::format("  ... and {} more (--json lists them all)\n", pods.size() - kShown);
+  if (pods.empty()) out += "  no online pods\n";
+  return out;
+}
+
+}  // namespace
+
 std::string format_status(const StatusReport& r) {
   std::string out = agent_text(r) + state_file_text(r) + budget_text(r);
   if (r.memory) out += memory_text(*r.memory);
+  if (r.burst) out += burst_text(*r.burst);
   return out;
 }
 
@@ -241,6 +321,27 @@ std::string status_json(const StatusReport& r) {
               {"online_pods_by_metadata", r.memory->online_by_metadata}};
     if (!r.memory->node_error.empty()) memory["node_error"] = r.memory->node_error;
   }
+  json burst = nullptr;
+  if (r.burst) {
+    json pods = json::array();
+    for (const auto& p : r.burst->pods)
+      pods.push_back({{"cgroup", p.cgroup},
+                      {"window_s", p.window_s},
+                      {"waits", p.waits},
+                      {"wait_ms", p.wait_ms},
+                      {"throttled_wait_ms", p.throttled_wait_ms},
+                      {"throttled_periods", p.throttled_periods},
+                      {"wait_p99_ms", p.wait_p99_ms},
+                      {"verdict", p.verdict},
+                      {"why", p.why},
+                      {"burst", p.burst},
+                      {"burst_us", p.burst_us},
+                      {"cgroups", p.cgroups},
+                      {"refusal", p.refusal}});
+    burst = {{"report", r.burst->path}, {"time", r.burst->time},       {"age_s", r.burst->age_s},
+             {"share", r.burst->share}, {"window_s", r.burst->window_s}, {"online_pods", pods}};
+    if (!r.burst->error.empty()) burst["error"] = r.burst->error;
+  }
   json procs = json::array();
   for (const auto& p : r.processes) procs.push_back({{"pid", p.pid}, {"comm", p.comm}});
   auto budget = status_budget_cores(r);
@@ -261,6 +362,7 @@ std::string status_json(const StatusReport& r) {
       {"offline_targets", targets},
       {"offline_budget_cores", budget ? json(*budget) : json(nullptr)},
       {"memory", memory},
+      {"burst", burst},
   };
   if (!r.agent_found) j["problem"] = r.agent_problem;
   return j.dump() + "\n";

@@ -64,6 +64,34 @@ struct StatusMemory {
   bool online_by_metadata = false;      // class rules on labels, annotations or priority classes exist
 };
 
+// One online pod as the agent's burst controller last judged it (from the
+// report the agent writes beside its state file).
+struct StatusBurstPod {
+  std::string cgroup;
+  double window_s = 0;  // the waits below are over this much time
+  uint64_t waits = 0;
+  double wait_ms = 0;
+  double throttled_wait_ms = 0;  // of wait_ms, its own quota's
+  uint64_t throttled_periods = 0;
+  double wait_p99_ms = 0;
+  std::string verdict;  // not-throttled | too-few | not-self-throttled | self-throttled
+  std::string why;
+  std::string burst;    // none | given | in-force | refused
+  uint64_t burst_us = 0;
+  uint64_t cgroups = 0;  // carrying the burst
+  std::string refusal;   // refused: why
+};
+
+struct StatusBurst {
+  std::string path;      // the report file
+  std::string error;     // unreadable or malformed: why ("" read)
+  int64_t time = 0;      // when the agent wrote it (Unix seconds)
+  int64_t age_s = 0;     // how long ago, at the time status ran
+  double share = 0;      // online.burst_share
+  double window_s = 0;   // online.self_throttle_window
+  std::vector<StatusBurstPod> pods;
+};
+
 // A process holding the agent's maps open.
 struct StatusProcess {
   int pid = 0;
@@ -95,7 +123,12 @@ struct StatusReport {
   // The offline budget
   std::vector<StatusTarget> targets;
   std::optional<StatusMemory> memory;  // none: no memory controller to read
+  std::optional<StatusBurst> burst;    // none: no report file (no agent has written one)
 };
+
+// The agent's burst report (its text), as status shows it; `now_s` the
+// current Unix time. A malformed report is an error, not an exception.
+StatusBurst parse_burst_report(const std::string& path, const std::string& text, int64_t now_s);
 
 // Names of the BPF-side counters, indexed by enum kh_counter.
 const std::vector<std::string>& bpf_counter_names();
