@@ -790,7 +790,7 @@ TEST(StatusFormat, BurstReportRoundTripsFromTheAgentToStatus) {
   rep.online = {given, refused, calm};
   Config cfg = default_config();
   StatusReport r;
-  r.burst = parse_burst_report("/x/online-burst.json", burst_report_json(rep, cfg, 1000), 1003);
+  r.burst = parse_burst_report("/x/state.burst.json", burst_report_json(rep, cfg, 1000), 1003);
   ASSERT_TRUE(r.burst->error.empty()) << r.burst->error;
   EXPECT_EQ(r.burst->age_s, 3);
   EXPECT_EQ(r.burst->window_s, 2.0);
@@ -811,10 +811,11 @@ TEST(StatusFormat, BurstReportRoundTripsFromTheAgentToStatus) {
       << t;
   auto j = nlohmann::json::parse(status_json(r));
   EXPECT_EQ(j["burst"]["online_pods"][1]["refusal"], refusal_text(BurstPod::Refusal::NoQuota));
+  EXPECT_EQ(burst_report_path("/var/lib/khagent/state.json"), "/var/lib/khagent/state.burst.json");
   // A damaged report is said to be one.
   StatusReport bad;
-  bad.burst = parse_burst_report("/x/online-burst.json", "{\"time\": 1}", 2);
-  EXPECT_NE(format_status(bad).find("online pods' CPU burst: /x/online-burst.json unreadable: not a burst report"),
+  bad.burst = parse_burst_report("/x/state.burst.json", "{\"time\": 1}", 2);
+  EXPECT_NE(format_status(bad).find("online pods' CPU burst: /x/state.burst.json unreadable: not a burst report"),
             std::string::npos)
       << format_status(bad);
 }

@@ -1,6 +1,7 @@
 // The online burst controller's report: which pods got a burst, which were
 // refused one and why, in the log, on /metrics and in the report file that
 // `khagent status` reads.
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 
@@ -14,7 +15,12 @@
 namespace khagent {
 
 std::string burst_report_path(const std::string& state_file) {
-  return (std::filesystem::path(state_file).parent_path() / "online-burst.json").string();
+  return std::filesystem::path(state_file).replace_extension(".burst.json").string();
+}
+
+ReportExporter::~ReportExporter() {
+  // A report of an agent that stopped would be read as a live one.
+  if (burst_written_ns_) std::remove(burst_report_path(cfg_.state_file).c_str());
 }
 
 namespace {

@@ -171,6 +171,7 @@ BurstPod BurstController::judge(const OnlinePodLoad& p, const TickView& v) {
     judge_window(w.sum, cfg_.online, bp);
     if (w.sum.throttled_wait_ns == 0) windows_.erase(p.path);
   } else {
+    bp.window_s = static_cast<double>(v.node.interval_ns) / 1e9;  // this tick
     bp.waits = p.waits;
     bp.wait_ns = p.wait_ns;
     bp.wait_p99_us = p.wait_p99_us;

@@ -14,9 +14,9 @@
 
 namespace khagent {
 
-// Where the agent keeps its last burst report for `khagent status`: beside
-// its state file, as online-burst.json (written atomically, at most once a
-// second unless a verdict changed).
+// Where the agent keeps its last burst report for `khagent status`: its
+// state file's name with .burst.json for .json (written atomically, at most
+// once a second unless a verdict changed; removed when the agent stops).
 std::string burst_report_path(const std::string& state_file);
 // The report as that file holds it: one JSON object, `unix_s` its time.
 std::string burst_report_json(const BurstReport& r, const Config& cfg, int64_t unix_s);
@@ -25,6 +25,9 @@ class ReportExporter {
  public:
   // `metrics` may be null (no /metrics server).
   ReportExporter(const Config& cfg, Metrics* metrics) : cfg_(cfg), metrics_(metrics) {}
+  ~ReportExporter();
+  ReportExporter(const ReportExporter&) = delete;
+  ReportExporter& operator=(const ReportExporter&) = delete;
   void report(const ControllerReport& r, uint64_t now_ns);
   // A wake-up between ticks: `psi_triggers` memory PSI triggers fired.
   void wakeup(size_t psi_triggers);

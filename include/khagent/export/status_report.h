@@ -65,7 +65,7 @@ struct StatusMemory {
 };
 
 // One online pod as the agent's burst controller last judged it (from the
-// report the agent writes beside its state file).
+// report a running agent keeps beside its state file).
 struct StatusBurstPod {
   std::string cgroup;
   double window_s = 0;  // the waits below are over this much time
