@@ -8,18 +8,17 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <iterator>
-#include <memory>
 #include <atomic>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "burst_load.h"
-#include "host_util.h"
 
 using namespace hosttest;
 
@@ -64,10 +63,9 @@ TEST(AgentBurst, ASelfThrottledPodGetsBurstAndAnswersFaster) {
   const std::string cfg = "/tmp/" + k + ".yaml";
   const std::string state = "/tmp/" + k + "-state.json";
   const std::string log = "/tmp/" + k + ".log";
-  // A request's few waits a second are enough for a verdict here.
-  std::ofstream(cfg) << "tick: 1s\nonline:\n  min_waits: 2\noffline:\n  yarn_hierarchy: " << k << "-yarn\n";
-  // (The defaults judge a pod on 20 waits a 200 ms tick; this one has a few
-  // a second.)
+  // A 1 s tick: the window (online.self_throttle_window, 2 s) judges a pod
+  // over two ticks or more, whatever the tick.
+  std::ofstream(cfg) << "tick: 1s\noffline:\n  yarn_hierarchy: " << k << "-yarn\n";
   {
     LaidOutCgroup c_kube(m, kube), c_burst(m, burstable), c_pod(m, pod), c_ctr(m, ctr), c_other(m, other),
         c_yarn(m, yarn);
@@ -79,14 +77,7 @@ TEST(AgentBurst, ASelfThrottledPodGetsBurstAndAnswersFaster) {
     const std::string other_burst = file(c_other, "cpu.cfs_burst_us", "cpu.max.burst");
     if (pod_burst.empty() || read_file(pod_burst).empty())
       FAIL() << "no CPU burst file in this kernel's cpu controller (5.14+ has cpu.cfs_burst_us / cpu.max.burst)";
-    for (const LaidOutCgroup* c : {&c_pod, &c_ctr, &c_other}) {
-      if (v1) {
-        ASSERT_TRUE(write_file(c->v1_file("cpu.cfs_period_us"), "100000"));
-        ASSERT_TRUE(write_file(c->v1_file("cpu.cfs_quota_us"), "20000"));
-      } else {
-        ASSERT_TRUE(write_file(c->v2().dir() + "/cpu.max", "20000 100000"));
-      }
-    }
+    for (const LaidOutCgroup* c : {&c_pod, &c_ctr, &c_other}) ASSERT_TRUE(kubelet_quota_02(*c, v1));
     ASSERT_TRUE(write_file(other_burst, "5000")) << "another writer's burst";
     const std::string yarn_quota = file(c_yarn, "cpu.cfs_quota_us", "cpu.max");
     const std::string yarn_quota_before = read_file(yarn_quota);
@@ -166,8 +157,9 @@ constexpr hosttest::BurstShape kShapes[] = {
     // Over quota + burst: the burst shortens the wait, and the pod stays
     // self-throttled with it in place (logged: it needs a larger limit).
     {"over", 300, 45, 1},
-    // Two threads sharing each request: the quota goes twice as fast.
-    {"threads", 250, 30, 2},
+    // Two threads sharing each request (under quota + burst): the quota
+    // goes twice as fast.
+    {"threads", 250, 24, 2},
 };
 
 std::string run_out(const std::string& cmd) {
@@ -208,25 +200,15 @@ TEST(AgentBurst, EachShapeOfSelfThrottlingGetsItsVerdictOnTheDefaults) {
     std::vector<Responses*> resp;
     std::vector<std::unique_ptr<Child>> children;
     for (size_t i = 0; i < kN; i++) {
-      const std::string pod = burstable + "/" + k + "-kubepods-burstable-pod" + std::to_string(1000 + i) + "_7777.slice";
+      const std::string pod =
+          burstable + "/" + k + "-kubepods-burstable-pod" + std::to_string(1000 + i) + "_7777.slice";
       const std::string ctr = pod + "/cri-containerd-" + std::to_string(100000 + i) + "abcdef.scope";
       pods.push_back(pod);
       cgs.push_back(std::make_unique<LaidOutCgroup>(m, pod));
       cgs.push_back(std::make_unique<LaidOutCgroup>(m, ctr));
-      for (size_t j = cgs.size() - 2; j < cgs.size(); j++) {
-        const LaidOutCgroup& c = *cgs[j];
-        if (v1) {
-          ASSERT_TRUE(write_file(c.v1_file("cpu.cfs_period_us"), "100000"));
-          ASSERT_TRUE(write_file(c.v1_file("cpu.cfs_quota_us"), "20000"));
-        } else {
-          ASSERT_TRUE(write_file(c.v2().dir() + "/cpu.max", "20000 100000"));
-        }
-      }
-      auto burst_file = [&](const LaidOutCgroup& c) {
-        return v1 ? c.v1_file("cpu.cfs_burst_us") : c.v2().dir() + "/cpu.max.burst";
-      };
-      pod_burst.push_back(burst_file(*cgs[cgs.size() - 2]));
-      ctr_burst.push_back(burst_file(*cgs.back()));
+      ASSERT_TRUE(kubelet_quota_02(*cgs[cgs.size() - 2], v1) && kubelet_quota_02(*cgs.back(), v1));
+      pod_burst.push_back(burst_file(*cgs[cgs.size() - 2], v1));
+      ctr_burst.push_back(burst_file(*cgs.back(), v1));
       if (pod_burst.back().empty() || read_file(pod_burst.back()).empty())
         FAIL() << "no CPU burst file in this kernel's cpu controller (5.14+ has cpu.cfs_burst_us / cpu.max.burst)";
       resp.push_back(shared_responses());
@@ -275,11 +257,12 @@ TEST(AgentBurst, EachShapeOfSelfThrottlingGetsItsVerdictOnTheDefaults) {
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << agent_log;
     for (size_t i = 0; i < kN; i++) {
       const BurstShape& s = kShapes[i];
-      std::printf("%-8s %3llu ms every %3llu ms, %u thread%s: p99 %.1f ms before the agent, %.1f ms after; burst %s "
-                  "%.1f s after the agent started\n",
-                  s.name, static_cast<unsigned long long>(s.work_ms), static_cast<unsigned long long>(s.period_ms),
-                  s.threads, s.threads == 1 ? "" : "s", before[i], p99_from(resp[i], from[i]),
-                  given_after_s[i] < 0 ? "never given" : "given", given_after_s[i]);
+      std::printf(
+          "%-8s %3llu ms every %3llu ms, %u thread%s: p99 %.1f ms before the agent, %.1f ms after; burst %s "
+          "%.1f s after the agent started\n",
+          s.name, static_cast<unsigned long long>(s.work_ms), static_cast<unsigned long long>(s.period_ms), s.threads,
+          s.threads == 1 ? "" : "s", before[i], p99_from(resp[i], from[i]),
+          given_after_s[i] < 0 ? "never given" : "given", given_after_s[i]);
       const bool light = std::string(s.name) == "light";
       EXPECT_EQ(ctr_seen[i], light ? "0\n" : "10000\n") << s.name << "\n" << agent_log;
       EXPECT_EQ(pod_seen[i], light ? "0\n" : "10000\n") << s.name << "\n" << agent_log;
@@ -288,10 +271,8 @@ TEST(AgentBurst, EachShapeOfSelfThrottlingGetsItsVerdictOnTheDefaults) {
       const size_t at = status.find(pods[i] + "  throttled wait");
       ASSERT_NE(at, std::string::npos) << s.name << "\n" << status;
       const std::string line = status.substr(at, status.find('\n', at) - at);
-      if (light)
-        EXPECT_NE(line.find("no burst: not self-throttled"), std::string::npos) << line;
-      else
-        EXPECT_NE(line.find("burst 10000 us on 2 cgroups"), std::string::npos) << line;
+      if (light) EXPECT_NE(line.find("no burst: not self-throttled"), std::string::npos) << line;
+      else EXPECT_NE(line.find("burst 10000 us on 2 cgroups"), std::string::npos) << line;
     }
     std::printf("%s", status.substr(status.find("online pods' CPU burst")).c_str());
     EXPECT_NE(agent_log.find(pods[3] + ": self-throttled"), std::string::npos) << agent_log;

@@ -15,7 +15,22 @@
 #include <thread>
 #include <vector>
 
+#include "host_util.h"
+
 namespace hosttest {
+
+// The kubelet's quota for a 0.2 CPU limit (20 ms a 100 ms period) on the
+// cgroup, v1 cpu on a hybrid host, v2 cpu.max else; false if a write failed.
+inline bool kubelet_quota_02(const LaidOutCgroup& c, bool v1) {
+  if (v1)
+    return write_file(c.v1_file("cpu.cfs_period_us"), "100000") && write_file(c.v1_file("cpu.cfs_quota_us"), "20000");
+  return write_file(c.v2().dir() + "/cpu.max", "20000 100000");
+}
+
+// The cgroup's burst file: v1 cpu.cfs_burst_us, v2 cpu.max.burst ("" if none).
+inline std::string burst_file(const LaidOutCgroup& c, bool v1) {
+  return v1 ? c.v1_file("cpu.cfs_burst_us") : c.v2().dir() + "/cpu.max.burst";
+}
 
 struct BurstShape {
   const char* name;

@@ -6,8 +6,8 @@
 #include <filesystem>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "khagent/export/controller_reports.h"
 #include "khagent/util/file.h"
@@ -67,17 +67,16 @@ void ReportExporter::write_burst_report(const BurstReport& r) {
   if (cfg_.dry_run || cfg_.state_file.empty()) return;  // a dry run writes nothing
   std::string verdicts;
   for (const auto& p : r.online)
-    verdicts += fmt::format("{} {} {} {}\n", p.path, verdict_name(p.verdict), burst_name(p.burst),
-                            refusal_name(p.refusal));
+    verdicts +=
+        fmt::format("{} {} {} {}\n", p.path, verdict_name(p.verdict), burst_name(p.burst), refusal_name(p.refusal));
   if (verdicts == burst_verdicts_ && now_ns_ - burst_written_ns_ < 1'000'000'000ULL) return;
   const std::string path = burst_report_path(cfg_.state_file);
   std::error_code ec;  // the state file's folder, made by the first save if not before
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  auto w = write_file_atomic(path, burst_report_json(r, cfg_, static_cast<int64_t>(std::time(nullptr))), 0644,
-                             false);
+  auto w = write_file_atomic(path, burst_report_json(r, cfg_, static_cast<int64_t>(std::time(nullptr))), 0644, false);
   if (!w) {
-    if (!burst_write_failed_) spdlog::warn("CPU burst: cannot write {}: {} (khagent status will not show it)", path,
-                                           w.error().message);
+    if (!burst_write_failed_)
+      spdlog::warn("CPU burst: cannot write {}: {} (khagent status will not show it)", path, w.error().message);
     burst_write_failed_ = true;
     return;
   }
@@ -89,9 +88,10 @@ void ReportExporter::write_burst_report(const BurstReport& r) {
 void ReportExporter::operator()(const BurstReport& r) {
   for (const auto& p : r.online) {
     if (p.burst == BurstPod::Burst::Given) {
-      spdlog::info("online {}: self-throttled {}; CPU burst of {:.0f}% of its quota on the pod and its containers "
-                   "({} us on {} cgroup{})",
-                   p.path, p.why, r.share * 100, p.burst_us, p.cgroups, p.cgroups == 1 ? "" : "s");
+      spdlog::info(
+          "online {}: self-throttled {}; CPU burst of {:.0f}% of its quota on the pod and its containers "
+          "({} us on {} cgroup{})",
+          p.path, p.why, r.share * 100, p.burst_us, p.cgroups, p.cgroups == 1 ? "" : "s");
     } else if (p.burst == BurstPod::Burst::Refused) {
       if (p.first)
         spdlog::warn("online {}: self-throttled {}; no CPU burst: {}", p.path, p.why, refusal_text(p.refusal));

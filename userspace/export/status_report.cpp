@@ -234,15 +234,14 @@ std::string burst_pod_text(const StatusBurstPod& p) {
   std::string burst;
   if (p.burst == "given" || p.burst == "in-force")
     burst = fmt::format("burst {} us on {} cgroup{}", p.burst_us, p.cgroups, p.cgroups == 1 ? "" : "s");
-  else if (p.burst == "refused")
-    burst = "no burst: " + p.refusal;
-  else
-    burst = "no burst: not self-throttled";
+  else if (p.burst == "refused") burst = "no burst: " + p.refusal;
+  else burst = "no burst: not self-throttled";
   const double share = p.wait_ms > 0 ? 100 * p.throttled_wait_ms / p.wait_ms : 0;
-  return fmt::format("  {}  throttled wait {:.1f} of {:.1f} ms ({:.0f}%, {} period{} throttled) over {:.1f} s, p99 "
-                     "{:.1f} ms; {}; {}\n",
-                     p.cgroup, p.throttled_wait_ms, p.wait_ms, share, p.throttled_periods,
-                     p.throttled_periods == 1 ? "" : "s", p.window_s, p.wait_p99_ms, p.verdict, burst);
+  return fmt::format(
+      "  {}  throttled wait {:.1f} of {:.1f} ms ({:.0f}%, {} period{} throttled) over {:.1f} s, p99 "
+      "{:.1f} ms; {}; {}\n",
+      p.cgroup, p.throttled_wait_ms, p.wait_ms, share, p.throttled_periods, p.throttled_periods == 1 ? "" : "s",
+      p.window_s, p.wait_p99_ms, p.verdict, burst);
 }
 
 std::string burst_text(const StatusBurst& b) {
@@ -254,6 +253,7 @@ std::string burst_text(const StatusBurst& b) {
       b.age_s, b.share * 100, b.window_s);
   // The throttled first, then by name.
   std::vector<const StatusBurstPod*> pods;
+  pods.reserve(b.pods.size());
   for (const auto& p : b.pods) pods.push_back(&p);
   std::stable_sort(pods.begin(), pods.end(), [](const StatusBurstPod* a, const StatusBurstPod* c) {
     return a->throttled_wait_ms > c->throttled_wait_ms;
@@ -338,7 +338,7 @@ std::string status_json(const StatusReport& r) {
                       {"burst_us", p.burst_us},
                       {"cgroups", p.cgroups},
                       {"refusal", p.refusal}});
-    burst = {{"report", r.burst->path}, {"time", r.burst->time},       {"age_s", r.burst->age_s},
+    burst = {{"report", r.burst->path}, {"time", r.burst->time},         {"age_s", r.burst->age_s},
              {"share", r.burst->share}, {"window_s", r.burst->window_s}, {"online_pods", pods}};
     if (!r.burst->error.empty()) burst["error"] = r.burst->error;
   }

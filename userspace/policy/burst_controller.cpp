@@ -135,9 +135,9 @@ class BurstController : public Controller {
   void refuse(BurstPod& bp, BurstPod::Refusal why);
 
   const Config& cfg_;
-  std::map<std::string, Window> windows_;                  // online pods with throttled waits in the window
-  std::map<std::string, std::string> pods_;                // online pods given CPU burst, and why
-  std::map<std::string, BurstPod::Refusal> refused_;       // self-throttled pods refused one, and why
+  std::map<std::string, Window> windows_;             // online pods with throttled waits in the window
+  std::map<std::string, std::string> pods_;           // online pods given CPU burst, and why
+  std::map<std::string, BurstPod::Refusal> refused_;  // self-throttled pods refused one, and why
 };
 
 const Window& BurstController::advance(const OnlinePodLoad& p, uint64_t now_ns) {

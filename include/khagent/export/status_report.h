@@ -76,19 +76,19 @@ struct StatusBurstPod {
   double wait_p99_ms = 0;
   std::string verdict;  // not-throttled | too-few | not-self-throttled | self-throttled
   std::string why;
-  std::string burst;    // none | given | in-force | refused
+  std::string burst;  // none | given | in-force | refused
   uint64_t burst_us = 0;
   uint64_t cgroups = 0;  // carrying the burst
   std::string refusal;   // refused: why
 };
 
 struct StatusBurst {
-  std::string path;      // the report file
-  std::string error;     // unreadable or malformed: why ("" read)
-  int64_t time = 0;      // when the agent wrote it (Unix seconds)
-  int64_t age_s = 0;     // how long ago, at the time status ran
-  double share = 0;      // online.burst_share
-  double window_s = 0;   // online.self_throttle_window
+  std::string path;     // the report file
+  std::string error;    // unreadable or malformed: why ("" read)
+  int64_t time = 0;     // when the agent wrote it (Unix seconds)
+  int64_t age_s = 0;    // how long ago, at the time status ran
+  double share = 0;     // online.burst_share
+  double window_s = 0;  // online.self_throttle_window
   std::vector<StatusBurstPod> pods;
 };
 

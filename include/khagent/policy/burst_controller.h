@@ -80,9 +80,9 @@ const char* refusal_name(BurstPod::Refusal r);  // a metric label: lever_off, no
 std::string refusal_text(BurstPod::Refusal r);
 
 struct BurstReport {
-  double share = 0;    // online.burst_share
-  size_t pods = 0;     // pods with a burst in force
-  size_t cgroups = 0;  // their cgroups with a quota, written this tick
+  double share = 0;              // online.burst_share
+  size_t pods = 0;               // pods with a burst in force
+  size_t cgroups = 0;            // their cgroups with a quota, written this tick
   std::vector<BurstPod> online;  // every online pod, by path
   std::vector<BurstNote> notes;
 };
