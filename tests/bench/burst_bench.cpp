@@ -57,6 +57,10 @@ TEST(BurstBench, EachShapeWithAndWithoutTheAgent) {
   const std::string k = unique("khbb");
   const std::string dir = "/tmp/" + k;
   ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  struct RemoveDir {
+    std::string d;
+    ~RemoveDir() { std::filesystem::remove_all(d); }
+  } remove_dir{dir};  // also when an assertion ends the benchmark early
   const std::string cfg = dir + "/khagent.yaml", state = dir + "/state.json", log = dir + "/agent.log";
   // The defaults but for BURST_SHARE (online.burst_share), if set.
   std::ofstream(cfg) << "offline:\n  yarn_hierarchy: " << k << "-yarn\n"
@@ -135,5 +139,4 @@ TEST(BurstBench, EachShapeWithAndWithoutTheAgent) {
       "with/without, median of %d rounds): burst written within %.1f s at worst; %s\n",
       std::getenv("BURST_SHARE") ? (std::string(", burst_share ") + std::getenv("BURST_SHARE")).c_str() : "", rounds,
       worst_given, last.c_str());
-  std::filesystem::remove_all(dir);
 }

@@ -190,12 +190,21 @@ TEST(AgentBurst, EachShapeOfSelfThrottlingGetsItsVerdictOnTheDefaults) {
   const std::string burstable = kube + "/" + k + "-kubepods-burstable.slice";
   const std::string dir = "/tmp/" + k;
   ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  struct RemoveDir {
+    std::string d;
+    ~RemoveDir() { std::filesystem::remove_all(d); }
+  } remove_dir{dir};  // also when an assertion ends the test early
   const std::string cfg = dir + "/khagent.yaml", state = dir + "/state.json", log = dir + "/agent.log";
   std::ofstream(cfg) << "offline:\n  yarn_hierarchy: " << k << "-yarn\n";  // the rest: the defaults
   constexpr size_t kN = std::size(kShapes);
   {
     LaidOutCgroup c_kube(m, kube), c_burst(m, burstable);
-    std::vector<std::unique_ptr<LaidOutCgroup>> cgs;
+    // Removed containers first, then their pods, however the test ends.
+    struct Cgroups : std::vector<std::unique_ptr<LaidOutCgroup>> {
+      ~Cgroups() {
+        while (!empty()) pop_back();
+      }
+    } cgs;
     std::vector<std::string> pods, pod_burst, ctr_burst;
     std::vector<Responses*> resp;
     std::vector<std::unique_ptr<Child>> children;
@@ -279,7 +288,5 @@ TEST(AgentBurst, EachShapeOfSelfThrottlingGetsItsVerdictOnTheDefaults) {
     EXPECT_NE(agent_log.find("with its CPU burst of 10000 us in place"), std::string::npos)
         << "the pod over quota + burst stays self-throttled, and the log says so\n"
         << agent_log;
-    while (!cgs.empty()) cgs.pop_back();  // containers before their pods
   }
-  std::filesystem::remove_all(dir);
 }
