@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +26,13 @@ inline bool kubelet_quota_02(const LaidOutCgroup& c, bool v1) {
   if (v1)
     return write_file(c.v1_file("cpu.cfs_period_us"), "100000") && write_file(c.v1_file("cpu.cfs_quota_us"), "20000");
   return write_file(c.v2().dir() + "/cpu.max", "20000 100000");
+}
+
+// The periods the kernel throttled the cgroup in (cpu.stat nr_throttled).
+inline uint64_t nr_throttled(const LaidOutCgroup& c, bool v1) {
+  const std::string stat = read_file(v1 ? c.v1_file("cpu.stat") : c.v2().dir() + "/cpu.stat");
+  const size_t at = stat.find("nr_throttled ");
+  return at == std::string::npos ? 0 : std::strtoull(stat.c_str() + at + 13, nullptr, 10);
 }
 
 // The cgroup's burst file: v1 cpu.cfs_burst_us, v2 cpu.max.burst ("" if none).
