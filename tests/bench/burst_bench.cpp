@@ -109,16 +109,18 @@ TEST(BurstBench, EachShapeWithAndWithoutTheAgent) {
       load.pid = -1;
       c_ctr.reset();
       c_pod.reset();
-      ASSERT_GE(at, 0) << s.name << ": the agent wrote no burst in 15 s\n" << read_file(log);
-      std::printf(
-          "round %d %-8s p99 without the agent %6.1f ms, with it %6.1f ms (%.2fx); burst written %.1f s "
-          "after start\n",
-          round + 1, s.name, p_off, p_on, p_on / p_off, at);
+      // No burst in 15 s is a figure too (a pod the kernel did not throttle:
+      // the 200 ms shapes keep their phase in the CFS period; or
+      // BURST_SHARE=0): the with-agent window is then the agent without one.
+      const std::string burst_note =
+          at < 0 ? std::string("no burst written in 15 s") : fmt::format("burst written {:.1f} s after start", at);
+      std::printf("round %d %-8s p99 without the agent %6.1f ms, with it %6.1f ms (%.2fx); %s\n", round + 1, s.name,
+                  p_off, p_on, p_on / p_off, burst_note.c_str());
       std::fflush(stdout);
       off[s.name].push_back(p_off);
       on[s.name].push_back(p_on);
       ratio[s.name].push_back(p_on / p_off);
-      given_s[s.name].push_back(at);
+      given_s[s.name].push_back(at);  // -1: none
     }
   }
   std::printf(
@@ -126,17 +128,24 @@ TEST(BurstBench, EachShapeWithAndWithoutTheAgent) {
       "| burst written after |\n|---|---|---|---|---|\n");
   std::string last;
   double worst_given = 0;
+  size_t missed = 0;  // rounds with no burst written
   for (const BurstShape& s : kShapes) {
-    std::printf("| %s: %llu ms every %llu ms, %u thread%s | %.1f ms | %.1f ms | %.2fx | %.1f s |\n", s.name,
+    std::vector<double> given;
+    for (double g : given_s[s.name]) {
+      if (g >= 0) given.push_back(g);
+      else missed++;
+    }
+    const std::string after = given.empty() ? std::string("never") : fmt::format("{:.1f} s", median(given));
+    std::printf("| %s: %llu ms every %llu ms, %u thread%s | %.1f ms | %.1f ms | %.2fx | %s |\n", s.name,
                 static_cast<unsigned long long>(s.work_ms), static_cast<unsigned long long>(s.period_ms), s.threads,
                 s.threads == 1 ? "" : "s", median(off[s.name]), median(on[s.name]), median(ratio[s.name]),
-                median(given_s[s.name]));
+                after.c_str());
     last += fmt::format("{}{} {:.2f}x", last.empty() ? "" : ", ", s.name, median(ratio[s.name]));
-    worst_given = std::max(worst_given, *std::max_element(given_s[s.name].begin(), given_s[s.name].end()));
+    for (double g : given) worst_given = std::max(worst_given, g);
   }
   std::printf(
       "\ngoal (every self-throttled shape gets its burst within a few seconds on the defaults%s; p99 "
-      "with/without, median of %d rounds): burst written within %.1f s at worst; %s\n",
+      "with/without, median of %d rounds): burst written within %.1f s at worst%s; %s\n",
       std::getenv("BURST_SHARE") ? (std::string(", burst_share ") + std::getenv("BURST_SHARE")).c_str() : "", rounds,
-      worst_given, last.c_str());
+      worst_given, missed ? fmt::format(" ({} rounds without one)", missed).c_str() : "", last.c_str());
 }

@@ -111,6 +111,7 @@ PodSignals sparse(const std::string& path, uint64_t waits, uint64_t wait_ms, uin
   if (waits) p.interval.hist[hist_bucket(wait_ms * 1'000'000)] = waits;
   p.wait_p99_us = static_cast<double>(wait_ms) * 1000;
   p.throttle_interval.events = periods;
+  p.throttled_periods_max = periods;
   p.throttle_interval.throttled_ns = periods * wait_ms * 1'000'000;
   return p;
 }
@@ -341,13 +342,64 @@ TEST(BurstController, ARefusalIsReportedOncePerPodWithWhy) {
   EXPECT_EQ(r1[b], std::make_pair(BurstPod::Refusal::Foreign, true));
   EXPECT_EQ(refusal_name(BurstPod::Refusal::Foreign), std::string("foreign_burst"));
   auto r2 = refusals(find(cs2, "burst"), 2 * kS);
-  EXPECT_FALSE(r2[b].second) << "told once";
-  // The other writer's burst gone: b gets its own.
+  EXPECT_EQ(r2[b], std::make_pair(BurstPod::Refusal::Foreign, false)) << "told once";
+  // The other writer's burst gone: b gets its own, and that is told.
   r.burst[b + "/c1"] = 0;
   const TickSnapshot snap(r, 3 * kS);
   Outcome o = find(cs2, "burst").step(t.view(snap));
   ASSERT_EQ(o.settings.size(), 1u);
   EXPECT_EQ(o.settings[0], (Setting{b + "/c1", CpuBurst{10000}, Lever::Burst}));
+  const auto& online = std::get<BurstReport>(o.report).online;
+  ASSERT_EQ(online.size(), 2u);
+  EXPECT_EQ(online[1].path, b);
+  EXPECT_EQ(online[1].burst, BurstPod::Burst::Given);
+  EXPECT_TRUE(online[1].first);
+}
+
+// A refusal is told once while the pod lives, however often its verdict
+// comes and goes (a pod throttled now and then with the lever off).
+TEST(BurstController, ARefusalIsNotToldAgainWhenTheVerdictComesBack) {
+  Config off = default_config();
+  off.online.burst_share = 0;
+  off.online.self_throttle_window_ns = kS / 5;  // one tick
+  auto cs = make_controllers(off, facts());
+  Controller& burst = find(cs, "burst");
+  FakeReads r;
+  const std::string a = "/kubepods/burstable/pod-a";
+  Tick t;
+  t.online = {a};
+  std::vector<bool> firsts;
+  for (int i = 0; i < 4; i++) {
+    t.node.pods = {i % 2 == 0 ? self_throttled(a) : sparse(a, 30, 0, 0)};  // self-throttled, calm, ...
+    const TickSnapshot snap(r, (1 + static_cast<uint64_t>(i)) * kS / 5);
+    Outcome o = burst.step(t.view(snap));
+    const auto& p = std::get<BurstReport>(o.report).online.at(0);
+    if (p.burst == BurstPod::Burst::Refused) firsts.push_back(p.first);
+  }
+  EXPECT_EQ(firsts, (std::vector<bool>{true, false}));
+}
+
+// The online cgroups outside pods are judged on their own waits (the
+// class's less its pods'), and refused a burst: no one cgroup to write.
+TEST(BurstController, OnlineCgroupsOutsidePodsAreRefusedNotIgnored) {
+  const Config cfg = default_config();  // the controllers keep a reference
+  auto cs = make_controllers(cfg, facts());
+  FakeReads r;
+  Tick t;
+  auto& on = t.node.classes[static_cast<size_t>(CgroupClass::Online)];
+  on.interval.waits = 50;
+  on.interval.wait_ns = 500'000'000;
+  on.interval.cause_ns[KH_WAIT_THROTTLED] = 450'000'000;
+  on.interval.hist[hist_bucket(10'000'000)] = 50;
+  on.wait_p99_us = 10'000;
+  const TickSnapshot snap(r, kS);
+  Outcome o = find(cs, "burst").step(t.view(snap));
+  const auto& online = std::get<BurstReport>(o.report).online;
+  ASSERT_EQ(online.size(), 1u);
+  EXPECT_EQ(online[0].path, "(online cgroups outside pods)");
+  EXPECT_EQ(online[0].verdict, BurstPod::Verdict::SelfThrottled) << online[0].why;
+  EXPECT_EQ(online[0].refusal, BurstPod::Refusal::NotAPod);
+  EXPECT_NEAR(online[0].wait_p99_us, 10'000, 1'500) << "from the class's histogram";
 }
 
 TEST(MemoryController, AWakeUpWithoutACutLeavesTheControllerAsTheTickLeftIt) {

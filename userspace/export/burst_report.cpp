@@ -85,7 +85,20 @@ void ReportExporter::write_burst_report(const BurstReport& r) {
   burst_written_ns_ = now_ns_;
 }
 
+bool ReportExporter::allow_for(const std::string& pod, const std::string& key) {
+  burst_keys_[pod].insert(key);
+  return warned_.allow(key, now_ns_);
+}
+
 void ReportExporter::operator()(const BurstReport& r) {
+  // The once-a-minute keys of pods that are gone.
+  std::set<std::string> online;
+  for (const auto& p : r.online) online.insert(p.path);
+  std::erase_if(burst_keys_, [&](const auto& kv) {
+    if (online.count(kv.first)) return false;
+    for (const auto& key : kv.second) warned_.forget(key);
+    return true;
+  });
   for (const auto& p : r.online) {
     if (p.burst == BurstPod::Burst::Given) {
       spdlog::info(
@@ -96,20 +109,20 @@ void ReportExporter::operator()(const BurstReport& r) {
       if (p.first)
         spdlog::warn("online {}: self-throttled {}; no CPU burst: {}", p.path, p.why, refusal_text(p.refusal));
     } else if (p.burst == BurstPod::Burst::InForce && p.verdict == BurstPod::Verdict::SelfThrottled) {
-      if (warned_.allow("quota " + p.path, now_ns_))
+      if (allow_for(p.path, "quota " + p.path))
         spdlog::warn(
             "online {}: self-throttled {}, with its CPU burst of {} us in place (a burst lends only what earlier "
             "periods left unused: a pod busy at its limit needs a larger limit)",
             p.path, p.why, p.burst_us);
     } else if (p.verdict == BurstPod::Verdict::TooFew && spdlog::should_log(spdlog::level::debug)) {
-      if (warned_.allow("too few " + p.path, now_ns_)) spdlog::debug("online {}: throttled {}", p.path, p.why);
+      if (allow_for(p.path, "too few " + p.path)) spdlog::debug("online {}: throttled {}", p.path, p.why);
     }
   }
   for (const auto& n : r.notes) {
     if (n.kind == BurstNote::Kind::NoBurstFile) {
       if (warned_.allow("no burst", now_ns_))
         spdlog::warn("CPU burst: {} has no burst file (kernels before 5.14): no burst for it", n.path);
-    } else if (warned_.allow("foreign burst " + n.path, now_ns_)) {
+    } else if (allow_for(n.pod, "foreign burst " + n.path)) {
       spdlog::info("CPU burst: {} already has a burst of {} us that khagent did not write: left alone", n.path,
                    n.burst_us);
     }

@@ -22,7 +22,8 @@ constexpr std::array<FamilySpec, kNrBurstFamilies> kBurstFamilies = {{
      "khagent_online_burst_refused",
      MetricType::Gauge,
      {"reason"},
-     "Self-throttled online pods given no CPU burst at the last tick, by why: lever_off (online.burst_share 0), "
+     "Online pods judged self-throttled with no CPU burst of khagent's at the last tick, by why: lever_off "
+     "(online.burst_share 0), "
      "not_a_pod, no_quota (an ancestor's quota throttles it), no_burst_file (kernel before 5.14), foreign_burst "
      "(a burst khagent did not write)"},
 }};

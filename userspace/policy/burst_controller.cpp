@@ -176,20 +176,18 @@ BurstPod BurstController::judge(const OnlinePodLoad& p, const TickView& v) {
     bp.wait_ns = p.wait_ns;
     bp.wait_p99_us = p.wait_p99_us;
   }
+  // A refusal is told once while the pod lives (refused_ is cleared when
+  // it goes), however often its verdict comes and goes.
   if (bp.verdict != BurstPod::Verdict::SelfThrottled) {
-    // A pod given a burst keeps its refusal (its cgroups') while it lives.
-    if (!pods_.count(p.path)) refused_.erase(p.path);
+    if (pods_.count(p.path)) bp.burst = BurstPod::Burst::InForce;  // its cgroups are checked in step()
   } else if (!on()) {
     refuse(bp, BurstPod::Refusal::LeverOff);
   } else if (!listed(v.online_pods, p.path)) {
     refuse(bp, BurstPod::Refusal::NotAPod);
-  } else if (pods_.emplace(p.path, bp.why).second) {
-    bp.burst = BurstPod::Burst::Given;
-    bp.first = true;
-    // Judged again on what it does with the burst, not on the waits that won it.
-    windows_.erase(p.path);
+  } else {
+    // Wanted: given once its cgroups can take it (step()).
+    bp.burst = pods_.count(p.path) ? BurstPod::Burst::InForce : BurstPod::Burst::Given;
   }
-  if (bp.burst == BurstPod::Burst::None && pods_.count(p.path)) bp.burst = BurstPod::Burst::InForce;
   return bp;
 }
 
@@ -212,7 +210,7 @@ BurstPod::Refusal BurstController::cgroups_of(const std::string& pod, const Tick
     if (!v.ours(cg, Knob::Burst)) {
       const auto& cur = v.snap.cpu_burst(cg);
       if (!cur || *cur != 0) {
-        r.notes.push_back({cur ? BurstNote::Kind::Foreign : BurstNote::Kind::NoBurstFile, cg, cur.value_or(0)});
+        r.notes.push_back({cur ? BurstNote::Kind::Foreign : BurstNote::Kind::NoBurstFile, cg, cur.value_or(0), pod});
         foreign += cur ? 1 : 0;
         continue;
       }
@@ -245,12 +243,21 @@ Outcome BurstController::step(const TickView& v) {
   std::vector<std::pair<BurstPod*, std::vector<std::string>>> given;  // pods and their cgroups written
   if (on()) {
     for (auto& bp : r.online) {
-      if (!pods_.count(bp.path)) continue;
+      if (bp.burst != BurstPod::Burst::Given && bp.burst != BurstPod::Burst::InForce) continue;
       const size_t before = li.online.size();
       const BurstPod::Refusal why = cgroups_of(bp.path, v, li.online, r);
       if (why != BurstPod::Refusal::None) {
+        // Not given (or no longer its own: someone else's burst on each
+        // cgroup): asked again next tick, told once.
         refuse(bp, why);
         continue;
+      }
+      if (bp.burst == BurstPod::Burst::Given) {
+        pods_.emplace(bp.path, bp.why);
+        bp.first = true;
+        refused_.erase(bp.path);
+        // Judged again on what it does with the burst, not on the waits that won it.
+        windows_.erase(bp.path);
       }
       auto& g = given.emplace_back(&bp, std::vector<std::string>{}).second;
       for (size_t i = before; i < li.online.size(); i++) g.push_back(li.online[i].path);

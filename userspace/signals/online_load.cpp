@@ -18,7 +18,7 @@ std::vector<OnlinePodLoad> online_loads(const NodeSignals& node) {
     l.stolen_wait_ns = p.interval.cause_ns[KH_WAIT_STOLEN];
     l.wait_p99_us = p.wait_p99_us;
     l.hist = p.interval.hist;
-    l.throttled_periods = p.throttle_interval.events;
+    l.throttled_periods = p.throttled_periods_max;
     l.throttled_ns = p.throttle_interval.throttled_ns;
     out.push_back(std::move(l));
   }
@@ -40,6 +40,10 @@ std::vector<OnlinePodLoad> online_loads(const NodeSignals& node) {
     rest.stolen_wait_ns -= std::min(rest.stolen_wait_ns, p.stolen_wait_ns);
   }
   rest.wait_p99_us = on.wait_p99_us;
+  // Its waits by duration: the class's less its pods'.
+  rest.hist = on.interval.hist;
+  for (const auto& p : out)
+    for (size_t i = 0; i < rest.hist.size(); i++) rest.hist[i] -= std::min(rest.hist[i], p.hist[i]);
   out.push_back(std::move(rest));
   return out;
 }

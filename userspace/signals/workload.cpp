@@ -341,6 +341,7 @@ void add_cgroups(const Sample& s, const std::vector<const Classifier::Entry*>& e
       if (moved) counters_add(pod->interval, c.interval);
       pod->throttle_interval.events += c.throttle_interval.events;
       pod->throttle_interval.throttled_ns += c.throttle_interval.throttled_ns;
+      pod->throttled_periods_max = std::max(pod->throttled_periods_max, c.throttle_interval.events);
     }
     if (!e.id.yarn_container.empty() && secs > 0)
       yarn[e.id.yarn_container].cpu_cores += static_cast<double>(c.interval.cpu_ns) / 1e9 / secs;

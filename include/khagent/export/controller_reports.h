@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 
 #include "khagent/config/config.h"
@@ -43,6 +45,9 @@ class ReportExporter {
   void write_burst_report(const BurstReport& r);
 
   LogLimiter warned_;
+  // The keys in warned_ of each pod, forgotten when it goes.
+  std::map<std::string, std::set<std::string>> burst_keys_;
+  bool allow_for(const std::string& pod, const std::string& key);
   uint64_t now_ns_ = 0;
   std::string burst_verdicts_;     // the verdicts last written to the report file
   uint64_t burst_written_ns_ = 0;  // when

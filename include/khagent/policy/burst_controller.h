@@ -27,6 +27,7 @@ struct BurstNote {
   Kind kind = Kind::Foreign;
   std::string path;
   uint64_t burst_us = 0;  // Foreign: its burst
+  std::string pod;        // the pod it belongs to
 };
 
 // One online pod as the controller sees it: its waits over the window, the

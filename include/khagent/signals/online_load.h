@@ -21,8 +21,8 @@ struct OnlinePodLoad {
   uint64_t offline_wait_ns = 0;    // wait while offline cgroups held the CPU
   uint64_t stolen_wait_ns = 0;     // wait while its CPU stalled (counted in none of the above)
   double wait_p99_us = 0;
-  WaitHistogram hist{};            // its waits by duration (empty for the entry outside pods)
-  uint64_t throttled_periods = 0;  // CFS periods the kernel throttled its cgroups in
+  WaitHistogram hist{};            // its waits by duration
+  uint64_t throttled_periods = 0;  // the most CFS periods the kernel throttled one of its cgroups in
   uint64_t throttled_ns = 0;       // how long they were throttled (the kernel's clock)
 };
 

@@ -114,7 +114,11 @@ struct PodSignals {
   CgroupClass cls = CgroupClass::Online;
   QosTier qos = QosTier::None;
   CgroupCounters interval;
-  ThrottleCounters throttle_interval;
+  ThrottleCounters throttle_interval;  // summed over its cgroups
+  // The most periods one of its cgroups was throttled in: the pod and its
+  // container, with the same quota, are often throttled in the same period,
+  // which the sum counts twice.
+  uint64_t throttled_periods_max = 0;
   ReclaimCounters reclaim_interval;  // its tasks' direct memory reclaim
   uint64_t offline_wait_ns = 0;      // wait while offline cgroups held the CPU
   double wait_p99_us = 0;

@@ -20,6 +20,8 @@ class LogLimiter {
     it->second = now_ns;
     return true;
   }
+  // Forgets `key` (one about something gone), so that keys do not pile up.
+  void forget(const std::string& key) { last_ns_.erase(key); }
 
  private:
   uint64_t period_ns_;
