@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <nlohmann/json.hpp>
 
 #include "khagent/export/controller_reports.h"
+#include "khagent/export/status_report.h"
 #include "khagent/util/file.h"
 
 namespace khagent {
@@ -40,27 +40,16 @@ double ms(uint64_t ns) { return static_cast<double>(ns) / 1e6; }
 }  // namespace
 
 std::string burst_report_json(const BurstReport& r, const Config& cfg, int64_t unix_s) {
-  nlohmann::json pods = nlohmann::json::array();
-  for (const auto& p : r.online) {
-    pods.push_back({{"cgroup", p.path},
-                    {"window_s", p.window_s},
-                    {"waits", p.waits},
-                    {"wait_ms", ms(p.wait_ns)},
-                    {"throttled_wait_ms", ms(p.throttled_wait_ns)},
-                    {"throttled_periods", p.throttled_periods},
-                    {"wait_p99_ms", p.wait_p99_us / 1000},
-                    {"verdict", verdict_name(p.verdict)},
-                    {"why", p.why},
-                    {"burst", burst_name(p.burst)},
-                    {"burst_us", p.burst_us},
-                    {"cgroups", p.cgroups},
-                    {"refusal", p.burst == BurstPod::Burst::Refused ? refusal_text(p.refusal) : ""}});
-  }
-  nlohmann::json j = {{"time", unix_s},
-                      {"burst_share", r.share},
-                      {"self_throttle_window_s", static_cast<double>(cfg.online.self_throttle_window_ns) / 1e9},
-                      {"online", std::move(pods)}};
-  return j.dump(1) + "\n";
+  StatusBurst b;
+  b.time = unix_s;
+  b.share = r.share;
+  b.window_s = static_cast<double>(cfg.online.self_throttle_window_ns) / 1e9;
+  b.pods.reserve(r.online.size());
+  for (const auto& p : r.online)
+    b.pods.push_back({p.path, p.window_s, p.waits, ms(p.wait_ns), ms(p.throttled_wait_ns), p.throttled_periods,
+                      p.wait_p99_us / 1000, verdict_name(p.verdict), p.why, burst_name(p.burst), p.burst_us, p.cgroups,
+                      p.burst == BurstPod::Burst::Refused ? refusal_text(p.refusal) : ""});
+  return burst_report_text(b);
 }
 
 void ReportExporter::write_burst_report(const BurstReport& r) {

@@ -188,6 +188,15 @@ std::string memory_text(const StatusMemory& m) {
 
 }  // namespace
 
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StatusBurstPod, cgroup, window_s, waits, wait_ms, throttled_wait_ms,
+                                   throttled_periods, wait_p99_ms, verdict, why, burst, burst_us, cgroups, refusal)
+
+std::string burst_report_text(const StatusBurst& b) {
+  nlohmann::json j = {
+      {"time", b.time}, {"burst_share", b.share}, {"self_throttle_window_s", b.window_s}, {"online", b.pods}};
+  return j.dump(1) + "\n";
+}
+
 StatusBurst parse_burst_report(const std::string& path, const std::string& text, int64_t now_s) {
   StatusBurst b;
   b.path = path;
@@ -202,23 +211,7 @@ StatusBurst parse_burst_report(const std::string& path, const std::string& text,
     b.age_s = now_s - b.time;
     b.share = j.at("burst_share").get<double>();
     b.window_s = j.at("self_throttle_window_s").get<double>();
-    for (const auto& p : j.at("online")) {
-      StatusBurstPod s;
-      s.cgroup = p.at("cgroup").get<std::string>();
-      s.window_s = p.at("window_s").get<double>();
-      s.waits = p.at("waits").get<uint64_t>();
-      s.wait_ms = p.at("wait_ms").get<double>();
-      s.throttled_wait_ms = p.at("throttled_wait_ms").get<double>();
-      s.throttled_periods = p.at("throttled_periods").get<uint64_t>();
-      s.wait_p99_ms = p.at("wait_p99_ms").get<double>();
-      s.verdict = p.at("verdict").get<std::string>();
-      s.why = p.at("why").get<std::string>();
-      s.burst = p.at("burst").get<std::string>();
-      s.burst_us = p.at("burst_us").get<uint64_t>();
-      s.cgroups = p.at("cgroups").get<uint64_t>();
-      s.refusal = p.at("refusal").get<std::string>();
-      b.pods.push_back(std::move(s));
-    }
+    b.pods = j.at("online").get<std::vector<StatusBurstPod>>();
   } catch (const std::exception& e) {
     b.pods.clear();
     b.error = std::string("not a burst report: ") + e.what();
@@ -323,21 +316,7 @@ std::string status_json(const StatusReport& r) {
   }
   json burst = nullptr;
   if (r.burst) {
-    json pods = json::array();
-    for (const auto& p : r.burst->pods)
-      pods.push_back({{"cgroup", p.cgroup},
-                      {"window_s", p.window_s},
-                      {"waits", p.waits},
-                      {"wait_ms", p.wait_ms},
-                      {"throttled_wait_ms", p.throttled_wait_ms},
-                      {"throttled_periods", p.throttled_periods},
-                      {"wait_p99_ms", p.wait_p99_ms},
-                      {"verdict", p.verdict},
-                      {"why", p.why},
-                      {"burst", p.burst},
-                      {"burst_us", p.burst_us},
-                      {"cgroups", p.cgroups},
-                      {"refusal", p.refusal}});
+    const json pods = r.burst->pods;
     burst = {{"report", r.burst->path}, {"time", r.burst->time},         {"age_s", r.burst->age_s},
              {"share", r.burst->share}, {"window_s", r.burst->window_s}, {"online_pods", pods}};
     if (!r.burst->error.empty()) burst["error"] = r.burst->error;

@@ -126,8 +126,11 @@ struct StatusReport {
   std::optional<StatusBurst> burst;    // none: no report file (no agent has written one)
 };
 
-// The agent's burst report (its text), as status shows it; `now_s` the
-// current Unix time. A malformed report is an error, not an exception.
+// The burst report file's text, as the agent writes it (time, share,
+// window and pods of `b`), and its parser, as status reads it; `now_s` the
+// current Unix time. A malformed report is an error, not an exception. One
+// list of a pod's keys serves both and status --json.
+std::string burst_report_text(const StatusBurst& b);
 StatusBurst parse_burst_report(const std::string& path, const std::string& text, int64_t now_s);
 
 // Names of the BPF-side counters, indexed by enum kh_counter.
