@@ -434,6 +434,115 @@ TEST(AgentMemory, AnOnlinePodsStallCutsOfflineBetweenTicksThroughItsPsiTrigger) 
   EXPECT_EQ(limit_of(m, v1, yarn), before) << "the original limit was not restored\n" << text;
 }
 
+namespace {
+
+// A cgroup's page cache refaults (memory.stat; v1: the hierarchical total).
+uint64_t refaults_file(const Mounts& m, bool v1, const std::string& rel) {
+  const std::string stat = read_file((v1 ? m.memory_v1 : m.cgroup2) + rel + "/memory.stat");
+  const std::string key = std::string(v1 ? "total_" : "") + "workingset_refault_file ";
+  for (size_t at = stat.find(key); at != std::string::npos; at = stat.find(key, at + 1))
+    if (at == 0 || stat[at - 1] == '\n') return std::stoull(stat.substr(at + key.size()));
+  return 0;
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) n++;
+  return n;
+}
+
+}  // namespace
+
+// Proactive reclaim on the running kernel: an online pod reads its files
+// again and again in a node that an offline streamer's page cache keeps
+// full; the pod refaults, and the agent asks the offline parent for page
+// cache (v1: a pulse of memory.limit_in_bytes, v2: memory.reclaim) at most
+// once a second, judges each step, and puts the offline limit back after
+// every pulse and at exit. The stall cut is left out (stall_limit 1), so
+// what moves is reclaim's doing. Whether it helps online is measured by
+// scripts/bench-memory.sh (the stream rows), not asserted here. Page cache
+// needs a disk-backed file system: vmtest leaves it out.
+TEST(AgentMemory, OfflinePageCacheIsReclaimedWhileAnOnlinePodRefaults) {
+  REQUIRE_ROOT();
+  Mounts m = mounts();
+  ASSERT_FALSE(m.cgroup2.empty());
+  const bool v1 = hybrid(m);
+  if (auto why = no_memory_lever(m, v1); !why.empty()) FAIL() << why;
+  const std::string k = unique("khrc");
+  const std::string node = "/" + k + "-node", yarn = node + "/yarn";
+  const std::string kube = node + "/kubepods.slice", burstable = kube + "/kubepods-burstable.slice";
+  const std::string pod = burstable + "/kubepods-burstable-pod3333_4444.slice";
+  LaidOutCgroup c_node(m, node, true), c_yarn(m, yarn, true),
+      c_cont(m, yarn + "/container_e01_1700000000000_0001_01_000002", true, true), c_kube(m, kube, true),
+      c_burst(m, burstable, true), c_pod(m, pod, true),
+      c_ctr(m, pod + "/cri-containerd-abcdef012345.scope", true, true);
+  const std::string node_limit = v1 ? m.memory_v1 + node + "/memory.limit_in_bytes" : m.cgroup2 + node + "/memory.max";
+  ASSERT_TRUE(write_file(node_limit, std::to_string(512 * kMiB))) << node_limit;
+  const uint64_t before = limit_of(m, v1, yarn);
+  struct statfs fs{};
+  ASSERT_EQ(::statfs("/var/tmp", &fs), 0) << "statfs /var/tmp: " << std::strerror(errno);
+  if (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC)
+    FAIL() << "/var/tmp is in memory (tmpfs or ramfs): no page cache the kernel can reclaim";
+  const std::string off_file = "/var/tmp/" + k + "-offline.dat", on_file = "/var/tmp/" + k + "-online.dat";
+  if (!make_file(off_file, 768) || !make_file(on_file, 192)) {
+    ::unlink(off_file.c_str());
+    ::unlink(on_file.c_str());
+    FAIL() << "cannot write 960 MiB of test files in /var/tmp";
+  }
+  // Offline fills the node first; online starts to read once the agent
+  // has limited offline to what online left then (all but the reserve).
+  int go[2];
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  ::signal(SIGPIPE, SIG_IGN);
+  pid_t streamer = reader(c_cont, off_file);
+  pid_t online = reader(c_ctr, on_file, go[0]);
+  ::close(go[0]);
+  const std::string cfg = "/tmp/" + k + ".yaml", state = "/tmp/" + k + "-state.json", log = "/tmp/" + k + ".log";
+  std::ofstream(cfg) << "tick: 200ms\noffline:\n  yarn_hierarchy: " << yarn.substr(1)
+                     << "\nmemory:\n  node_cgroup: " << node
+                     << "\n  reserve: 32Mi\n  reserve_share: 0\n  eviction_threshold: 0\n  min_offline: 32Mi\n"
+                     << "  stall_limit: 1\n  stall_window: 0s\n  reclaim_interval: 1s\n";
+  pid_t agent = start_agent(cfg, state, log);
+  const bool limited = wait_for(15, [&] { return limit_of(m, v1, yarn) != before; });
+  const bool started = limited && ::write(go[1], "x", 1) == 1;
+  const uint64_t r0 = refaults_file(m, v1, pod);
+  sleep_s(10);
+  const uint64_t r1 = refaults_file(m, v1, pod);
+  ::kill(agent, SIGTERM);
+  int st = 0;
+  waitpid(agent, &st, 0);
+  const std::string text = read_file(log);
+  ::close(go[1]);
+  for (pid_t p : {online, streamer}) {
+    ::kill(p, SIGKILL);
+    waitpid(p, nullptr, 0);
+  }
+  for (const auto& f : {cfg, state, state + ".prev", log, off_file, on_file}) ::unlink(f.c_str());
+
+  ASSERT_TRUE(limited) << "the agent did not limit offline\n" << text;
+  ASSERT_TRUE(started) << "the online reader is gone\n" << text;
+  const size_t asks = count_of(text, "memory reclaim: asking"), helped = count_of(text, "memory reclaim helped"),
+               useless = count_of(text, "memory reclaim did not help"),
+               costly = count_of(text, "memory reclaim cost online");
+  std::printf("online refaulted %.1f MiB/s of page cache over 10 s; %zu reclaim steps: %zu helped, %zu useless, "
+              "%zu costly\n",
+              static_cast<double>((r1 - r0) * 4096) / kMiB / 10.0, asks, helped, useless, costly);
+  for (size_t at = text.find("memory "); at != std::string::npos; at = text.find("memory ", at + 1)) {
+    const size_t bol = text.rfind('\n', at), eol = text.find('\n', at);
+    const std::string line = text.substr(bol == std::string::npos ? 0 : bol + 1, eol - bol - 1);
+    if (line.find("memory reclaim") != std::string::npos || line.find("memory budget") != std::string::npos)
+      std::printf("  %s\n", line.c_str());
+    at = eol == std::string::npos ? text.size() : eol;
+  }
+  ASSERT_GT(r1, r0) << "the online pod refaulted nothing: the test made no pressure\n" << text;
+  EXPECT_GE(asks, 1u) << text;
+  EXPECT_LE(asks, 11u) << "more than one step a second\n" << text;
+  EXPECT_GE(helped + useless + costly, 1u) << "no step was judged\n" << text;
+  EXPECT_EQ(text.find("rejected"), std::string::npos) << text;
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text;
+  EXPECT_EQ(limit_of(m, v1, yarn), before) << "the original limit was not restored\n" << text;
+}
+
 // `khagent status` lists the online pods under the node cgroup with their
 // memory, says which is at its own limit (a stall there is not offline's
 // doing), and leaves out a BestEffort pod (offline by default).

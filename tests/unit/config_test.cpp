@@ -110,6 +110,11 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.memory.stall_cut, b.memory.stall_cut);
   EXPECT_EQ(a.memory.stall_window_ns, b.memory.stall_window_ns);
   EXPECT_EQ(a.memory.oom_order, b.memory.oom_order);
+  EXPECT_EQ(a.memory.backstop, b.memory.backstop);
+  EXPECT_EQ(a.memory.reclaim, b.memory.reclaim);
+  EXPECT_EQ(a.memory.reclaim_refault_rate_bytes, b.memory.reclaim_refault_rate_bytes);
+  EXPECT_EQ(a.memory.reclaim_step_bytes, b.memory.reclaim_step_bytes);
+  EXPECT_EQ(a.memory.reclaim_interval_ns, b.memory.reclaim_interval_ns);
   EXPECT_EQ(a.fast_path.enabled, b.fast_path.enabled);
   EXPECT_EQ(a.fast_path.wait_threshold_ns, b.fast_path.wait_threshold_ns);
   EXPECT_EQ(a.fast_path.min_interval_ns, b.fast_path.min_interval_ns);
@@ -466,6 +471,10 @@ TEST(ConfigValidate, RejectsImpossibleValues) {
       {"tick: 61s", {"tick: must be between 10ms and 60s"}},
       {"state_file: ''", {"state_file: must not be empty"}},
       {"budget: {floor: -1}", {"budget.floor: must not be negative"}},
+      {"memory: {reclaim_refault_rate: 0}", {"memory.reclaim_refault_rate: must be above 0"}},
+      {"memory: {reclaim_step: 512Ki}", {"memory.reclaim_step: must be between 1Mi and 4Gi"}},
+      {"memory: {reclaim_interval: 100ms}", {"memory.reclaim_interval: must be between 200ms and 1m"}},
+      {"memory: {reclaim_interval: 2m}", {"memory.reclaim_interval:"}},
       {"budget: {floor: 0}", {"budget.floor:", "budget.allow_zero: true"}},
       {"budget: {reserve: -0.5}", {"budget.reserve: must not be negative"}},
       {"budget: {decrease_factor: 0}", {"budget.decrease_factor: must be between 0 and 1"}},
@@ -790,7 +799,7 @@ TEST(ConfigYaml, DefaultsRoundTripWithReadableDurations) {
 TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   YAML::Node doc = YAML::Load(config_to_yaml(default_config()));
   EXPECT_EQ(doc.size(), 16u);  // tick dry_run state_file, 4 kubelet_* keys, 9 sections
-  EXPECT_EQ(doc["memory"].size(), 12u);
+  EXPECT_EQ(doc["memory"].size(), 17u);
   EXPECT_EQ(doc["ladder"].size(), 7u);
   EXPECT_EQ(doc["classes"].size(), 3u);
   EXPECT_EQ(doc["online"].size(), 7u);

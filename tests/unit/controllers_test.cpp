@@ -165,9 +165,13 @@ TEST(Controllers, OneListEachLeverOwnedByOneController) {
   EXPECT_EQ(owner.size(), kAllLevers.size()) << "every lever has a controller";
   NodeFacts no_memory = facts();
   no_memory.memory = false;
-  EXPECT_EQ(make_controllers(cfg, no_memory).size(), all.size() - 1) << "no memory controller without memory";
+  EXPECT_EQ(make_controllers(cfg, no_memory).size(), all.size() - 2)
+      << "no memory or cache reclaim controller without memory";
+  Config no_reclaim = cfg;
+  no_reclaim.memory.reclaim = false;
+  EXPECT_EQ(make_controllers(no_reclaim, facts()).size(), all.size() - 1);
   cfg.memory.enabled = false;
-  EXPECT_EQ(make_controllers(cfg, facts()).size(), all.size() - 1);
+  EXPECT_EQ(make_controllers(cfg, facts()).size(), all.size() - 2);
 }
 
 TEST(Controllers, ATickReadsTheNodesFilesOnceForAllControllers) {
@@ -505,4 +509,187 @@ TEST(Controllers, ANewControllerPlugsInWithoutTheLoopKnowingIt) {
   EXPECT_EQ(recs[0].outcome, ActionOutcome::Written);
   EXPECT_EQ(fs.writes, std::vector<std::string>{"/hadoop-yarn memory.reclaim " + std::to_string(200 * kMiB)});
   EXPECT_TRUE(st.entries().empty()) << "a write-only knob saves no original";
+}
+
+TEST(MemoryController, TheBackstopHoldsARootOverItWhereItIsOnV2) {
+  Config cfg = default_config();
+  NodeFacts f = facts();
+  f.memory_v2 = true;
+  auto cs = make_controllers(cfg, f);
+  Controller& mem = find(cs, "memory");
+  FakeReads r;
+  r.node = {1000 * kMiB, 0, 4096 * kMiB, {}};
+  r.mem["/hadoop-yarn"] = {500 * kMiB, 0, {}, {}};
+  r.mem["/kubepods/besteffort"] = {100 * kMiB, 0, {}, {}};
+  Tick t;
+  t.targets = {{"/hadoop-yarn", TargetKind::YarnRoot, 0.5, 0, false, {}},
+               {"/kubepods/besteffort", TargetKind::BestEffortQos, 0.1, 0, false, {}}};
+  auto limits = [](const Outcome& o) {
+    std::map<std::string, uint64_t> high, max;
+    for (const auto& s : o.settings) {
+      if (const auto* m = std::get_if<MemoryLimit>(&s.value)) high[s.cgroup] = m->bytes.value_or(0);
+      if (const auto* m = std::get_if<MemoryMax>(&s.value)) max[s.cgroup] = m->bytes.value_or(0);
+    }
+    return std::pair{high, max};
+  };
+  const TickSnapshot s1(r, kS);
+  Outcome o1 = mem.step(t.view(s1));
+  auto [high, max] = limits(o1);
+  ASSERT_EQ(max.size(), 1u) << "the YARN root only, never the kubelet's QoS cgroup";
+  const uint64_t reserve = std::get<MemoryReport>(o1.report).decision.reserve;
+  EXPECT_EQ(max["/hadoop-yarn"], high["/hadoop-yarn"] + reserve / 2);
+  EXPECT_EQ(std::get<MemoryReport>(o1.report).backstops.at("/hadoop-yarn"), max["/hadoop-yarn"]);
+  // Online grows: the budget is cut below what the root holds (2 GiB of it
+  // anonymous): the backstop holds it where it is, kills nothing.
+  r.mem["/hadoop-yarn"] = {2048 * kMiB, 0, {}, {}};
+  r.node.usage = 4000 * kMiB;
+  const TickSnapshot s2(r, 2 * kS);
+  auto [high2, max2] = limits(mem.step(t.view(s2)));
+  EXPECT_LT(high2["/hadoop-yarn"], 2048 * kMiB);
+  EXPECT_EQ(max2["/hadoop-yarn"], 2048 * kMiB + kBackstopSlack);
+  // It grows on up to the backstop: the backstop does not follow.
+  r.mem["/hadoop-yarn"] = {2060 * kMiB, 0, {}, {}};
+  const TickSnapshot s3(r, 3 * kS);
+  EXPECT_EQ(limits(mem.step(t.view(s3))).second["/hadoop-yarn"], 2048 * kMiB + kBackstopSlack);
+  // An unreadable root keeps its backstop (a failed read lifts no limit).
+  r.mem.erase("/hadoop-yarn");
+  const TickSnapshot s4(r, 4 * kS);
+  EXPECT_EQ(limits(mem.step(t.view(s4))).second["/hadoop-yarn"], 2048 * kMiB + kBackstopSlack);
+  // On a hybrid host (v1 memory) there is none.
+  auto v1 = make_controllers(cfg, facts());
+  const TickSnapshot s5(r, 5 * kS);
+  EXPECT_TRUE(limits(find(v1, "memory").step(t.view(s5))).second.empty());
+}
+
+namespace {
+
+CacheReclaimInput reclaim_tick(uint64_t now_ns, uint64_t refault_mib, uint64_t stall_us, uint64_t inactive_mib) {
+  CacheReclaimInput in;
+  in.now_ns = now_ns;
+  in.interval_ns = kS / 5;
+  in.online_refault_bytes = refault_mib * kMiB;
+  in.refaults_known = true;
+  in.online_stall_us = stall_us;
+  in.parents = {{"/hadoop-yarn", inactive_mib * kMiB}, {"/kubepods/besteffort", 0}};
+  return in;
+}
+
+}  // namespace
+
+TEST(CacheReclaim, AsksOncePerWindowWhileOnlineRefaultsAndJudgesEachStep) {
+  MemoryConfig cfg;  // 1 MiB/s starts a step; 64 MiB at least; 1 s windows
+  CacheReclaimState st;
+  uint64_t now = 0;
+  // A window of five 200 ms ticks; `mib` refaulted per tick.
+  auto window = [&](uint64_t mib, uint64_t stall_us, uint64_t inactive_mib) {
+    CacheReclaimReport last;
+    for (int i = 0; i < 5; i++) {
+      now += kS / 5;
+      last = cache_reclaim_step(reclaim_tick(now, mib, stall_us, inactive_mib), cfg, st);
+      if (i < 4) {
+        EXPECT_FALSE(last.window) << "between windows";
+      }
+    }
+    EXPECT_TRUE(last.window);
+    return last;
+  };
+  // Calm: under 1 MiB/s of refaults.
+  auto calm = window(0, 0, 2000);
+  EXPECT_EQ(calm.idle, CacheReclaimIdle::Calm);
+  EXPECT_TRUE(calm.asks.empty());
+  // 10 MiB/s refaulted: 4x the window's 10 MiB is under the step, so 64 MiB.
+  auto ask = window(2, 1000, 2000);
+  EXPECT_EQ(ask.idle, CacheReclaimIdle::None);
+  ASSERT_EQ(ask.asks.size(), 1u) << "a parent without inactive cache is not asked";
+  EXPECT_EQ(ask.asks[0].first, "/hadoop-yarn");
+  EXPECT_EQ(ask.asks[0].second, 64 * kMiB);
+  EXPECT_NEAR(ask.window->refault_rate, 10.0 * kMiB, 1);
+  EXPECT_EQ(ask.offline_inactive, 2000 * kMiB);
+  // Refaults fell: helped; it goes on at the same pace (a second step at once).
+  auto helped = window(1, 1000, 2000);
+  ASSERT_TRUE(helped.verdict);
+  EXPECT_EQ(*helped.verdict, CacheReclaimVerdict::Helped);
+  EXPECT_EQ(helped.backoff, 1u);
+  EXPECT_EQ(helped.asks.size(), 1u);
+  // They did not fall: useless, the next step waits two windows.
+  auto useless = window(1, 1000, 2000);
+  ASSERT_TRUE(useless.verdict);
+  EXPECT_EQ(*useless.verdict, CacheReclaimVerdict::Useless);
+  EXPECT_EQ(useless.backoff, 2u);
+  EXPECT_EQ(useless.idle, CacheReclaimIdle::Paced);
+  auto again = window(1, 1000, 2000);
+  EXPECT_FALSE(again.verdict);
+  EXPECT_EQ(again.asks.size(), 1u) << "two windows after the last step";
+  EXPECT_EQ(again.asks[0].second, 64 * kMiB);
+  // Online stalled more after it: costly, four times the pace.
+  auto costly = window(1, 100'000, 2000);
+  ASSERT_TRUE(costly.verdict);
+  EXPECT_EQ(*costly.verdict, CacheReclaimVerdict::Costly);
+  EXPECT_EQ(costly.backoff, 8u);
+  for (int i = 0; i < 6; i++) {  // eight windows after the step, counting the verdict's
+    EXPECT_TRUE(window(1, 100'000, 2000).asks.empty()) << "window " << i;
+  }
+  auto later = window(1, 100'000, 2000);
+  EXPECT_EQ(later.asks.size(), 1u);
+  // Refaults rose after it, stall did not: useless, the pace halves again.
+  auto rose = window(40, 0, 2000);
+  ASSERT_TRUE(rose.verdict);
+  EXPECT_EQ(*rose.verdict, CacheReclaimVerdict::Useless);
+  EXPECT_EQ(rose.backoff, 16u);
+}
+
+TEST(CacheReclaim, AskedAtMostTheCacheHeldAndSaysWhyNot) {
+  MemoryConfig cfg;
+  cfg.reclaim_interval_ns = kS / 5;  // one tick a window
+  CacheReclaimState st;
+  auto big = cache_reclaim_step(reclaim_tick(kS, 100, 0, 300), cfg, st);  // 500 MiB/s
+  ASSERT_EQ(big.asks.size(), 1u);
+  EXPECT_EQ(big.asks[0].second, 300 * kMiB) << "4 x 100 MiB asked, 300 MiB held";
+  CacheReclaimState st2;
+  EXPECT_EQ(cache_reclaim_step(reclaim_tick(kS, 100, 0, 0), cfg, st2).idle, CacheReclaimIdle::NoCache);
+  auto no_counters = reclaim_tick(kS, 100, 0, 300);
+  no_counters.refaults_known = false;
+  CacheReclaimState st3;
+  EXPECT_EQ(cache_reclaim_step(no_counters, cfg, st3).idle, CacheReclaimIdle::NoCounters);
+}
+
+TEST(CacheReclaimController, AsksTheOfflineParentsOnV2AndOnV1OnlyWhereItHoldsTheLimit) {
+  Config cfg = default_config();
+  cfg.memory.reclaim_interval_ns = kS;
+  for (bool v2 : {true, false}) {
+    NodeFacts f = facts();
+    f.memory_v2 = v2;
+    auto cs = make_controllers(cfg, f);
+    Controller& rc = find(cs, "reclaim");
+    FakeReads r;
+    MemoryUse yarn{1500 * kMiB, 1000 * kMiB, {}, {}};
+    r.mem["/hadoop-yarn"] = yarn;
+    r.mem["/kubepods/pod-a"] = {300 * kMiB, 100 * kMiB, {}, 0, 0};
+    Tick t;
+    t.targets = {{"/hadoop-yarn", TargetKind::YarnRoot, 0.5, 0, false, {}}};
+    t.online = {"/kubepods/pod-a"};
+    if (!v2) t.ours = {{"/kubepods/besteffort", Knob::Memory}};  // not the YARN root's limit
+    std::vector<Setting> asked;
+    for (uint64_t i = 1; i <= 3; i++) {
+      r.mem["/kubepods/pod-a"].refaults_file = i * 2560;  // 10 MiB a second of 4 KiB pages
+      r.mem["/kubepods/pod-a"].refaults = i * 2560;
+      const TickSnapshot snap(r, i * kS);
+      Outcome o = rc.step(t.view(snap));
+      for (const auto& s : o.settings) asked.push_back(s);
+      if (i == 1) {
+        EXPECT_TRUE(o.settings.empty()) << "the first reading only starts the count";
+      }
+    }
+    if (!v2) {
+      EXPECT_TRUE(asked.empty()) << "v1: no pulse on a limit whose original khagent does not hold";
+      t.ours.insert({"/hadoop-yarn", Knob::Memory});
+      r.mem["/kubepods/pod-a"].refaults_file = 4 * 2560;
+      const TickSnapshot snap(r, 4 * kS);
+      asked = rc.step(t.view(snap)).settings;
+    }
+    ASSERT_EQ(asked.size(), 1u) << (v2 ? "v2" : "v1");
+    EXPECT_EQ(asked[0].cgroup, "/hadoop-yarn");
+    EXPECT_EQ(asked[0].lever, Lever::Reclaim);
+    EXPECT_EQ(std::get<MemoryReclaim>(asked[0].value).bytes, 64 * kMiB);
+  }
 }

@@ -104,7 +104,9 @@ TEST(KnobTable, EachKnobHasOneFilePerBackend) {
   }
   EXPECT_EQ(file_for(CgroupBackend::V1Hybrid, Knob::Quota), CgroupFile::V1CpuCfs);
   EXPECT_EQ(file_for(CgroupBackend::V1Hybrid, Knob::Memory), CgroupFile::V1MemoryLimit);
-  EXPECT_FALSE(knob_file(true, Knob::Reclaim).has_value()) << "memory.reclaim is cgroup v2 only";
+  EXPECT_EQ(file_for(CgroupBackend::V1Hybrid, Knob::Reclaim), CgroupFile::V1MemoryPulse) << "v1: a limit pulse";
+  EXPECT_FALSE(knob_file(true, Knob::Backstop).has_value()) << "memory.max: v1's limit is hard already";
+  EXPECT_EQ(file_for(CgroupBackend::V2, Knob::Backstop), CgroupFile::MemoryMax);
 }
 
 TEST(KnobTable, RanksGiveTodaysOrders) {
@@ -140,7 +142,9 @@ TEST(KnobTable, RelationsBudgetAndPersistence) {
   }
   EXPECT_EQ(budget, (std::set<CgroupFile>{CgroupFile::CpuMax, CgroupFile::CpusetCpus, CgroupFile::V1CpuCfs,
                                           CgroupFile::V1CpusetCpus}));
-  EXPECT_EQ(write_only, std::set<CgroupFile>{CgroupFile::MemoryReclaim});
+  EXPECT_EQ(write_only, (std::set<CgroupFile>{CgroupFile::MemoryReclaim, CgroupFile::V1MemoryPulse}));
+  EXPECT_EQ(knob_row(CgroupFile::MemoryMax).persistence, Persistence::SaveRestore);
+  EXPECT_EQ(knob_row(CgroupFile::V1MemoryPulse).hierarchy, Hierarchy::MemoryV1);
 }
 
 TEST(KnobTable, ReclaimGrammarAndRender) {
@@ -158,10 +162,26 @@ TEST(KnobTable, ReclaimGrammarAndRender) {
   auto small = render(CgroupBackend::V2, {"/yarn", MemoryReclaim{kPage - 1}}, {});
   ASSERT_FALSE(small.ok());
   EXPECT_EQ(small.error().err, EINVAL);
-  auto v1 = render(CgroupBackend::V1Hybrid, {"/yarn", MemoryReclaim{kPage}}, {});
+  // On v1 the same ask is the depth of a limit pulse.
+  auto v1 = render(CgroupBackend::V1Hybrid, {"/yarn", MemoryReclaim{8 * kPage}}, {});
+  ASSERT_TRUE(v1.ok()) << v1.error().str();
+  EXPECT_EQ(v1->file, CgroupFile::V1MemoryPulse);
+  EXPECT_EQ(v1->value, std::to_string(8 * kPage));
+}
+
+TEST(KnobTable, BackstopGrammarAndRender) {
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::MemoryMax, "max", {}).ok());
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::MemoryMax, "1048576", {}).ok());
+  EXPECT_FALSE(validate_cgroup_value(CgroupFile::MemoryMax, "-1", {}).ok());
+  EXPECT_FALSE(validate_cgroup_value(CgroupFile::MemoryMax, "1G", {}).ok());
+  auto r = render(CgroupBackend::V2, {"/hadoop-yarn", MemoryMax{100 * kPage + 7}, Lever::Backstop}, {});
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->file, CgroupFile::MemoryMax);
+  EXPECT_EQ(r->value, std::to_string(100 * kPage)) << "whole pages, as the kernel keeps it";
+  EXPECT_EQ(render(CgroupBackend::V2, {"/hadoop-yarn", MemoryMax{}}, {})->value, "max");
+  auto v1 = render(CgroupBackend::V1Hybrid, {"/hadoop-yarn", MemoryMax{kPage}}, {});
   ASSERT_FALSE(v1.ok());
-  EXPECT_EQ(v1.error().err, ENOTSUP);
-  EXPECT_NE(v1.error().message.find("v1"), std::string::npos) << v1.error().message;
+  EXPECT_EQ(v1.error().err, ENOTSUP) << "v1's limit_in_bytes is hard already: no backstop file";
 }
 
 TEST(WriteOnlyKnob, WrittenEveryTimeWithoutReadOrOriginal) {

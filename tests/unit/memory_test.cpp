@@ -198,6 +198,7 @@ TEST(MemoryFiles, OomKillsAndRefaultsOnV2AndV1) {
   group("v2/pod", false, 1, 100);
   MemoryReader v2((t.path / "v2").string(), false, (t.path / "proc").string());
   EXPECT_EQ(v2.cgroup("/pod")->refaults, 100u) << "anon and file refaults";
+  EXPECT_EQ(v2.cgroup("/pod")->refaults_file, 98u) << "and the page cache among them";
   EXPECT_EQ(*v2.oom_kills("/pod"), 1u) << "v2 counts the subtree in the parent";
   // v1 counts each group's own kills: the pod's are in its containers.
   group("v1/pod", true, 0, 50);
@@ -205,6 +206,7 @@ TEST(MemoryFiles, OomKillsAndRefaultsOnV2AndV1) {
   group("v1/pod/c2", true, 1, 10);
   MemoryReader v1((t.path / "v1").string(), true, (t.path / "proc").string());
   EXPECT_EQ(v1.cgroup("/pod")->refaults, 50u) << "the hierarchical total_ form";
+  EXPECT_EQ(v1.cgroup("/pod")->refaults_file, 50u) << "total_workingset_refault_file, not the group's own";
   EXPECT_EQ(*v1.oom_kills("/pod"), 3u);
   EXPECT_FALSE(v1.oom_kills("/gone").ok());
 
@@ -404,6 +406,59 @@ TEST(MemoryLever, OnTheOfflineParentsOnlyWithABudget) {
   EXPECT_TRUE(memory_writes().empty());
   EXPECT_EQ(lever_spec(Lever::Memory).knob, Knob::Memory);
   EXPECT_FALSE(lever_is_rung(Lever::Memory));
+}
+
+TEST(MemoryBackstop, HalfTheReserveAboveTheLimitAndNeverBelowWhatTheRootHolds) {
+  const uint64_t reserve = 256 * kMiB;
+  // A root under its limit: the limit plus half the reserve, whatever came before.
+  EXPECT_EQ(memory_backstop(1 * kGiB, reserve, 500 * kMiB, std::nullopt), 1 * kGiB + 128 * kMiB);
+  EXPECT_EQ(memory_backstop(1 * kGiB, reserve, 500 * kMiB, 3 * kGiB), 1 * kGiB + 128 * kMiB) << "a cut";
+  EXPECT_EQ(memory_backstop(2 * kGiB, reserve, 500 * kMiB, 1 * kGiB), 2 * kGiB + 128 * kMiB) << "a rise";
+  // The first backstop of a root over it holds it where it is: nothing is killed for a start.
+  EXPECT_EQ(memory_backstop(1 * kGiB, reserve, 2 * kGiB, std::nullopt), 2 * kGiB + kBackstopSlack);
+  // A cut of the budget while the root holds more: held at its use, not lower.
+  EXPECT_EQ(memory_backstop(512 * kMiB, reserve, 2 * kGiB, 3 * kGiB), 2 * kGiB + kBackstopSlack);
+  // Growth past the backstop is what it stops: it does not follow the use up.
+  EXPECT_EQ(memory_backstop(512 * kMiB, reserve, 2 * kGiB + 10 * kMiB, 2 * kGiB + kBackstopSlack),
+            2 * kGiB + kBackstopSlack);
+  // A root over the last backstop (its write failed): held at its use, never below it.
+  EXPECT_EQ(memory_backstop(512 * kMiB, reserve, 3 * kGiB, 2 * kGiB), 3 * kGiB + kBackstopSlack);
+  // As the root's use falls (memory.high reclaims its cache), it follows down to the target.
+  EXPECT_EQ(memory_backstop(512 * kMiB, reserve, 1 * kGiB, 2 * kGiB + kBackstopSlack), 1 * kGiB + kBackstopSlack);
+  EXPECT_EQ(memory_backstop(512 * kMiB, reserve, 100 * kMiB, 1 * kGiB + kBackstopSlack), 640 * kMiB);
+  EXPECT_EQ(memory_backstop(1 * kGiB + 1, 0, 0, std::nullopt), 1 * kGiB + kMiB) << "rounded up to MiB";
+}
+
+TEST(MemoryLever, TheBackstopOnYarnRootsOnlyOnV2) {
+  Config c = default_config();
+  LeverInput in;
+  TargetCandidates tc;
+  tc.yarn_roots = {"/hadoop-yarn"};
+  tc.besteffort_qos = {"/kubepods.slice/kubepods-besteffort.slice"};
+  in.targets = select_targets(tc, c.offline);
+  for (auto& t : in.targets) t.memory_known = true;
+  in.memory_budget = 2 * kGiB;
+  in.memory_backstops = {{"/hadoop-yarn", 1200 * kMiB}, {"/kubepods.slice/kubepods-besteffort.slice", kGiB}};
+  auto backstops = [&] {
+    std::vector<std::pair<std::string, MemoryMax>> out;
+    for (const auto& s : lever_writes(in, c))
+      if (const auto* m = std::get_if<MemoryMax>(&s.value)) {
+        out.emplace_back(s.cgroup, *m);
+        EXPECT_EQ(s.lever, Lever::Backstop);
+      }
+    return out;
+  };
+  EXPECT_TRUE(backstops().empty()) << "a hybrid host's v1 limit is hard already";
+  in.memory_v2 = true;
+  auto w = backstops();
+  ASSERT_EQ(w.size(), 1u) << "never on the BestEffort QoS cgroup, the kubelet's";
+  EXPECT_EQ(w[0].first, "/hadoop-yarn");
+  EXPECT_EQ(w[0].second.bytes, 1200 * kMiB);
+  c.memory.backstop = false;
+  EXPECT_TRUE(backstops().empty());
+  c.memory.backstop = true;
+  in.memory_budget.reset();
+  EXPECT_TRUE(backstops().empty()) << "no budget, no backstop";
 }
 
 TEST(MemoryLever, SignalsSumTheParentsAndSkipMissingOnes) {

@@ -122,11 +122,16 @@ Result<DesiredValue> render(CgroupBackend b, const Setting& s, const CpuSet& nod
   } else if (const auto* bu = std::get_if<CpuBurst>(&s.value)) {
     out.value = std::to_string(bu->burst_us);  // the kernel checks it against the quota
   } else if (const auto* rc = std::get_if<MemoryReclaim>(&s.value)) {
-    if (b != CgroupBackend::V2)
-      return make_error(ENOTSUP, "memory.reclaim for " + s.cgroup + ": a cgroup v2 file, which v1 has not");
     if (rc->bytes < static_cast<uint64_t>(::getpagesize()))
       return make_error(EINVAL, what + ": " + std::to_string(rc->bytes) + " bytes, want at least one page");
-    out.value = std::to_string(rc->bytes);  // the kernel reclaims whole pages
+    out.value = std::to_string(rc->bytes);  // the kernel reclaims whole pages; v1: the pulse's depth
+  } else if (const auto* mx = std::get_if<MemoryMax>(&s.value)) {
+    if (b != CgroupBackend::V2)
+      return make_error(ENOTSUP, "memory.max for " + s.cgroup + ": a cgroup v2 file (v1's limit is hard already)");
+    const uint64_t page = static_cast<uint64_t>(::getpagesize());
+    if (mx->bytes && *mx->bytes < page)
+      return make_error(EINVAL, what + ": " + std::to_string(*mx->bytes) + " bytes, want at least one page");
+    out.value = mx->bytes ? std::to_string(*mx->bytes / page * page) : "max";
   }
   return out;
 }
@@ -248,8 +253,36 @@ class IdleWhile {
 
 }  // namespace
 
+Result<void> RealCgroupFs::pulse(const std::string& cgroup, const std::string& value) {
+  constexpr Hierarchy h = Hierarchy::MemoryV1;
+  uint64_t bytes = 0, lim = 0, use = 0;
+  if (!parse_u64(trim_blank(value), bytes)) return make_error(EINVAL, "v1 limit pulse '" + value + "': want bytes");
+  auto limit = read_one(h, cgroup, "memory.limit_in_bytes");
+  if (!limit) return limit.error();
+  auto usage = read_one(h, cgroup, "memory.usage_in_bytes");
+  if (!usage) return usage.error();
+  if (!parse_u64(*limit, lim) || !parse_u64(*usage, use))
+    return make_error(EIO, "unreadable memory.limit_in_bytes or memory.usage_in_bytes of " + cgroup);
+  const uint64_t page = static_cast<uint64_t>(::getpagesize());
+  const uint64_t target = std::max(use > bytes ? (use - bytes) / page * page : 0, page);
+  if (target >= lim) return {};  // nothing above the target to reclaim
+  Result<void> low;
+  {
+    IdleWhile idle;
+    // The kernel reclaims in this write until the group fits or nothing
+    // more comes back (then EBUSY: what it got stays reclaimed); no OOM.
+    low = write_one(h, cgroup, "memory.limit_in_bytes", std::to_string(target));
+  }
+  if (auto back = write_one(h, cgroup, "memory.limit_in_bytes", *limit); !back)
+    return make_error(back.error().err, "limit pulse: memory.limit_in_bytes of " + cgroup + " not put back to " +
+                                            *limit + ": " + back.error().message);
+  if (!low && low.error().err != EBUSY) return low.error();
+  return {};
+}
+
 Result<void> RealCgroupFs::write(const std::string& cgroup, CgroupFile f, const std::string& value) {
   Hierarchy h = hierarchy_of(f);
+  if (f == CgroupFile::V1MemoryPulse) return pulse(cgroup, value);
   if (std::string_view(knob_row(f).controller) == "memory") {
     IdleWhile idle;
     return write_one(h, cgroup, kernel_files(f).front(), value);

@@ -204,6 +204,7 @@ Result<MemoryUse> MemoryReader::cgroup(const std::string& path) const {
   auto file = stat_value(*stat, pre + "workingset_refault_file");
   if (anon || file) u.refaults = anon.value_or(0) + file.value_or(0);
   else u.refaults = stat_value(*stat, pre + "workingset_refault");
+  u.refaults_file = file;
   auto lim = read_file(dir + (v1_ ? "memory.limit_in_bytes" : "memory.max"));
   if (!lim) return lim.error();
   uint64_t l = 0;

@@ -102,6 +102,11 @@ std::string config_to_yaml(const Config& c) {
   key("stall_cut") << format_double(c.memory.stall_cut);
   key("stall_window") << format_duration_ns(c.memory.stall_window_ns);
   key("oom_order") << c.memory.oom_order;
+  key("backstop") << c.memory.backstop;
+  key("reclaim") << c.memory.reclaim;
+  key("reclaim_refault_rate") << format_bytes(c.memory.reclaim_refault_rate_bytes);
+  key("reclaim_step") << format_bytes(c.memory.reclaim_step_bytes);
+  key("reclaim_interval") << format_duration_ns(c.memory.reclaim_interval_ns);
   out << YAML::EndMap;
 
   key("ladder") << YAML::BeginMap;

@@ -8,6 +8,7 @@
 
 #include "config_text.h"
 #include "khagent/config/config.h"
+#include "khagent/util/bytes.h"
 #include "khagent/util/cpuset.h"
 
 namespace khagent {
@@ -164,6 +165,18 @@ Result<void> validate_config(const Config& c) {
   }
   if (c.memory.grow_per_second_bytes == 0) {
     return bad("memory.grow_per_second", "must be above 0: a budget that never grows keeps offline cut for good");
+  }
+  if (c.memory.reclaim_refault_rate_bytes == 0) {
+    return bad("memory.reclaim_refault_rate",
+               "must be above 0: every tick would reclaim offline page cache (memory.reclaim: false turns it off)");
+  }
+  if (c.memory.reclaim_step_bytes < (uint64_t{1} << 20) || c.memory.reclaim_step_bytes > (uint64_t{4} << 30)) {
+    return bad("memory.reclaim_step", "must be between 1Mi and 4Gi, got " + format_bytes(c.memory.reclaim_step_bytes));
+  }
+  if (c.memory.reclaim_interval_ns < 200'000'000 || c.memory.reclaim_interval_ns > 60'000'000'000) {
+    return bad("memory.reclaim_interval",
+               "must be between 200ms and 1m (each step is judged over it), got " +
+                   format_duration_ns(c.memory.reclaim_interval_ns));
   }
 
   if (!(c.ladder.min_improvement >= 0 && c.ladder.min_improvement < 1)) {

@@ -60,6 +60,7 @@ struct Metrics::Impl {
   metrics::BpfMetrics bpf{registry};
   metrics::MemoryMetrics memory{registry};
   metrics::BurstMetrics burst{registry};
+  metrics::CacheReclaimMetrics reclaim{registry};
   metrics::YarnMetrics yarn{registry};
 
   // Health, read by the HTTP thread without `mu`.
@@ -220,6 +221,11 @@ void Metrics::record_psi_triggers(size_t n) {
 void Metrics::record_burst(const BurstReport& r) {
   std::lock_guard lk(impl_->mu);
   impl_->burst.record(r);
+}
+
+void Metrics::record_cache_reclaim(const CacheReclaimReport& r) {
+  std::lock_guard lk(impl_->mu);
+  impl_->reclaim.record(r);
 }
 
 void Metrics::record_memory_events(const MemoryEvents& e) {

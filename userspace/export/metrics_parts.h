@@ -28,6 +28,7 @@
 #include "khagent/model/bpf_counters.h"
 #include "khagent/model/cgroup_class.h"
 #include "khagent/policy/burst_controller.h"
+#include "khagent/policy/cache_reclaim.h"
 
 namespace khagent {
 
@@ -229,6 +230,19 @@ class BurstMetrics {
   Gauge* cgroups_ = nullptr;
   Gauge* self_throttled_ = nullptr;
   std::array<Gauge*, kNrBurstRefusals> refused_{};
+};
+
+// metrics_cache_reclaim.cpp: proactive reclaim of offline page cache (on the first call).
+class CacheReclaimMetrics {
+ public:
+  explicit CacheReclaimMetrics(prometheus::Registry& r) : r_(r) {}
+  void record(const CacheReclaimReport& r);
+
+ private:
+  prometheus::Registry& r_;
+  std::array<Counter*, 4> steps_{};  // asked, helped, useless, costly
+  Counter* bytes_ = nullptr;
+  Gauge* pace_ = nullptr;
 };
 
 // metrics_yarn.cpp: the YARN downscaler (the families appear on the first call).

@@ -10,6 +10,8 @@ const char* lever_name(Lever l) {
     case Lever::Quota: return "quota";
     case Lever::Memory: return "memory";
     case Lever::Burst: return "burst";
+    case Lever::Backstop: return "backstop";
+    case Lever::Reclaim: return "reclaim";
   }
   return "";
 }

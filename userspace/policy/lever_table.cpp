@@ -32,7 +32,7 @@ std::pair<uint64_t, size_t> parents_memory(const LeverInput& in) {
   return {total, n};
 }
 
-constexpr std::array<LeverSpec, 6> kTable = {{
+constexpr std::array<LeverSpec, 8> kTable = {{
     {
         Lever::Idle,
         Knob::Idle,
@@ -136,6 +136,44 @@ constexpr std::array<LeverSpec, 6> kTable = {{
           if (!t.quota || !t.quota->quota_us) return std::nullopt;  // no quota: nothing throttles it
           const auto q = *t.quota->quota_us;
           return CpuBurst{std::min(q, static_cast<uint64_t>(static_cast<double>(q) * cfg.online.burst_share))};
+        },
+    },
+    {
+        Lever::Backstop,
+        Knob::Backstop,
+        false,
+        false,
+        "memory.max: cgroup v2 with the memory controller (v1's memory.limit_in_bytes is hard already)",
+        "YARN roots only: never a cgroup the kubelet owns (the BestEffort QoS cgroup, pods)",
+        "the original memory.max from the state file",
+        [](TargetKind k) { return k == TargetKind::YarnRoot; },
+        [](const LeverInput& in, const Config& cfg) {
+          return cfg.memory.enabled && cfg.memory.backstop && in.memory_v2 && in.memory_budget.has_value();
+        },
+        [](const LeverInput& in, const Config&, const OfflineTarget& t, double) -> std::optional<KnobValue> {
+          auto it = in.memory_backstops.find(t.path);
+          if (it == in.memory_backstops.end()) return std::nullopt;
+          return MemoryMax{it->second};
+        },
+    },
+    {
+        Lever::Reclaim,
+        Knob::Reclaim,
+        false,
+        false,
+        "memory.reclaim: cgroup v2, kernel 5.19+; the v1 memory hierarchy: a pulse of memory.limit_in_bytes "
+        "(lowered to the group's use less the bytes asked, put back at once; only where khagent holds the "
+        "limit's original)",
+        "the offline parents (YARN roots, the BestEffort QoS cgroup, offline.targets), never online cgroups",
+        "nothing to undo: reclaimed pages are read back on demand; a pulse puts the limit back in the same call",
+        parent,
+        [](const LeverInput& in, const Config& cfg) {
+          return cfg.memory.enabled && cfg.memory.reclaim && !in.reclaim_asks.empty();
+        },
+        [](const LeverInput& in, const Config&, const OfflineTarget& t, double) -> std::optional<KnobValue> {
+          auto it = in.reclaim_asks.find(t.path);
+          if (it == in.reclaim_asks.end() || it->second == 0) return std::nullopt;
+          return MemoryReclaim{it->second};
         },
     },
 }};

@@ -178,4 +178,17 @@ uint64_t memory_share(uint64_t budget, uint64_t used, uint64_t total_used, size_
   return std::max(limit / kMiB * kMiB, kMiB);
 }
 
+uint64_t memory_backstop(uint64_t limit, uint64_t reserve, uint64_t usage, std::optional<uint64_t> prev) {
+  const uint64_t target = limit + reserve / 2;
+  // Never under what the root holds: memory.max written below a group's
+  // use makes the kernel reclaim, then OOM-kill, inside that write.
+  const uint64_t held = usage + kBackstopSlack;
+  // Over the target now: held where it is, never above the backstop
+  // before (growth is what it stops), nor below its use (one the last
+  // backstop did not hold: a write that failed).
+  uint64_t b = prev && *prev >= usage ? std::min(*prev, held) : held;
+  b = std::max(b, target);
+  return (b + kMiB - 1) / kMiB * kMiB;
+}
+
 }  // namespace khagent

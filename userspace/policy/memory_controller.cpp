@@ -1,5 +1,6 @@
 #include "khagent/policy/memory_controller.h"
 
+#include <algorithm>
 #include <array>
 #include <map>
 
@@ -13,7 +14,8 @@ namespace khagent {
 
 namespace {
 
-constexpr std::array<Lever, 1> kMemoryLevers = {Lever::Memory};
+constexpr std::array<Lever, 2> kMemoryLevers = {Lever::Memory, Lever::Backstop};
+constexpr std::array<Lever, 1> kLimitLever = {Lever::Memory};
 
 class MemoryController : public Controller {
  public:
@@ -33,7 +35,11 @@ class MemoryController : public Controller {
   // Which stalled pod is the node's (not at its own limit) into r.input.
   void own_limits(const TickView& v, const std::vector<std::pair<std::string, double>>& stalled, bool trigger,
                   MemoryReport& r) const;
-  Outcome outcome(MemoryReport r, std::vector<OfflineTarget> targets) const;
+  Outcome outcome(MemoryReport r, std::vector<OfflineTarget> targets);
+  // Each YARN root's backstop from its limit among `limits` (the memory
+  // lever's writes) and its use; a root whose use is unknown keeps its last.
+  std::map<std::string, uint64_t> backstops(const std::vector<OfflineTarget>& targets,
+                                            const std::vector<Setting>& limits);
   // The budget in force (the last decided); none before the first.
   std::optional<uint64_t> budget_in_force() const {
     return state_.initialized ? std::optional<uint64_t>(state_.budget) : std::nullopt;
@@ -45,6 +51,9 @@ class MemoryController : public Controller {
   MemoryEventMeter events_;
   MemoryStallMeter stall_;
   std::map<std::string, uint64_t> last_used_;  // each offline parent's last working set read
+  std::map<std::string, uint64_t> usage_;      // and its last use, page cache included
+  std::map<std::string, uint64_t> backstops_;  // each YARN root's backstop in force
+  uint64_t reserve_ = 0;                       // the reserve of the last decision
   std::optional<std::string> critical_;        // why the node's memory is critical
   ReclaimCounters online_reclaim_;             // the direct reclaim online paid in the last tick
   uint64_t reclaim_interval_ns_ = 0;           // that tick's interval
@@ -106,6 +115,8 @@ MemoryReport MemoryController::decide(const TickView& v, const std::vector<std::
     t.memory_used = u.value_or(0);
     if (u) last_used_[t.path] = *u;
   }
+  for (const auto& [path, use] : ms.usage) usage_[path] = use;
+  std::erase_if(usage_, [&](const auto& kv) { return !last_used_.count(kv.first); });
   std::vector<std::pair<std::string, double>> stalled;  // online pods whose stall may cut offline
   if (r.tick) tick_signals(v, parents, r, stalled);
   else
@@ -121,6 +132,7 @@ MemoryReport MemoryController::decide(const TickView& v, const std::vector<std::
   }
   r.decided = true;
   r.decision = memory_step(r.input, cfg_.memory, state_);
+  reserve_ = r.decision.reserve;
   r.critical_began = r.decision.critical && !critical_;
   r.critical_ended = !r.decision.critical && critical_;
   critical_ = r.decision.critical;
@@ -128,14 +140,38 @@ MemoryReport MemoryController::decide(const TickView& v, const std::vector<std::
   return r;
 }
 
-Outcome MemoryController::outcome(MemoryReport r, std::vector<OfflineTarget> targets) const {
+std::map<std::string, uint64_t> MemoryController::backstops(const std::vector<OfflineTarget>& targets,
+                                                           const std::vector<Setting>& limits) {
+  std::map<std::string, uint64_t> out;
+  for (const auto& t : targets) {
+    if (t.kind != TargetKind::YarnRoot) continue;
+    auto s = std::find_if(limits.begin(), limits.end(), [&](const Setting& x) { return x.cgroup == t.path; });
+    const auto* limit = s == limits.end() ? nullptr : std::get_if<MemoryLimit>(&s->value);
+    if (!limit || !limit->bytes) continue;
+    auto prev = backstops_.find(t.path);
+    auto use = usage_.find(t.path);
+    if (use != usage_.end())
+      out[t.path] = memory_backstop(*limit->bytes, reserve_, use->second,
+                                    prev == backstops_.end() ? std::nullopt : std::optional<uint64_t>(prev->second));
+    else if (prev != backstops_.end())
+      out[t.path] = prev->second;
+  }
+  backstops_ = out;
+  return out;
+}
+
+Outcome MemoryController::outcome(MemoryReport r, std::vector<OfflineTarget> targets) {
   Outcome o;
   const auto budget = budget_in_force();
   if (budget) {
     LeverInput in;
     in.targets = std::move(targets);
     in.memory_budget = budget;
+    in.memory_v2 = facts_.memory_v2;
+    if (cfg_.memory.backstop && facts_.memory_v2)
+      in.memory_backstops = backstops(in.targets, lever_writes(in, cfg_, kLimitLever));
     o.settings = lever_writes(in, cfg_, kMemoryLevers);
+    r.backstops = in.memory_backstops;
   }
   o.why = why_;
   o.offer.memory = true;

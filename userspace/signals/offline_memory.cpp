@@ -15,6 +15,7 @@ MemorySignals offline_memory(const TickSnapshot& snap, const std::string& node_c
       continue;
     }
     s.used[path] = u.value().working_set();
+    s.usage[path] = u.value().usage;
     s.input.offline_used += u.value().working_set();
     s.input.offline_usage += u.value().usage;
   }

@@ -70,15 +70,15 @@ Result<void> memory_controller_for(CgroupBackend b, const CgroupRoots& roots);
 
 // The backend's file for a knob (cpu.max on v2, the v1 cfs pair on a
 // hybrid host, memory.high on v2 and memory.limit_in_bytes on v1, ...): the
-// knob table's (knob_file); a knob with no v1 file (memory.reclaim) gets
-// its v2 file, which render refuses on v1.
+// knob table's (knob_file); a knob with no v1 file (memory.max) gets its
+// v2 file, which render refuses on v1.
 CgroupFile file_for(CgroupBackend b, Knob k);
 // The one place a typed value becomes the text of a cgroup file, for the
 // backend: cpu.max "QUOTA PERIOD" or "max PERIOD" (v1: "-1 PERIOD"),
 // cpu.weight (v1: cpu.shares by the kubelet's conversion), cpu.idle 0|1, a
 // cpu list, memory.high "max"|BYTES (v1 memory.limit_in_bytes "-1"|BYTES),
-// BYTES rounded down to whole pages as the kernel keeps them, memory.reclaim BYTES (v2 only: on v1 an
-// ENOTSUP error). The text is what the kernel prints back (normalize_cgroup_value leaves it as it is). Values the
+// BYTES rounded down to whole pages as the kernel keeps them, memory.reclaim BYTES (v1: the depth of a
+// limit pulse), memory.max "max"|BYTES (v2 only: on v1 an ENOTSUP error). The text is what the kernel prints back (normalize_cgroup_value leaves it as it is). Values the
 // kernel would refuse are EINVAL errors: a quota under 1000 us, a period outside [1000, 1000000] us, a weight outside
 // 1..10000, CPUs not in `node_cpus` (when it is not empty), a memory limit or a reclaim under one page. The value
 // carries the setting's lever.
@@ -126,6 +126,11 @@ class RealCgroupFs : public CgroupFs {
   Result<int> open_beneath(Hierarchy h, const std::string& rel, int flags);
   Result<std::string> read_one(Hierarchy h, const std::string& cgroup, const std::string& name);
   Result<void> write_one(Hierarchy h, const std::string& cgroup, const std::string& name, const std::string& value);
+  // V1MemoryPulse: memory.limit_in_bytes lowered to the group's use less
+  // `value` bytes (the kernel reclaims inside that write, as SCHED_IDLE;
+  // EBUSY when it could not get that far is no error), then put back to what
+  // it read before, at once.
+  Result<void> pulse(const std::string& cgroup, const std::string& value);
 
   CgroupRoots roots_;
   bool use_openat2_;

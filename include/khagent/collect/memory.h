@@ -25,6 +25,9 @@ struct MemoryUse {
   // workingset_refault_anon + _file, v1: their total_ forms): the group's
   // working set did not fit. None: this kernel's memory.stat has none.
   std::optional<uint64_t> refaults;
+  // The page cache among them (workingset_refault_file, 5.9+): what
+  // reclaiming someone else's cache gives back. None: this kernel has no split.
+  std::optional<uint64_t> refaults_file = {};
   // What the kubelet calls the working set: usage less inactive page cache.
   uint64_t working_set() const { return usage > inactive_file ? usage - inactive_file : 0; }
 };

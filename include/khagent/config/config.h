@@ -131,6 +131,20 @@ struct MemoryConfig {
   // 1000 (as the kubelet sets BestEffort pods), so a node-wide OOM takes
   // them before online pods; put back when khagent stops.
   bool oom_order = true;
+  // On cgroup v2, memory.max on each YARN root at its memory.high plus half
+  // the reserve: a hard limit the kernel keeps with an OOM kill inside
+  // offline when an anonymous hog creeps past memory.high. Never lowered
+  // below what the root holds at that moment (a cut does not kill; growth
+  // past it does).
+  bool backstop = true;
+  // Proactive reclaim of offline page cache while online pods refault
+  // (their own page cache read back soon after the kernel evicted it):
+  // memory.reclaim on v2, a bounded limit pulse on v1, at most once per
+  // reclaim_interval (longer while steps do not help), each step judged.
+  bool reclaim = true;
+  uint64_t reclaim_refault_rate_bytes = uint64_t{1} << 20;  // online file refaults per second that start a step
+  uint64_t reclaim_step_bytes = uint64_t{64} << 20;         // the least asked of a parent per step
+  uint64_t reclaim_interval_ns = 1'000'000'000;             // the pace, and each step's verdict window
 };
 
 struct FastPathConfig {

@@ -37,6 +37,7 @@ class ReportExporter {
   void operator()(const CpuReport& r);
   void operator()(const MemoryReport& r);
   void operator()(const BurstReport& r);
+  void operator()(const CacheReclaimReport& r);
 
  private:
   const Config& cfg_;

@@ -21,6 +21,7 @@
 namespace khagent {
 
 struct BurstReport;
+struct CacheReclaimReport;
 
 struct NodeSignals;
 struct Sample;
@@ -87,6 +88,8 @@ class Metrics {
   // Online pods given CPU burst (self-throttled), their cgroups with one,
   // the self-throttled pods and those refused one, by why.
   void record_burst(const BurstReport& r);
+  // Proactive reclaim steps of offline page cache, their verdicts and pace.
+  void record_cache_reclaim(const CacheReclaimReport& r);
   // OOM kills and refaults of online pods and offline parents.
   void record_memory_events(const MemoryEvents& e);
   // Actuator results counted by cgroup file and outcome.

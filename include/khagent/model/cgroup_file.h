@@ -21,8 +21,13 @@ namespace khagent {
 // "QUOTA PERIOD" (QUOTA -1: no limit). MemoryHigh is v2's memory.high,
 // V1MemoryLimit its counterpart in the v1 memory hierarchy. CpuMaxBurst is
 // v2's cpu.max.burst, V1CpuCfsBurst v1's cpu.cfs_burst_us. MemoryReclaim is
-// v2's memory.reclaim, written, never saved or restored (v1 has none). Each
-// has one row in the knob table (model/knob_table.h), in this order.
+// v2's memory.reclaim, written, never saved or restored; V1MemoryPulse its v1
+// counterpart, a pulse of memory.limit_in_bytes (lowered to the group's use
+// less the bytes asked, then put back in the same call: the kernel reclaims
+// inside the first write and answers EBUSY, not an OOM kill, when it cannot
+// get there). MemoryMax is v2's memory.max (the backstop; v1 has no second
+// limit). Each has one row in the knob table (model/knob_table.h), in this
+// order.
 enum class CgroupFile {
   CpuMax,
   CpuWeight,
@@ -37,12 +42,14 @@ enum class CgroupFile {
   CpuMaxBurst,
   V1CpuCfsBurst,
   MemoryReclaim,
+  V1MemoryPulse,
+  MemoryMax,
 };
-inline constexpr std::array<CgroupFile, 13> kAllCgroupFiles = {
+inline constexpr std::array<CgroupFile, 15> kAllCgroupFiles = {
     CgroupFile::CpuMax,       CgroupFile::CpuWeight,     CgroupFile::CpuIdle,     CgroupFile::CpusetCpus,
     CgroupFile::V1CpuCfs,     CgroupFile::V1CpuShares,   CgroupFile::V1CpuIdle,   CgroupFile::V1CpusetCpus,
     CgroupFile::MemoryHigh,   CgroupFile::V1MemoryLimit, CgroupFile::CpuMaxBurst, CgroupFile::V1CpuCfsBurst,
-    CgroupFile::MemoryReclaim};
+    CgroupFile::MemoryReclaim, CgroupFile::V1MemoryPulse, CgroupFile::MemoryMax};
 
 // Lookups in the knob table (model/knob_table.h).
 // The name in logs and in the state file: "cpu.max", ..., and for v1 files

@@ -52,21 +52,31 @@ struct CpuBurst {
   bool operator==(const CpuBurst&) const = default;
 };
 
-// memory.reclaim (v2 only): ask the kernel to reclaim this much from the
-// group now, once; an action, not a state (written each time it is asked,
-// never restored). At least one page.
+// memory.reclaim (v2): ask the kernel to reclaim this much from the group
+// now, once; an action, not a state (written each time it is asked, never
+// restored). At least one page. On v1 the same ask is a limit pulse:
+// memory.limit_in_bytes lowered to the group's use less this much, then put
+// back at once (model/cgroup_file.h: V1MemoryPulse).
 struct MemoryReclaim {
   uint64_t bytes = 0;
   bool operator==(const MemoryReclaim&) const = default;
 };
 
+// memory.max (v2 only): the hard limit above memory.high, where the kernel
+// stops reclaiming and OOM-kills inside the group; v1's limit_in_bytes is
+// hard already (MemoryLimit).
+struct MemoryMax {
+  std::optional<uint64_t> bytes;  // none: no limit ("max")
+  bool operator==(const MemoryMax&) const = default;
+};
+
 // The knobs, in the order of KnobValue's alternatives.
-enum class Knob { Quota, Weight, Idle, Cpus, Memory, Burst, Reclaim };
-using KnobValue = std::variant<CpuQuota, CpuWeight, CpuIdle, CpuList, MemoryLimit, CpuBurst, MemoryReclaim>;
-static_assert(std::variant_size_v<KnobValue> == static_cast<size_t>(Knob::Reclaim) + 1);
+enum class Knob { Quota, Weight, Idle, Cpus, Memory, Burst, Reclaim, Backstop };
+using KnobValue = std::variant<CpuQuota, CpuWeight, CpuIdle, CpuList, MemoryLimit, CpuBurst, MemoryReclaim, MemoryMax>;
+static_assert(std::variant_size_v<KnobValue> == static_cast<size_t>(Knob::Backstop) + 1);
 inline Knob knob_of(const KnobValue& v) { return static_cast<Knob>(v.index()); }
 // The v2 file name of a knob, for logs: "cpu.max", "cpu.weight", "cpu.idle",
-// "cpuset.cpus", "memory.high", "cpu.max.burst", "memory.reclaim".
+// "cpuset.cpus", "memory.high", "cpu.max.burst", "memory.reclaim", "memory.max".
 const char* knob_name(Knob k);
 
 // One value wanted on one cgroup.

@@ -16,10 +16,12 @@ enum class Lever {
   Cpuset,  // offline on CPUs of its own: a ladder rung
   Quota,   // a CPU quota over idle offline work: a ladder rung
   Memory,  // a memory limit on the offline parents, following the memory budget
-  Burst,   // CPU burst for online pods throttled by their own quota
+  Burst,     // CPU burst for online pods throttled by their own quota
+  Backstop,  // memory.max above the memory limit on YARN roots (v2): the kernel's OOM kept inside offline
+  Reclaim,   // offline page cache reclaimed ahead of need while online pods refault
 };
-inline constexpr std::array<Lever, 6> kAllLevers = {Lever::Idle,  Lever::Weight, Lever::Cpuset,
-                                                    Lever::Quota, Lever::Memory, Lever::Burst};
+inline constexpr std::array<Lever, 8> kAllLevers = {Lever::Idle,   Lever::Weight, Lever::Cpuset,   Lever::Quota,
+                                                    Lever::Memory, Lever::Burst,  Lever::Backstop, Lever::Reclaim};
 
 // Its name in the configuration, the logs and the metrics' `lever` label.
 const char* lever_name(Lever l);

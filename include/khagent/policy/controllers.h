@@ -1,4 +1,5 @@
-// One controller per resource (CPU, memory, online CPU burst; later IO and
+// One controller per resource (CPU, memory, online CPU burst, proactive
+// reclaim of offline page cache; later IO and
 // network), behind one small interface, registered in one list
 // (make_controllers). The agent's loop takes one snapshot per tick, runs
 // every controller over it, applies the union of their settings as one
@@ -28,6 +29,7 @@
 #include "khagent/policy/burst_controller.h"
 #include "khagent/policy/cpu_controller.h"
 #include "khagent/policy/memory_controller.h"
+#include "khagent/policy/cache_reclaim.h"
 #include "khagent/policy/targets.h"
 #include "khagent/policy/tick_view.h"
 #include "khagent/policy/yarn.h"
@@ -37,7 +39,7 @@
 namespace khagent {
 
 // Every controller's report type: export/ has one overload per alternative.
-using ControllerReport = std::variant<CpuReport, MemoryReport, BurstReport>;
+using ControllerReport = std::variant<CpuReport, MemoryReport, BurstReport, CacheReclaimReport>;
 
 struct Outcome {
   // The knob values it wants. At a tick: all of them (the actuator puts
@@ -74,5 +76,6 @@ std::vector<std::unique_ptr<Controller>> make_controllers(const Config& cfg, con
 std::unique_ptr<Controller> make_cpu_controller(const Config& cfg, const NodeFacts& facts);
 std::unique_ptr<Controller> make_memory_controller(const Config& cfg, const NodeFacts& facts);
 std::unique_ptr<Controller> make_burst_controller(const Config& cfg);
+std::unique_ptr<Controller> make_cache_reclaim_controller(const Config& cfg, const NodeFacts& facts);
 
 }  // namespace khagent

@@ -6,6 +6,7 @@
 // Pure functions of plain data, no files.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -31,6 +32,12 @@ struct LeverInput {
   // The offline memory budget (policy/memory.h); none: the memory lever is
   // off, or the node has no memory controller to write.
   std::optional<uint64_t> memory_budget;
+  bool memory_v2 = false;  // the memory controller is cgroup v2's (memory.max, memory.reclaim)
+  // The backstop of each YARN root (policy/memory.h: memory_backstop), by
+  // path; a root not listed gets none this step.
+  std::map<std::string, uint64_t> memory_backstops;
+  // Offline page cache to reclaim now, by parent (policy/reclaim_controller.h).
+  std::map<std::string, uint64_t> reclaim_asks;
   // Online pods that get CPU burst (TargetKind::OnlinePod, with their quota).
   std::vector<OfflineTarget> online;
 };
@@ -76,7 +83,11 @@ std::vector<std::pair<Lever, bool>> levers_in_force(const LeverInput& in, const 
 //   - memory: the memory budget split between the parents (memory_share),
 //     whenever there is a budget; never on pods;
 //   - burst: online.burst_share of the quota, on the online pods listed
-//     (in.online), those with a quota.
+//     (in.online), those with a quota;
+//   - backstop: memory.max on YARN roots (v2 only), the value decided for
+//     each (in.memory_backstops), never on a cgroup the kubelet owns;
+//   - reclaim: the bytes asked of each offline parent (in.reclaim_asks):
+//     memory.reclaim on v2, a limit pulse on v1.
 // `only`: the levers whose values are wanted (a controller's own).
 std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg, std::span<const Lever> only = kAllLevers);
 

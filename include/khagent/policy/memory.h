@@ -58,4 +58,16 @@ MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, Memor
 // Rounded down to MiB so that small changes of use do not rewrite the file.
 uint64_t memory_share(uint64_t budget, uint64_t used, uint64_t total_used, size_t parents, const MemoryConfig& cfg);
 
+// A YARN root's backstop (memory.max, v2): its limit (memory_share) plus
+// half the reserve, so that what the limit cannot stop (an anonymous hog
+// creeping past memory.high: no swap, nothing to reclaim) meets a hard
+// limit and the kernel's OOM kill stays inside offline. A root that holds
+// more than that now (`usage`, page cache included) is held where it is
+// (its use plus kBackstopSlack, never above the backstop before, `prev`,
+// unless it holds more than that: a backstop write that failed): a cut of
+// the budget kills nothing, growth past the backstop does.
+// Rounded up to MiB.
+inline constexpr uint64_t kBackstopSlack = uint64_t{16} << 20;
+uint64_t memory_backstop(uint64_t limit, uint64_t reserve, uint64_t usage, std::optional<uint64_t> prev);
+
 }  // namespace khagent

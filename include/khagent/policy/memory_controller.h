@@ -5,6 +5,7 @@
 // at once between ticks when an online pod's PSI trigger fires.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,8 @@ struct MemoryReport {
   bool critical_began = false;
   bool critical_ended = false;
   bool yarn_last_resort = false;  // YARN may kill a container for it
+  // The backstop (memory.max, v2) asked of each YARN root this step.
+  std::map<std::string, uint64_t> backstops;
 };
 
 }  // namespace khagent

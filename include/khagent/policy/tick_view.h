@@ -21,6 +21,7 @@ struct NodeFacts {
   Topology topo;
   bool idle_supported = true;     // the kernel has cpu.idle
   bool memory = false;            // a memory controller to read and write
+  bool memory_v2 = false;         // it is cgroup v2's (memory.max, memory.reclaim), not a hybrid host's v1
   bool yarn_last_resort = false;  // YARN may kill a container when the node's memory is critical
 };
 

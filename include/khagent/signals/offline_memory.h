@@ -50,7 +50,8 @@ struct MemoryProblem {
 
 struct MemorySignals {
   MemoryInput input;
-  std::map<std::string, uint64_t> used;  // working set of each parent read
+  std::map<std::string, uint64_t> used;   // working set of each parent read
+  std::map<std::string, uint64_t> usage;  // and its use, page cache included
   std::vector<MemoryProblem> problems;   // what could not be read
 };
 
