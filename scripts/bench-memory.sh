@@ -41,6 +41,8 @@
 #                    set to the node's, memory.node_cgroup to the node)
 #   X:khagent-alt    the same with the binary KHAGENT_ALT (another build),
 #                    for two builds side by side in one interleaved run
+#   X:khagent-noreclaim  khagent with memory.reclaim: false (no proactive
+#                    reclaim of offline page cache), beside X:khagent
 #
 #   scripts/bench-memory.sh                  full run
 #   QUICK=1 scripts/bench-memory.sh          one short round of every row
@@ -159,6 +161,7 @@ for r in "${row_list[@]}"; do
     alone | anon | stream | grow | growanon) ;;
     anon:limit | stream:limit | grow:limit | growanon:limit | anon:adj | stream:adj | grow:adj | growanon:adj) ;;
     anon:khagent | stream:khagent | grow:khagent | growanon:khagent) ;;
+    anon:khagent-noreclaim | stream:khagent-noreclaim | grow:khagent-noreclaim | growanon:khagent-noreclaim) ;;
     anon:khagent-alt | stream:khagent-alt | grow:khagent-alt | growanon:khagent-alt)
       [[ -x "${KHAGENT_ALT:-}" ]] || die "row $r needs KHAGENT_ALT, the khagent binary of another build" ;;
     anon:soft | stream:soft | grow:soft | growanon:soft) [[ "$mem_mode" == v1 ]] || die "row $r needs the v1 memory controller (use :high on v2)" ;;
@@ -311,6 +314,9 @@ fi
 psi_us() {  # psi_us REL some|full: total stall time of the cgroup's memory.pressure, us
   awk -v k="$2" '$1 == k {for (i = 2; i <= NF; i++) if ($i ~ /^total=/) {sub(/total=/, "", $i); print $i}}' "$v2$1/memory.pressure"
 }
+refaults_file() {  # refaults_file REL: page cache the cgroup read back soon after it was reclaimed, pages
+  awk -v k="$([[ "$mem_mode" == v1 ]] && echo total_)workingset_refault_file" '$1 == k {print $2; f = 1} END {if (!f) print 0}' "$mem_h$1/memory.stat"
+}
 oom_kills() {  # oom_kills REL: OOM kills charged to the cgroup (v1: its own; v2: it and below)
   if [[ "$mem_mode" == v1 ]]; then
     awk '$1 == "oom_kill" {print $2; f = 1} END {if (!f) print 0}' "$mem_h$1/memory.oom_control"
@@ -406,10 +412,10 @@ apply_lever() {  # apply_lever MIX LEVER
     high) wr "$mem_h$yarn_root/memory.high" $((limit_mb * 1024 * 1024)) ;;
   esac
 }
-start_agent() {  # start_agent LOG [BINARY]
+start_agent() {  # start_agent LOG [BINARY [MEMORY-KEYS]]
   # The node is a cgroup here: khagent's memory budget is taken from its limit.
-  printf 'offline:\n  yarn_hierarchy: %s\nmemory:\n  node_cgroup: %s\n%s\n' "${yarn_root#/}" "$node" \
-    "$KHAGENT_CONFIG" >"$tmp/khagent.yaml"
+  printf 'offline:\n  yarn_hierarchy: %s\nmemory:\n  node_cgroup: %s\n%s%s\n' "${yarn_root#/}" "$node" \
+    "${3:+  $3\n}" "$KHAGENT_CONFIG" >"$tmp/khagent.yaml"
   rm -f "$tmp/state.json"*
   "${2:-$khagent}" run --no-metrics --state-file "$tmp/state.json" --config "$tmp/khagent.yaml" >"$1" 2>&1 &
   agent_pid=$!
@@ -443,15 +449,16 @@ row_label() {
     adj) echo "$what + offline oom_score_adj 1000" ;;
     khagent) echo "$what + khagent (defaults)" ;;
     khagent-alt) echo "$what + khagent (defaults), the other build" ;;
+    khagent-noreclaim) echo "$what + khagent, memory.reclaim off" ;;
   esac
 }
 
 failures=0
 # results.tsv: row round p50 p99 p999 max count errors online_ooms online_restarted offline_ooms
-#   psi_some_ms psi_full_ms offline_mb online_mb offline_peak_mb window_s note grow_onset_ms grow_cut_ms
-printf 'row\tround\tp50\tp99\tp999\tmax\tcount\terrors\tonline_ooms\tonline_restarted\toffline_ooms\tpsi_some_ms\tpsi_full_ms\toffline_mb\tonline_mb\toffline_peak_mb\twindow_s\tnote\tgrow_onset_ms\tgrow_cut_ms\n' >"$results/results.tsv"
+#   psi_some_ms psi_full_ms offline_mb online_mb offline_peak_mb window_s note grow_onset_ms grow_cut_ms refault_mib
+printf 'row\tround\tp50\tp99\tp999\tmax\tcount\terrors\tonline_ooms\tonline_restarted\toffline_ooms\tpsi_some_ms\tpsi_full_ms\toffline_mb\tonline_mb\toffline_peak_mb\twindow_s\tnote\tgrow_onset_ms\tgrow_cut_ms\trefault_mib\n' >"$results/results.tsv"
 run_one() {  # run_one ROW ROUND
-  local row=$1 round=$2 mix lever adj=0 mark tag json note="" rc t0 t1 s0 s1 f0 f1 on0 on1 off0 off1 i
+  local row=$1 round=$2 mix lever adj=0 mark tag json note="" rc t0 t1 s0 s1 f0 f1 rf0 rf1 on0 on1 off0 off1 i
   local grow_pid="" react="nan nan"
   mix=${row%%:*} lever=${row#*:}
   [[ "$row" == *:* ]] || lever=""
@@ -471,6 +478,7 @@ run_one() {  # run_one ROW ROUND
   case "$lever" in
     khagent) start_agent "$results/khagent-$tag.log" ;;
     khagent-alt) start_agent "$results/khagent-$tag.log" "$KHAGENT_ALT" ;;
+    khagent-noreclaim) start_agent "$results/khagent-$tag.log" "$khagent" "reclaim: false" ;;
   esac
   on0=$(oom_kills "$server_cg") off0=$(($(oom_kills "$anon_cg") + $(oom_kills "$stream_cg")))
   if [[ "$mix" != alone ]]; then
@@ -491,6 +499,7 @@ run_one() {  # run_one ROW ROUND
     fi
   fi
   s0=$(psi_us "$(pod_of "$server_cg")" some) f0=$(psi_us "$(pod_of "$server_cg")" full)
+  rf0=$(refaults_file "$(pod_of "$server_cg")")
   t0=$(date +%s%N)
   start_sampler "$tmp/mem-$tag.txt"
   if [[ "$mix" == grow* ]]; then
@@ -521,6 +530,7 @@ run_one() {  # run_one ROW ROUND
     cp "$tmp/fast-$tag.txt" "$results/" 2>/dev/null || true
   fi
   s1=$(psi_us "$(pod_of "$server_cg")" some) f1=$(psi_us "$(pod_of "$server_cg")" full)
+  rf1=$(refaults_file "$(pod_of "$server_cg")")
   on1=$(oom_kills "$server_cg") off1=$(($(oom_kills "$anon_cg") + $(oom_kills "$stream_cg")))
   ((rc == 0)) || note="client exit $rc: $(tail -1 "$json")"
   if ! kill -0 "$nginx_pid" 2>/dev/null || ! kill -0 "$cache_pid" 2>/dev/null; then
@@ -534,7 +544,7 @@ run_one() {  # run_one ROW ROUND
   fi
   restore_to "$mark"
   cp "$tmp/mem-$tag.txt" "$results/" 2>/dev/null || true
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$row" "$round" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$row" "$round" \
     "$(jnum p50_us "$json")" "$(jnum p99_us "$json")" "$(jnum p999_us "$json")" "$(jnum max_us "$json")" \
     "$(jnum count "$json")" "$(jnum errors "$json")" $((on1 - on0)) \
     "$(kill -0 "$nginx_pid" 2>/dev/null && kill -0 "$cache_pid" 2>/dev/null && echo 0 || echo 1)" $((off1 - off0)) \
@@ -543,9 +553,10 @@ run_one() {  # run_one ROW ROUND
     "$(awk '{s += $1; n++} END {printf "%.0f", n ? s / n : 0}' "$tmp/mem-$tag.txt")" \
     "$(awk '{s += $2; n++} END {printf "%.0f", n ? s / n : 0}' "$tmp/mem-$tag.txt")" \
     "$(awk '$1 > m {m = $1} END {printf "%.0f", m}' "$tmp/mem-$tag.txt")" \
-    "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", (b - a) / 1e9}')" "$note" "${react% *}" "${react#* }" >"$tmp/line.tsv"
+    "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", (b - a) / 1e9}')" "$note" "${react% *}" "${react#* }" \
+    "$(awk -v a="$rf0" -v b="$rf1" -v p="$(getconf PAGESIZE)" 'BEGIN {printf "%.1f", (b - a) * p / 1048576}')" >"$tmp/line.tsv"
   cat "$tmp/line.tsv" >>"$results/results.tsv"
-  awk -F'\t' '{printf "  %-15s round %s: p50 %7s  p99 %8s  p99.9 %8s us  errors %s  online OOM kills %s  stall some/full %s/%s ms  MiB offline %s online %s%s %s\n", $1, $2, $3, $4, $5, $8, $9, $12, $13, $14, $15, ($1 ~ /^grow/ ? sprintf("  after the growth: stall %s ms, cut %s ms", $19, $20) : ""), $18}' "$tmp/line.tsv" >&2
+  awk -F'\t' '{printf "  %-15s round %s: p50 %7s  p99 %8s  p99.9 %8s us  errors %s  online OOM kills %s  stall some/full %s/%s ms  refaults %s MiB  MiB offline %s online %s%s %s\n", $1, $2, $3, $4, $5, $8, $9, $12, $13, $21, $14, $15, ($1 ~ /^grow/ ? sprintf("  after the growth: stall %s ms, cut %s ms", $19, $20) : ""), $18}' "$tmp/line.tsv" >&2
 }
 
 # --- run -----------------------------------------------------------------------------
@@ -566,14 +577,14 @@ alone_p99="nan"
 [[ " ${row_list[*]} " != *" alone "* ]] || alone_p99="$(col alone 4 | med)"
 table="$results/table.md"
 {
-  echo "| row | p50 µs | p99 µs | p99.9 µs | p99 / alone | errors | online OOM kills (runs with an online process gone) | offline OOM kills | online stall some / full ms | online MiB | offline MiB (peak) | offline share of what online left |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| row | p50 µs | p99 µs | p99.9 µs | p99 / alone | errors | online OOM kills (runs with an online process gone) | offline OOM kills | online stall some / full ms | online refaults MiB | online MiB | offline MiB (peak) | offline share of what online left |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for r in "${row_list[@]}"; do
     p99="$(col "$r" 4 | med)"
     ratio="$(awk -v a="$p99" -v b="$alone_p99" 'BEGIN {if (a == "nan" || b == "nan" || b <= 0) print "nan"; else print a / b}')"
     off="$(col "$r" 14 | med)" on="$(col "$r" 15 | med)"
     share="$(awk -v o="$off" -v n="$on" -v t="$node_mb" 'BEGIN {if (t - n <= 0) print "nan"; else print o / (t - n)}')"
-    echo "| $(row_label "$r") | $(fmt0 "$(col "$r" 3 | med)") | $(fmt0 "$p99") | $(fmt0 "$(col "$r" 5 | med)") | $(fmt2 "$ratio") | $(sum "$r" 8) | $(sum "$r" 9) ($(sum "$r" 10)) | $(sum "$r" 11) | $(fmt0 "$(col "$r" 12 | med)") / $(fmt0 "$(col "$r" 13 | med)") | $(fmt0 "$on") | $(fmt0 "$off") ($(fmt0 "$(col "$r" 16 | sort -g | tail -1)")) | $( [[ "$r" == alone ]] && echo - || pct "$share") |"
+    echo "| $(row_label "$r") | $(fmt0 "$(col "$r" 3 | med)") | $(fmt0 "$p99") | $(fmt0 "$(col "$r" 5 | med)") | $(fmt2 "$ratio") | $(sum "$r" 8) | $(sum "$r" 9) ($(sum "$r" 10)) | $(sum "$r" 11) | $(fmt0 "$(col "$r" 12 | med)") / $(fmt0 "$(col "$r" 13 | med)") | $(fmt1 "$(col "$r" 21 | med)") | $(fmt0 "$on") | $(fmt0 "$off") ($(fmt0 "$(col "$r" 16 | sort -g | tail -1)")) | $( [[ "$r" == alone ]] && echo - || pct "$share") |"
   done
 } >"$table"
 # The grow rows' timing: from the start of the online growth to the onset of
@@ -614,9 +625,26 @@ report="$results/report.md"
   fi
   if [[ -n "$notes" ]]; then echo "Notes:"; echo; echo "$notes"; echo; fi
 } >"$report"
+# The goal's figures (issue: zero online OOM kills; next to a page-cache
+# streamer, online refaults and stall within 1.1x of alone; offline keeps at
+# least 80% of what online leaves), from the rows that were run.
+goal="online OOM kills $(awk -F'\t' 'NR > 1 {s += $9} END {print s + 0}' "$results/results.tsv") in all rows"
+if [[ " ${row_list[*]} " == *" alone "* && " ${row_list[*]} " == *" stream:khagent "* ]]; then
+  ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b <= 0) print (a <= 0 ? "1.00" : "inf"); else printf "%.2f", a / b}'; }
+  goal="$goal; streamer + khagent: online refaults $(fmt1 "$(col stream:khagent 21 | med)") MiB vs alone $(fmt1 "$(col alone 21 | med)") ($(ratio "$(col stream:khagent 21 | med)" "$(col alone 21 | med)")x), stall $(fmt0 "$(col stream:khagent 12 | med)") ms vs $(fmt0 "$(col alone 12 | med)") ($(ratio "$(col stream:khagent 12 | med)" "$(col alone 12 | med)")x)"
+  if [[ " ${row_list[*]} " == *" stream:khagent-noreclaim "* ]]; then
+    goal="$goal; without reclaim: refaults $(fmt1 "$(col stream:khagent-noreclaim 21 | med)") MiB, stall $(fmt0 "$(col stream:khagent-noreclaim 12 | med)") ms"
+  fi
+fi
+for r in stream:khagent anon:khagent; do
+  [[ " ${row_list[*]} " == *" $r "* ]] || continue
+  goal="$goal; $r offline keeps $(pct "$(awk -v o="$(col "$r" 14 | med)" -v n="$(col "$r" 15 | med)" -v t="$node_mb" 'BEGIN {if (t - n <= 0) print "nan"; else print o / (t - n)}')") of what online leaves (goal 80%, ${node_mb} MiB node)"
+done
+echo "goal: $goal (targets: 0 kills; within 1.1x of alone; at least 80%)" >>"$report"
 echo
 cat "$report"
 echo "(per-run JSON, memory samples and results.tsv in $results)"
+echo "goal: $goal"
 if ((write_docs)); then
   doc_section_write "$root/docs/benchmarks.md" bench-memory "$report"
   log "wrote the section to docs/benchmarks.md"

@@ -819,6 +819,16 @@ pid_t memory_child(const std::string& procs, int adj, size_t mib, std::atomic<si
   for (;;) ::pause();
 }
 
+// A counter of a cgroup's memory.events (v2), 0 when absent.
+uint64_t memory_event(const std::string& dir, const std::string& key) {
+  std::istringstream in(read_file(dir + "/memory.events"));
+  std::string k;
+  uint64_t v = 0;
+  while (in >> k >> v)
+    if (k == key) return v;
+  return 0;
+}
+
 // How a child ended: -1 still running, else the signal that ended it, or
 // 1000 + its exit status.
 int ended_by(pid_t pid) {
@@ -834,11 +844,13 @@ int ended_by(pid_t pid) {
 // An online Burstable pod holds 400 MiB at oom_score_adj 900; an offline
 // container at 0 grows to 150 MiB more than the VM has left. Without khagent
 // the kernel's OOM killer takes the online process (its adj makes it the
-// "worst"); with khagent's defaults the offline side is held at its budget
-// (or, failing that, is first in the OOM killer's order), and the online
-// process lives. memory.high slows the hog at the budget without stopping
-// it (no swap); were the node to go critical, the OOM order (offline at
-// 1000) and the YARN last resort are what remain.
+// "worst"); with khagent the offline side is held at its budget, and the
+// online process lives. memory.high slows the hog at the budget without
+// stopping it (no swap); the backstop (memory.max on the YARN root, half
+// the reserve above memory.high: a 64 MiB reserve here, so that the hog's
+// creep reaches it within the run) stops it with an OOM kill inside
+// offline. Then every memory file the agent wrote comes back after SIGTERM,
+// and after SIGKILL, a restart and SIGTERM.
 TEST(VmSuite, AnOfflineHogThatWouldFillTheVmLeavesTheOnlinePodAlive) {
   require_guest();
   ASSERT_NE(read_file(kRoot + "/cgroup.subtree_control").find("memory"), std::string::npos)
@@ -924,9 +936,11 @@ TEST(VmSuite, AnOfflineHogThatWouldFillTheVmLeavesTheOnlinePodAlive) {
   // its memory, and the hog started once memory.high is on the YARN root.
   const std::string cfg = "/tmp/kh-vm-mem.yaml", state = "/tmp/kh-vm-mem-state.json";
   ::unlink(state.c_str());
-  std::ofstream(cfg) << "tick: 200ms\n";
+  std::ofstream(cfg) << "tick: 200ms\nmemory:\n  reserve: 64Mi\n  reserve_share: 0\n";
+  ASSERT_EQ(read_file(kRoot + kYarn + "/memory.max").rfind("max", 0), 0u) << "memory.max of " << kYarn << " is set";
+  const uint64_t kills0 = memory_event(kRoot + kYarn, "oom_kill");
   std::unique_ptr<AgentProc> agent;
-  uint64_t high = 0;
+  uint64_t high = 0, backstop = 0;
   Run kh = run(
       [&] {
         agent = std::make_unique<AgentProc>("run --no-metrics --config " + cfg + " --state-file " + state,
@@ -936,29 +950,62 @@ TEST(VmSuite, AnOfflineHogThatWouldFillTheVmLeavesTheOnlinePodAlive) {
               std::string h = read_file(kRoot + kYarn + "/memory.high");
               if (h.empty() || h.rfind("max", 0) == 0) return false;
               high = std::strtoull(h.c_str(), nullptr, 10);
+              std::string mx = read_file(kRoot + kYarn + "/memory.max");
+              if (mx.empty() || mx.rfind("max", 0) == 0) return false;
+              backstop = std::strtoull(mx.c_str(), nullptr, 10);
               return true;
             },
             60, 0.05);
       },
       hog_target, std::clamp(2 * free_run.seconds, 20.0, 30.0));  // the creep's allowance below is for 30 s
   ASSERT_TRUE(agent);
+  const uint64_t kills = memory_event(kRoot + kYarn, "oom_kill") - kills0;
   const int rc = agent->stop(SIGTERM);
   const std::string restored = read_file(kRoot + kYarn + "/memory.high");
-  std::printf("khagent: memory.high %llu MiB on %s; hog %zu of %zu MiB after %.1f s (peak %llu MiB%s); online %s\n",
-              static_cast<unsigned long long>(high >> 20), kYarn.c_str(), kh.hog_mib, hog_target, kh.seconds,
-              static_cast<unsigned long long>(kh.hog_peak >> 20), kh.held ? ", held there 5 s" : "",
-              kh.online_end < 0 ? "alive" : "ended");
+  const std::string restored_max = read_file(kRoot + kYarn + "/memory.max");
+  std::printf(
+      "khagent: memory.high %llu MiB, memory.max %llu MiB on %s; hog %zu of %zu MiB after %.1f s (peak %llu "
+      "MiB%s); %llu OOM kill%s inside it; online %s\n",
+      static_cast<unsigned long long>(high >> 20), static_cast<unsigned long long>(backstop >> 20), kYarn.c_str(),
+      kh.hog_mib, hog_target, kh.seconds, static_cast<unsigned long long>(kh.hog_peak >> 20),
+      kh.held ? ", held there 5 s" : "", static_cast<unsigned long long>(kills), kills == 1 ? "" : "s",
+      kh.online_end < 0 ? "alive" : "ended");
   ASSERT_GT(high, 0u) << "khagent wrote no memory.high on the YARN root:\n" << agent->text();
+  EXPECT_EQ(backstop, high + (uint64_t{32} << 20)) << "the backstop is half the reserve above memory.high";
   EXPECT_LT(kh.online_end, 0) << "the online process ended (signal " << kh.online_end << ") with khagent running:\n"
                               << agent->text();
   // memory.high throttles; it is no hard limit: with no swap the kernel
   // cannot reclaim the hog, and its penalty sleeps let it creep past (71
-  // MiB in 30 s on 6.1 under TCG). Held near it is what is asked.
-  EXPECT_LE(kh.hog_peak, high + std::max<uint64_t>(uint64_t{128} << 20, high / 8))
-      << "offline went far past its memory.high";
+  // MiB in 30 s on 6.1 under TCG). The backstop is: the hog stops there,
+  // killed inside offline by the kernel, or held.
+  EXPECT_LE(kh.hog_peak, backstop) << "offline went past its memory.max";
+  EXPECT_TRUE(kh.hog_end == SIGKILL || kh.held) << "the hog was neither killed at the backstop nor held (ended "
+                                                << kh.hog_end << ")";
+  if (kh.hog_end == SIGKILL) {
+    EXPECT_GE(kills, 1u) << "the hog was killed, but not by an OOM inside the YARN root";
+  }
   EXPECT_LT(kh.hog_mib, hog_target) << "the hog got everything it asked for: no pressure was made";
   EXPECT_EQ(rc, 0) << agent->text();
   EXPECT_EQ(restored.rfind("max", 0), 0u) << "memory.high not restored: '" << restored << "'";
+  EXPECT_EQ(restored_max.rfind("max", 0), 0u) << "memory.max not restored: '" << restored_max << "'";
+
+  // SIGKILL, a restart and SIGTERM: the originals from the state file.
+  {
+    AgentProc first("run --no-metrics --config " + cfg + " --state-file " + state, "/tmp/kh-vm-mem-2.log");
+    const bool wrote = wait_for([&] { return read_file(kRoot + kYarn + "/memory.max").rfind("max", 0) != 0; }, 60, 0.05);
+    first.stop(SIGKILL);
+    EXPECT_TRUE(wrote) << first.text();
+    EXPECT_NE(read_file(kRoot + kYarn + "/memory.max").rfind("max", 0), 0u) << "SIGKILL restores nothing";
+  }
+  {
+    AgentProc second("run --no-metrics --config " + cfg + " --state-file " + state, "/tmp/kh-vm-mem-3.log");
+    sleep_s(2);
+    EXPECT_EQ(second.stop(SIGTERM), 0) << second.text();
+    for (const char* f : {"/memory.high", "/memory.max"})
+      EXPECT_EQ(read_file(kRoot + kYarn + f).rfind("max", 0), 0u)
+          << f << " not restored after SIGKILL, restart and SIGTERM: '" << read_file(kRoot + kYarn + f) << "'\n"
+          << second.text();
+  }
   ::munmap(shared, 4096);
   ::unlink(cfg.c_str());
   ::unlink(state.c_str());
