@@ -414,8 +414,10 @@ apply_lever() {  # apply_lever MIX LEVER
 }
 start_agent() {  # start_agent LOG [BINARY [MEMORY-KEYS]]
   # The node is a cgroup here: khagent's memory budget is taken from its limit.
+  local extra=""
+  [[ -z "${3:-}" ]] || extra="  $3"$'\n'
   printf 'offline:\n  yarn_hierarchy: %s\nmemory:\n  node_cgroup: %s\n%s%s\n' "${yarn_root#/}" "$node" \
-    "${3:+  $3\n}" "$KHAGENT_CONFIG" >"$tmp/khagent.yaml"
+    "$extra" "$KHAGENT_CONFIG" >"$tmp/khagent.yaml"
   rm -f "$tmp/state.json"*
   "${2:-$khagent}" run --no-metrics --state-file "$tmp/state.json" --config "$tmp/khagent.yaml" >"$1" 2>&1 &
   agent_pid=$!
@@ -630,13 +632,13 @@ report="$results/report.md"
 # least 80% of what online leaves), from the rows that were run.
 goal="online OOM kills $(awk -F'\t' 'NR > 1 {s += $9} END {print s + 0}' "$results/results.tsv") in all rows"
 if [[ " ${row_list[*]} " == *" alone "* && " ${row_list[*]} " == *" stream:khagent "* ]]; then
-  ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b <= 0) print (a <= 0 ? "1.00" : "inf"); else printf "%.2f", a / b}'; }
-  goal="$goal; streamer + khagent: online refaults $(fmt1 "$(col stream:khagent 21 | med)") MiB vs alone $(fmt1 "$(col alone 21 | med)") ($(ratio "$(col stream:khagent 21 | med)" "$(col alone 21 | med)")x), stall $(fmt0 "$(col stream:khagent 12 | med)") ms vs $(fmt0 "$(col alone 12 | med)") ($(ratio "$(col stream:khagent 12 | med)" "$(col alone 12 | med)")x)"
+  ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b <= 0) print (a <= 0 ? "1.00x" : "no ratio: alone had none"); else printf "%.2fx", a / b}'; }
+  goal="$goal; streamer + khagent: online refaults $(fmt1 "$(col stream:khagent 21 | med)") MiB vs alone $(fmt1 "$(col alone 21 | med)") ($(ratio "$(col stream:khagent 21 | med)" "$(col alone 21 | med)")), stall $(fmt0 "$(col stream:khagent 12 | med)") ms vs $(fmt0 "$(col alone 12 | med)") ($(ratio "$(col stream:khagent 12 | med)" "$(col alone 12 | med)"))"
   if [[ " ${row_list[*]} " == *" stream:khagent-noreclaim "* ]]; then
     goal="$goal; without reclaim: refaults $(fmt1 "$(col stream:khagent-noreclaim 21 | med)") MiB, stall $(fmt0 "$(col stream:khagent-noreclaim 12 | med)") ms"
   fi
 fi
-for r in stream:khagent anon:khagent; do
+for r in stream:khagent; do  # the streamer uses all it is given (an anonymous hog that does not fit is killed)
   [[ " ${row_list[*]} " == *" $r "* ]] || continue
   goal="$goal; $r offline keeps $(pct "$(awk -v o="$(col "$r" 14 | med)" -v n="$(col "$r" 15 | med)" -v t="$node_mb" 'BEGIN {if (t - n <= 0) print "nan"; else print o / (t - n)}')") of what online leaves (goal 80%, ${node_mb} MiB node)"
 done

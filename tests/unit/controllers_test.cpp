@@ -45,9 +45,11 @@ class FakeReads : public NodeReads {
     count["oom " + cg]++;
     return std::map<std::string, uint64_t>{{cg, 0}};
   }
+  std::map<std::string, std::string> own;  // at its own limit: why
   Result<std::string> at_own_limit(const std::string& cg, const std::string&) const override {
     count["own " + cg]++;
-    return std::string();
+    auto it = own.find(cg);
+    return it == own.end() ? std::string() : it->second;
   }
   Result<PsiTotals> memory_pressure(const std::string& cg) const override {
     count["psi " + cg]++;
@@ -692,4 +694,38 @@ TEST(CacheReclaimController, AsksTheOfflineParentsOnV2AndOnV1OnlyWhereItHoldsThe
     EXPECT_EQ(asked[0].lever, Lever::Reclaim);
     EXPECT_EQ(std::get<MemoryReclaim>(asked[0].value).bytes, 64 * kMiB);
   }
+}
+
+TEST(MemoryController, OfTwoStalledPodsTheOneAtItsOwnLimitDoesNotHideTheOther) {
+  Config cfg = default_config();
+  cfg.memory.node_cgroup = "/node";
+  auto run = [&](bool b_stalls) {
+    auto cs = make_controllers(cfg, facts());
+    Controller& mem = find(cs, "memory");
+    FakeReads r;
+    // A node cgroup full of offline page cache: 96 MiB unused, counting cache as used.
+    r.node = {4000 * kMiB, 1500 * kMiB, 4096 * kMiB, {}};
+    r.mem["/node/hadoop-yarn"] = {2000 * kMiB, 1400 * kMiB, {}, {}};
+    const std::string a = "/node/kubepods/burstable/poda", b = "/node/kubepods/burstable/podb";
+    r.own[a] = a + ": 510 MiB of 512 MiB";  // a stalls against its own limit
+    Tick t;
+    t.targets = {{"/node/hadoop-yarn", TargetKind::YarnRoot, 0.5, 0, false, {}}};
+    t.online = {a, b};
+    r.psi[a] = {0, 0, 0, 0};
+    r.psi[b] = {0, 0, 0, 0};
+    const TickSnapshot s1(r, kS);
+    (void)mem.step(t.view(s1));
+    r.psi[a] = {150'000, 0, 0, 0};  // 15% of the next second, the most stalled
+    r.psi[b] = {b_stalls ? 100'000u : 0u, 0, 0, 0};
+    const TickSnapshot s2(r, 2 * kS);
+    return std::get<MemoryReport>(mem.step(t.view(s2)).report);
+  };
+  const MemoryReport both = run(true);
+  EXPECT_TRUE(both.decision.stalled) << "the second pod stalls at the node's limit: offline is cut; "
+                                     << both.decision.reason;
+  EXPECT_FALSE(both.input.stall_own_limit.has_value()) << *both.input.stall_own_limit;
+  EXPECT_NEAR(both.input.online_stall_share, 0.10, 1e-6) << "the share weighed is the node's pod's";
+  const MemoryReport one = run(false);
+  EXPECT_FALSE(one.decision.stalled) << "a pod stalling at its own limit alone cuts nothing";
+  EXPECT_TRUE(one.input.stall_own_limit.has_value());
 }

@@ -327,6 +327,7 @@ StatusReport running_report() {
   stalled.usage = 600ull << 20;
   stalled.working_set = 500ull << 20;
   stalled.limit = 640ull << 20;
+  stalled.high = 600ull << 20;
   stalled.psi = true;
   stalled.some_avg10 = 12.5;
   stalled.full_avg10 = 3.25;
@@ -336,7 +337,10 @@ StatusReport running_report() {
   quiet.cgroup = "/kubepods.slice/kubepods-podbb.slice";
   quiet.usage = 100ull << 20;
   quiet.working_set = 90ull << 20;
-  m.online = {stalled, quiet};
+  StatusOnlinePod unreadable;
+  unreadable.cgroup = "/kubepods.slice/kubepods-podcc.slice";
+  unreadable.error = "memory.stat: No such file or directory";
+  m.online = {stalled, quiet, unreadable};
   r.memory = m;
   return r;
 }
@@ -362,10 +366,12 @@ TEST(StatusFormat, RunningAgent) {
   EXPECT_TRUE(has("node memory: 2048 MiB in use of 3072 MiB")) << t;
   EXPECT_TRUE(has("/hadoop-yarn  memory 1024 MiB of a 1536 MiB limit, 2 OOM kills so far")) << t;
   EXPECT_TRUE(has("/kubepods.slice/kubepods-besteffort.slice  memory unreadable: ENOENT")) << t;
-  EXPECT_TRUE(has("online pods' memory: 2 pods under /\n")) << t;
+  EXPECT_TRUE(has("online pods' memory: 3 pods under /\n")) << t;
+  EXPECT_TRUE(has("  /kubepods.slice/kubepods-podcc.slice  memory unreadable: memory.stat: No such file or directory\n"))
+      << t;
   EXPECT_TRUE(
       has("  /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podaa.slice  memory 600 MiB (working set 500 "
-          "MiB), a 640 MiB limit; stall over 10 s: some 12.50%, full 3.25%; at its own limit "
+          "MiB), a 640 MiB limit (memory.high 600 MiB); stall over 10 s: some 12.50%, full 3.25%; at its own limit "
           "(/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podaa.slice: 600 MiB of 640 MiB); 1 OOM "
           "kill so far\n"))
       << t;
@@ -467,7 +473,14 @@ TEST(StatusFormat, Json) {
   EXPECT_EQ(j["memory"]["offline_targets"][0]["limit_bytes"], 1536ull << 20);
   EXPECT_EQ(j["memory"]["offline_targets"][0]["oom_kills"], 2);
   EXPECT_TRUE(j["memory"]["offline_targets"][1]["limit_bytes"].is_null());
-  ASSERT_EQ(j["memory"]["online_pods"].size(), 2u);
+  ASSERT_EQ(j["memory"]["online_pods"].size(), 3u);
+  EXPECT_EQ(j["memory"]["online_pods"][0]["high_bytes"], 600ull << 20) << "the kubelet's MemoryQoS throttle";
+  EXPECT_TRUE(j["memory"]["online_pods"][1]["high_bytes"].is_null());
+  const auto& bad = j["memory"]["online_pods"][2];
+  EXPECT_EQ(bad["error"], "memory.stat: No such file or directory");
+  EXPECT_TRUE(bad["usage_bytes"].is_null() && bad["working_set_bytes"].is_null() && bad["oom_kills"].is_null())
+      << "no zeros beside an error: " << bad.dump();
+  EXPECT_FALSE(j["memory"].contains("online_pods_error"));
   EXPECT_EQ(j["memory"]["online_pods"][0]["usage_bytes"], 600ull << 20);
   EXPECT_EQ(j["memory"]["online_pods"][0]["limit_bytes"], 640ull << 20);
   EXPECT_DOUBLE_EQ(j["memory"]["online_pods"][0]["some_avg10"].get<double>(), 12.5);
@@ -481,6 +494,18 @@ TEST(StatusFormat, Json) {
   ASSERT_EQ(j["processes"].size(), 1u);
   EXPECT_EQ(j["processes"][0]["pid"], 4242);
   EXPECT_EQ(j["processes"][0]["comm"], "khagent");
+}
+
+TEST(StatusFormat, AMistypedNodeCgroupIsAnErrorNotZeroPods) {
+  StatusReport r = running_report();
+  r.memory->online.clear();
+  r.memory->pods_under = "/nodee";
+  r.memory->pods_error = "memory.node_cgroup /nodee is no cgroup in /sys/fs/cgroup (mistyped?)";
+  const std::string t = format_status(r);
+  EXPECT_NE(t.find("online pods' memory: unknown: memory.node_cgroup /nodee is no cgroup"), std::string::npos) << t;
+  EXPECT_EQ(t.find("0 pods"), std::string::npos) << t;
+  auto j = nlohmann::json::parse(status_json(r));
+  EXPECT_EQ(j["memory"]["online_pods_error"], r.memory->pods_error);
 }
 
 TEST(StatusFormat, CpuMaxCores) {

@@ -314,6 +314,10 @@ void read_online_memory(StatusMemory& m, const Config& cfg, const CgroupRoots& r
   });
   m.pods_under = under;
   m.online_truncated = found.truncated;
+  if (std::error_code ec; under != "/" && !std::filesystem::is_directory(roots.unified + under, ec)) {
+    m.pods_error = "memory.node_cgroup " + under + " is no cgroup in " + roots.unified + " (mistyped?)";
+    return;
+  }
   for (const auto& rule : cfg.classes.rules)
     if (rule.priority_class || !rule.labels.empty() || !rule.annotations.empty()) m.online_by_metadata = true;
   for (const auto& path : found.paths) {
@@ -330,6 +334,10 @@ void read_online_memory(StatusMemory& m, const Config& cfg, const CgroupRoots& r
     p.usage = u->usage;
     p.working_set = u->working_set();
     p.limit = u->limit;
+    if (auto high = read_file(roots.unified + path + "/memory.high")) {
+      uint64_t h = 0;
+      if (parse_u64(trim_space(*high), h)) p.high = h;
+    }
     if (auto psi = read_psi(roots.unified + path + "/memory.pressure")) {
       p.psi = true;
       p.some_avg10 = psi->some_avg10;

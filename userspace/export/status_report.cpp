@@ -63,6 +63,7 @@ std::string online_memory_text(const StatusMemory& m) {
                   m.online_by_metadata ? " (classed by path and QoS only: rules on priority classes, labels or "
                                          "annotations need the kubelet's pod list, which status does not read)"
                                        : "");
+  if (!m.pods_error.empty()) return fmt::format("online pods' memory: unknown: {}\n", m.pods_error);
   for (size_t i = 0; i < n && i < kShown; i++) {
     const auto& p = m.online[i];
     if (!p.error.empty()) {
@@ -71,7 +72,9 @@ std::string online_memory_text(const StatusMemory& m) {
     }
     out += fmt::format(
         "  {}  memory {} (working set {}), {}; stall over 10 s: {}{}{}\n", p.cgroup, mib_text(p.usage),
-        mib_text(p.working_set), p.limit ? "a " + mib_text(*p.limit) + " limit" : std::string("no limit"),
+        mib_text(p.working_set),
+        (p.limit ? "a " + mib_text(*p.limit) + " limit" : std::string("no limit")) +
+            (p.high ? " (memory.high " + mib_text(*p.high) + ")" : std::string()),
         p.psi ? fmt::format("some {:.2f}%, full {:.2f}%", p.some_avg10, p.full_avg10)
               : std::string("unknown (no memory.pressure)"),
         p.own_limit.empty()                    ? ""
@@ -298,11 +301,15 @@ std::string status_json(const StatusReport& r) {
                 {"own_limit", p.own_limit}, {"oom_kills", p.oom_kills}, {"some_avg10", nullptr},
                 {"full_avg10", nullptr},    {"limit_bytes", nullptr}};
       if (p.limit) j["limit_bytes"] = *p.limit;
+      j["high_bytes"] = p.high ? json(*p.high) : json(nullptr);
       if (p.psi) {
         j["some_avg10"] = p.some_avg10;
         j["full_avg10"] = p.full_avg10;
       }
-      if (!p.error.empty()) j["error"] = p.error;
+      if (!p.error.empty()) {  // nothing was read: no zeros beside the error
+        j["error"] = p.error;
+        for (const char* k : {"usage_bytes", "working_set_bytes", "oom_kills"}) j[k] = nullptr;
+      }
       online.push_back(j);
     }
     memory = {{"capacity_bytes", r.memory->capacity},
@@ -313,6 +320,7 @@ std::string status_json(const StatusReport& r) {
               {"online_pods_truncated", r.memory->online_truncated},
               {"online_pods_by_metadata", r.memory->online_by_metadata}};
     if (!r.memory->node_error.empty()) memory["node_error"] = r.memory->node_error;
+    if (!r.memory->pods_error.empty()) memory["online_pods_error"] = r.memory->pods_error;
   }
   json burst = nullptr;
   if (r.burst) {

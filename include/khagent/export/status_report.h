@@ -44,6 +44,10 @@ struct StatusOnlinePod {
   uint64_t usage = 0;             // page cache included
   uint64_t working_set = 0;       // usage less inactive page cache
   std::optional<uint64_t> limit;  // memory.max (v1 memory.limit_in_bytes); none: no limit
+  // v2 memory.high, which the kubelet writes with MemoryQoS (a throttle
+  // below the limit, on by default from Kubernetes 1.37); none: no such
+  // file (v1), or "max".
+  std::optional<uint64_t> high;
   bool psi = false;               // memory.pressure read: the two shares below are known
   double some_avg10 = 0;          // % of the last 10 s some task of the pod stalled on memory
   double full_avg10 = 0;          // % of it all of them did
@@ -59,6 +63,7 @@ struct StatusMemory {
   std::string node_error;
   std::vector<StatusMemoryTarget> targets;
   std::string pods_under;               // where online pods were looked for (memory.node_cgroup or "/")
+  std::string pods_error;               // why none could be looked for there (a memory.node_cgroup that is no cgroup)
   std::vector<StatusOnlinePod> online;  // most stalled first, then the largest
   bool online_truncated = false;        // the walk for pods stopped early (too many cgroups)
   bool online_by_metadata = false;      // class rules on labels, annotations or priority classes exist
