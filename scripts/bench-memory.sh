@@ -43,6 +43,9 @@
 #                    for two builds side by side in one interleaved run
 #   X:khagent-noreclaim  khagent with memory.reclaim: false (no proactive
 #                    reclaim of offline page cache), beside X:khagent
+#   X:khagent-fixedreserve  khagent with the reserve of before 2026-12-06
+#                    (memory.reserve_min over the fixed rule: nothing measured);
+#                    the measured reserve needs 30 s of ticks: set SETTLE
 #
 #   scripts/bench-memory.sh                  full run
 #   QUICK=1 scripts/bench-memory.sh          one short round of every row
@@ -162,6 +165,7 @@ for r in "${row_list[@]}"; do
     anon:limit | stream:limit | grow:limit | growanon:limit | anon:adj | stream:adj | grow:adj | growanon:adj) ;;
     anon:khagent | stream:khagent | grow:khagent | growanon:khagent) ;;
     anon:khagent-noreclaim | stream:khagent-noreclaim | grow:khagent-noreclaim | growanon:khagent-noreclaim) ;;
+    anon:khagent-fixedreserve | stream:khagent-fixedreserve | grow:khagent-fixedreserve | growanon:khagent-fixedreserve) ;;
     anon:khagent-alt | stream:khagent-alt | grow:khagent-alt | growanon:khagent-alt)
       [[ -x "${KHAGENT_ALT:-}" ]] || die "row $r needs KHAGENT_ALT, the khagent binary of another build" ;;
     anon:soft | stream:soft | grow:soft | growanon:soft) [[ "$mem_mode" == v1 ]] || die "row $r needs the v1 memory controller (use :high on v2)" ;;
@@ -452,6 +456,7 @@ row_label() {
     khagent) echo "$what + khagent (defaults)" ;;
     khagent-alt) echo "$what + khagent (defaults), the other build" ;;
     khagent-noreclaim) echo "$what + khagent, memory.reclaim off" ;;
+    khagent-fixedreserve) echo "$what + khagent, the fixed reserve" ;;
   esac
 }
 
@@ -481,6 +486,7 @@ run_one() {  # run_one ROW ROUND
     khagent) start_agent "$results/khagent-$tag.log" ;;
     khagent-alt) start_agent "$results/khagent-$tag.log" "$KHAGENT_ALT" ;;
     khagent-noreclaim) start_agent "$results/khagent-$tag.log" "$khagent" "reclaim: false" ;;
+    khagent-fixedreserve) start_agent "$results/khagent-$tag.log" "$khagent" "reserve_min: 1024Gi" ;;
   esac
   on0=$(oom_kills "$server_cg") off0=$(($(oom_kills "$anon_cg") + $(oom_kills "$stream_cg")))
   if [[ "$mix" != alone ]]; then

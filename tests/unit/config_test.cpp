@@ -102,6 +102,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.memory.node_cgroup, b.memory.node_cgroup);
   EXPECT_EQ(a.memory.reserve_bytes, b.memory.reserve_bytes);
   EXPECT_EQ(a.memory.reserve_share, b.memory.reserve_share);
+  EXPECT_EQ(a.memory.reserve_min_bytes, b.memory.reserve_min_bytes);
   EXPECT_EQ(a.memory.eviction_threshold_bytes, b.memory.eviction_threshold_bytes);
   EXPECT_EQ(a.memory.min_offline_bytes, b.memory.min_offline_bytes);
   EXPECT_EQ(a.memory.grow_per_second_bytes, b.memory.grow_per_second_bytes);
@@ -799,7 +800,7 @@ TEST(ConfigYaml, DefaultsRoundTripWithReadableDurations) {
 TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   YAML::Node doc = YAML::Load(config_to_yaml(default_config()));
   EXPECT_EQ(doc.size(), 16u);  // tick dry_run state_file, 4 kubelet_* keys, 9 sections
-  EXPECT_EQ(doc["memory"].size(), 17u);
+  EXPECT_EQ(doc["memory"].size(), 18u);
   EXPECT_EQ(doc["ladder"].size(), 7u);
   EXPECT_EQ(doc["classes"].size(), 3u);
   EXPECT_EQ(doc["online"].size(), 7u);

@@ -101,6 +101,17 @@ TEST(MemoryFiles, StatMeminfoAndPsi) {
   EXPECT_FALSE(parse_psi("some avg10=0.00\n").ok());
 }
 
+TEST(MemoryFiles, ZoneinfoHighWatermarksSummed) {
+  const std::string zi =
+      "Node 0, zone      DMA\n  per-node stats\n      nr_inactive_anon 10\npages free     3840\n        "
+      "boost    0\n        min      10\n        low      12\n        high     15\n        spanned  4095\n"
+      "Node 0, zone    DMA32\n  pages free     100\n        min      500\n        low      600\n        high     "
+      "700\n  pagesets\n    cpu: 0\n              high:  378\n              batch: 63\n"
+      "Node 0, zone  Movable\n  pages free     0\n        min      0\n        low      0\n        high     0\n";
+  EXPECT_EQ(parse_zoneinfo_high(zi), 715u) << "the zones' high, not the pagesets' \"high:\"";
+  EXPECT_FALSE(parse_zoneinfo_high("Node 0, zone DMA\n  pages free 1\n").has_value());
+}
+
 TEST(MemoryFiles, ReaderOnV2AndV1Trees) {
   TempDir t;
   t.write("proc/meminfo", "MemTotal: 4194304 kB\nMemAvailable: 1048576 kB\n");
@@ -318,8 +329,11 @@ TEST(MemoryBudget, NothingLeftMeansZeroAndTheShareOfABigNode) {
   MemoryState st;
   auto d = memory_step({3 * kGiB, 3 * kGiB, 0, kS, 0, {}}, c, st);
   EXPECT_EQ(d.budget, 0u) << "online and system hold everything";
-  EXPECT_EQ(memory_reserve(24 * kGiB, c), static_cast<uint64_t>(24.0 * kGiB * 0.05));
-  EXPECT_EQ(memory_reserve(1 * kGiB, c), 256 * kMiB);
+  MemoryInput big, small;
+  big.capacity = 24 * kGiB;
+  small.capacity = 1 * kGiB;
+  EXPECT_EQ(memory_reserve(big, c), static_cast<uint64_t>(24.0 * kGiB * 0.05));
+  EXPECT_EQ(memory_reserve(small, c), 256 * kMiB);
   // Budget 0 still leaves each parent min_offline, as the lever splits it.
   EXPECT_EQ(memory_share(0, 100 * kMiB, 100 * kMiB, 1, c), c.min_offline_bytes);
 }
@@ -406,6 +420,53 @@ TEST(MemoryLever, OnTheOfflineParentsOnlyWithABudget) {
   EXPECT_TRUE(memory_writes().empty());
   EXPECT_EQ(lever_spec(Lever::Memory).knob, Knob::Memory);
   EXPECT_FALSE(lever_is_rung(Lever::Memory));
+}
+
+TEST(MemoryReserve, SizedFromOnlineGrowthAndTheWatermarksOnceMeasured) {
+  MemoryConfig c;  // at most max(256 MiB, 5%); at least 64 MiB once measured
+  MemoryInput in;
+  in.capacity = 24 * kGiB;
+  bool measured = true;
+  const uint64_t fixed = static_cast<uint64_t>(24.0 * kGiB * 0.05);
+  EXPECT_EQ(memory_reserve(in, c, &measured), fixed) << "nothing measured yet: the fixed rule";
+  EXPECT_FALSE(measured);
+  in.online_growth = 10 * kMiB;
+  in.watermark_high = 90 * kMiB;
+  EXPECT_EQ(memory_reserve(in, c, &measured), 90 * kMiB) << "the watermarks";
+  EXPECT_TRUE(measured);
+  in.online_growth = 300 * kMiB + 1;
+  EXPECT_EQ(memory_reserve(in, c), 301 * kMiB) << "the largest growth in a second, rounded up";
+  in.online_growth = 0;
+  in.watermark_high = 0;
+  EXPECT_EQ(memory_reserve(in, c), 64 * kMiB) << "never under memory.reserve_min";
+  in.online_growth = 4 * kGiB;
+  EXPECT_EQ(memory_reserve(in, c, &measured), fixed) << "never over the fixed rule";
+  EXPECT_FALSE(measured);
+  c.reserve_min_bytes = 2 * kGiB;  // at least the fixed rule: measuring is off
+  in.online_growth = 0;
+  EXPECT_EQ(memory_reserve(in, c), fixed);
+}
+
+TEST(MemoryReserve, OnlineGrowthIsTheLargestRiseInASecondOverFiveMinutes) {
+  OnlineGrowth g;
+  const uint64_t tick = kS / 5;
+  uint64_t now = kS;
+  EXPECT_FALSE(g.step(now, 1 * kGiB).has_value()) << "not known in the first 30 s";
+  for (int i = 0; i < 149; i++) g.step(now += tick, 1 * kGiB);
+  EXPECT_EQ(g.step(now += tick, 1 * kGiB), 0u) << "30 s of a steady working set";
+  // 200 MiB in 0.4 s, then steady.
+  g.step(now += tick, 1 * kGiB + 100 * kMiB);
+  EXPECT_EQ(g.step(now += tick, 1 * kGiB + 200 * kMiB), 200 * kMiB);
+  // Then a rise of 10 MiB a tick (50 MiB/s): its first ticks still have the
+  // steady reading of before the burst within their second (230 MiB in the
+  // second that ends 3 ticks later); after that, a second holds 50 MiB.
+  uint64_t ws = 1 * kGiB + 200 * kMiB;
+  for (int i = 0; i < 50; i++) g.step(now += tick, ws += 10 * kMiB);
+  EXPECT_EQ(g.step(now += tick, ws), 230 * kMiB) << "the burst's second is still the most";
+  // Five minutes later all of it has aged out.
+  for (int i = 0; i < 1510; i++) g.step(now += tick, ws);
+  EXPECT_EQ(g.step(now += tick, ws), 0u);
+  EXPECT_EQ(g.step(now += tick, ws - 500 * kMiB), 0u) << "a fall is no growth";
 }
 
 TEST(MemoryBackstop, HalfTheReserveAboveTheLimitAndNeverBelowWhatTheRootHolds) {

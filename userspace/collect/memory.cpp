@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "khagent/util/clock.h"
 #include "khagent/util/file.h"
 #include "khagent/util/strings.h"
 
@@ -290,10 +291,40 @@ Result<uint64_t> MemoryReader::oom_kills(const std::string& path) const {
   return n;
 }
 
+std::optional<uint64_t> parse_zoneinfo_high(std::string_view text) {
+  // Each zone: "Node 0, zone   Normal", then "  pages free N", "        min N",
+  // "        low N", "        high N", ...; "high" also starts other keys'
+  // lines ("high_wmark" in none so far), so the word must stand alone.
+  std::optional<uint64_t> sum;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t eol = text.find('\n', at);
+    if (eol == std::string_view::npos) eol = text.size();
+    std::string_view line = text.substr(at, eol - at);
+    at = eol + 1;
+    const size_t k = line.find_first_not_of(' ');
+    if (k == std::string_view::npos || line.substr(k, 5) != "high ") continue;
+    uint64_t v = 0;
+    if (parse_u64(trimmed(line.substr(k + 5)), v)) sum = sum.value_or(0) + v;
+  }
+  return sum;
+}
+
 Result<MemoryUse> MemoryReader::node(const std::string& node_cgroup) const {
   auto text = read_file(proc_root_ + "/meminfo");
   if (!text) return text.error();
   auto whole = parse_meminfo(*text);
+  if (whole && node_cgroup.empty()) {
+    const uint64_t now = mono_ns();
+    if (!watermark_read_ns_ || now - watermark_read_ns_ >= 60'000'000'000ULL) {
+      watermark_read_ns_ = now;
+      watermark_high_.reset();
+      if (auto zi = read_file(proc_root_ + "/zoneinfo"))
+        if (auto pages = parse_zoneinfo_high(*zi))
+          watermark_high_ = *pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    }
+    whole->watermark_high = watermark_high_;
+  }
   if (!whole || node_cgroup.empty()) return whole;
   auto u = cgroup(node_cgroup);
   if (!u) return u.error();

@@ -94,6 +94,7 @@ std::string config_to_yaml(const Config& c) {
   key("node_cgroup") << c.memory.node_cgroup;
   key("reserve") << format_bytes(c.memory.reserve_bytes);
   key("reserve_share") << format_double(c.memory.reserve_share);
+  key("reserve_min") << format_bytes(c.memory.reserve_min_bytes);
   key("eviction_threshold") << format_bytes(c.memory.eviction_threshold_bytes);
   key("min_offline") << format_bytes(c.memory.min_offline_bytes);
   key("grow_per_second") << format_bytes(c.memory.grow_per_second_bytes);

@@ -240,7 +240,7 @@ class Loader : public Walker {
            section(
                n, at,
                {flag("enabled", m.enabled), text("node_cgroup", m.node_cgroup), bytes("reserve", m.reserve_bytes),
-                num("reserve_share", m.reserve_share), bytes("eviction_threshold", m.eviction_threshold_bytes),
+                num("reserve_share", m.reserve_share), bytes("reserve_min", m.reserve_min_bytes), bytes("eviction_threshold", m.eviction_threshold_bytes),
                 bytes("min_offline", m.min_offline_bytes), bytes("grow_per_second", m.grow_per_second_bytes),
                 bytes("deadband", m.deadband_bytes), num("stall_limit", m.stall_limit), num("stall_cut", m.stall_cut),
                 ns("stall_window", m.stall_window_ns), flag("oom_order", m.oom_order), flag("backstop", m.backstop),

@@ -26,7 +26,11 @@ struct Pressure {
 std::string ceiling_text(const MemoryInput& in, const MemoryDecision& d, uint64_t others) {
   return "capacity " + mib_text(in.capacity) +
          (d.eviction ? " - kubelet eviction threshold " + mib_text(d.eviction) : std::string()) + " - reserve " +
-         mib_text(d.reserve) + " - online and system " + mib_text(others) + " = " + mib_text(d.ceiling);
+         mib_text(d.reserve) +
+         (d.reserve_measured ? fmt::format(" (measured: online grew at most {} in a second, watermarks {})",
+                                           mib_text(in.online_growth.value_or(0)), mib_text(in.watermark_high))
+                             : std::string()) +
+         " - online and system " + mib_text(others) + " = " + mib_text(d.ceiling);
 }
 
 // Whether online stalls for want of room: stalled while the node is tight, reclaiming or full.
@@ -129,14 +133,20 @@ void move_budget(const MemoryInput& in, const MemoryConfig& cfg, bool pressed, c
 
 }  // namespace
 
-uint64_t memory_reserve(uint64_t capacity, const MemoryConfig& cfg) {
-  const auto share = static_cast<uint64_t>(static_cast<double>(capacity) * cfg.reserve_share);
-  return std::max(cfg.reserve_bytes, share);
+uint64_t memory_reserve(const MemoryInput& in, const MemoryConfig& cfg, bool* measured) {
+  const auto share = static_cast<uint64_t>(static_cast<double>(in.capacity) * cfg.reserve_share);
+  const uint64_t fixed = std::max(cfg.reserve_bytes, share);
+  if (measured) *measured = false;
+  if (!in.online_growth || cfg.reserve_min_bytes >= fixed) return fixed;
+  const uint64_t need = std::max({cfg.reserve_min_bytes, in.watermark_high, *in.online_growth});
+  if (need >= fixed) return fixed;
+  if (measured) *measured = true;
+  return (need + kMiB - 1) / kMiB * kMiB;
 }
 
 MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, MemoryState& st) {
   MemoryDecision d;
-  d.reserve = memory_reserve(in.capacity, cfg);
+  d.reserve = memory_reserve(in, cfg, &d.reserve_measured);
   const uint64_t others = sub_sat(in.node_used, in.offline_used);
   d.eviction = cfg.eviction_threshold_bytes;
   d.ceiling = sub_sat(sub_sat(sub_sat(in.capacity, d.eviction), d.reserve), others) / kMiB * kMiB;
@@ -189,6 +199,21 @@ uint64_t memory_backstop(uint64_t limit, uint64_t reserve, uint64_t usage, std::
   uint64_t b = prev && *prev >= usage ? std::min(*prev, held) : held;
   b = std::max(b, target);
   return (b + kMiB - 1) / kMiB * kMiB;
+}
+
+std::optional<uint64_t> OnlineGrowth::step(uint64_t now_ns, uint64_t others) {
+  constexpr uint64_t kSecond = 1'000'000'000, kWindow = 300 * kSecond, kWarmup = 30 * kSecond;
+  if (!first_ns_) first_ns_ = now_ns;
+  recent_.emplace_back(now_ns, others);
+  while (recent_.front().first + kSecond < now_ns) recent_.pop_front();
+  uint64_t lowest = others;
+  for (const auto& r : recent_) lowest = std::min(lowest, r.second);
+  const uint64_t rise = others - lowest;
+  while (!rises_.empty() && rises_.back().second <= rise) rises_.pop_back();
+  rises_.emplace_back(now_ns, rise);
+  while (rises_.front().first + kWindow < now_ns) rises_.pop_front();
+  if (now_ns - first_ns_ < kWarmup) return std::nullopt;
+  return rises_.front().second;
 }
 
 }  // namespace khagent

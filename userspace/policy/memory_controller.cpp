@@ -54,6 +54,8 @@ class MemoryController : public Controller {
   std::map<std::string, uint64_t> usage_;      // and its last use, page cache included
   std::map<std::string, uint64_t> backstops_;  // each YARN root's backstop in force
   uint64_t reserve_ = 0;                       // the reserve of the last decision
+  OnlineGrowth growth_;                        // online's growth, for the reserve
+  std::optional<uint64_t> last_growth_;        // its last reading (wake-ups use it)
   std::optional<std::string> critical_;        // why the node's memory is critical
   ReclaimCounters online_reclaim_;             // the direct reclaim online paid in the last tick
   uint64_t reclaim_interval_ns_ = 0;           // that tick's interval
@@ -131,6 +133,10 @@ MemoryReport MemoryController::decide(const TickView& v, const std::vector<std::
     return r;
   }
   r.decided = true;
+  if (r.tick) last_growth_ = growth_.step(r.input.now_ns, r.input.node_used > r.input.offline_used
+                                                              ? r.input.node_used - r.input.offline_used
+                                                              : 0);
+  r.input.online_growth = last_growth_;
   r.decision = memory_step(r.input, cfg_.memory, state_);
   reserve_ = r.decision.reserve;
   r.critical_began = r.decision.critical && !critical_;

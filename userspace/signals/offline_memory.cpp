@@ -25,6 +25,7 @@ MemorySignals offline_memory(const TickSnapshot& snap, const std::string& node_c
     return s;
   }
   s.input.capacity = node.value().limit.value_or(0);
+  s.input.watermark_high = node.value().watermark_high.value_or(0);
   s.input.node_used = node.value().working_set();
   // Use with page cache says something only of a node cgroup: the whole
   // node's MemFree is small whenever its cache has filled it.

@@ -28,6 +28,9 @@ struct MemoryUse {
   // The page cache among them (workingset_refault_file, 5.9+): what
   // reclaiming someone else's cache gives back. None: this kernel has no split.
   std::optional<uint64_t> refaults_file = {};
+  // The whole node only: the kernel's high watermarks, summed over its
+  // zones (/proc/zoneinfo): memory kswapd keeps free; none: not read.
+  std::optional<uint64_t> watermark_high = {};
   // What the kubelet calls the working set: usage less inactive page cache.
   uint64_t working_set() const { return usage > inactive_file ? usage - inactive_file : 0; }
 };
@@ -38,6 +41,9 @@ std::optional<uint64_t> stat_value(std::string_view text, std::string_view key);
 // inactive_file = Inactive(file) (the kubelet's node working set), or where
 // those are missing usage = MemTotal - MemAvailable (kB in the file).
 Result<MemoryUse> parse_meminfo(std::string_view text);
+// The sum of the "high" watermarks (pages) of /proc/zoneinfo's zones; none
+// when the text has none.
+std::optional<uint64_t> parse_zoneinfo_high(std::string_view text);
 // "total=" of the "some" and "full" lines of a PSI file, in microseconds,
 // and their "avg10=": the share of the last 10 s stalled, in percent.
 struct PsiTotals {
@@ -98,7 +104,8 @@ class MemoryReader {
   // Their sum: the processes the OOM killer took there.
   Result<uint64_t> oom_kills(const std::string& path) const;
   // The pressure domain: the whole node, or a cgroup (memory.node_cgroup)
-  // whose limit is the capacity (MemTotal where it has none).
+  // whose limit is the capacity (MemTotal where it has none). The whole
+  // node's has its high watermarks too (read at most once a minute).
   Result<MemoryUse> node(const std::string& node_cgroup) const;
   // Whether `path`, one of its children (a pod's containers) or one of its
   // ancestors below `stop` (the node cgroup; "" for the root) is at its
@@ -114,6 +121,10 @@ class MemoryReader {
   std::string root_;
   bool v1_;
   std::string proc_root_;
+  // The watermarks change only with memory hotplug or their sysctls, and
+  // zoneinfo grows with the CPUs: read once a minute.
+  mutable std::optional<uint64_t> watermark_high_;
+  mutable uint64_t watermark_read_ns_ = 0;
 };
 
 }  // namespace khagent

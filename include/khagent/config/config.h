@@ -109,8 +109,12 @@ struct MemoryConfig {
   // (path in the cgroup2 mount) whose limit is the node's memory and whose
   // use is everyone's, e.g. a parent that holds both online and offline.
   std::string node_cgroup;
-  uint64_t reserve_bytes = uint64_t{256} << 20;  // kept free for online growth: the larger of
-  double reserve_share = 0.05;                   // this and this share of the capacity
+  uint64_t reserve_bytes = uint64_t{256} << 20;  // kept free for online growth: at most the larger of
+  double reserve_share = 0.05;                   // this and this share of the capacity;
+  // once online's growth is measured (30 s of ticks), what it needs: the
+  // larger of this, the kernel's high watermarks and the most online grew
+  // in one second over five minutes (a value at least the above: fixed).
+  uint64_t reserve_min_bytes = uint64_t{64} << 20;
   // The kubelet's hard eviction threshold on memory.available (its default
   // evictionHard is 100Mi): kept free on top of the reserve, so khagent cuts
   // offline before the kubelet evicts a pod for the node's memory.

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
+#include <utility>
 #include <string>
 
 #include "khagent/config/config.h"
@@ -24,6 +26,7 @@ struct MemoryDecision {
   uint64_t budget = 0;   // what the offline parents may hold in all
   uint64_t ceiling = 0;  // capacity - reserve - what the rest uses
   uint64_t reserve = 0;
+  bool reserve_measured = false;  // sized from the measurements, not the fixed rule
   uint64_t eviction = 0;  // the kubelet's eviction threshold, kept free too
   bool stalled = false;   // the ceiling is the stall cut, not the arithmetic
   // The node's memory is critical: less than half the reserve is free above
@@ -34,9 +37,13 @@ struct MemoryDecision {
   std::string reason;  // when changed
 };
 
-// The reserve kept free: the larger of memory.reserve and
-// memory.reserve_share of the capacity.
-uint64_t memory_reserve(uint64_t capacity, const MemoryConfig& cfg);
+// The reserve kept free. At most the larger of memory.reserve and
+// memory.reserve_share of the capacity (all of it while nothing is
+// measured yet); once online's growth is known, what the measurements ask:
+// the larger of memory.reserve_min, the kernel's high watermarks (the
+// whole node) and the most online grew in one second over the last five
+// minutes. `measured` says which was taken.
+uint64_t memory_reserve(const MemoryInput& in, const MemoryConfig& cfg, bool* measured = nullptr);
 // The rule: ceiling = capacity - eviction threshold - reserve - (node_used -
 // offline_used). The
 // first step takes the ceiling; after that a lower ceiling is taken at once
@@ -68,6 +75,19 @@ uint64_t memory_share(uint64_t budget, uint64_t used, uint64_t total_used, size_
 // the budget kills nothing, growth past the backstop does.
 // Rounded up to MiB.
 inline constexpr uint64_t kBackstopSlack = uint64_t{16} << 20;
+
+// The most online and system grew (their working sets: the node's less
+// offline's) within one second, over the last five minutes, from one
+// reading a tick; none before 30 s of readings.
+class OnlineGrowth {
+ public:
+  std::optional<uint64_t> step(uint64_t now_ns, uint64_t others);
+
+ private:
+  std::deque<std::pair<uint64_t, uint64_t>> recent_;  // (time, reading) of the last second
+  std::deque<std::pair<uint64_t, uint64_t>> rises_;   // (time, rise), decreasing: the front is the most
+  uint64_t first_ns_ = 0;
+};
 uint64_t memory_backstop(uint64_t limit, uint64_t reserve, uint64_t usage, std::optional<uint64_t> prev);
 
 }  // namespace khagent

@@ -37,6 +37,12 @@ struct MemoryInput {
   uint64_t interval_ns = 0;    // the interval those cover (0: unknown)
   uint64_t node_usage = 0;     // a node cgroup's use, page cache included (0: unknown, or the whole node)
   uint64_t offline_usage = 0;  // the offline parents' use, page cache included (0: unknown)
+  // The whole node's high watermarks (0: unknown, or a node cgroup, which
+  // has none): memory kswapd keeps free, never the online pods'.
+  uint64_t watermark_high = 0;
+  // The most online and system grew (working sets) in any second of the
+  // last five minutes; none: not yet known (under 30 s of ticks).
+  std::optional<uint64_t> online_growth = {};
   // The stalled online cgroup (or one of its containers) is at its own
   // memory limit: "path: use of limit"; none: not, or no stall.
   std::optional<std::string> stall_own_limit = {};
