@@ -38,13 +38,14 @@ namespace {
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint32_t kMaxBackoff = 32;
 
-CacheReclaimVerdict judge(const CacheReclaimWindow& before, const CacheReclaimWindow& after, const MemoryConfig& cfg) {
+CacheReclaimVerdict judge(const CacheReclaimWindow& before, const CacheReclaimWindow& after) {
   // More stall after the step than the noise of a window allows: the
   // reclaim (or what it evicted) cost online more than it gave back.
   if (after.stall_share > before.stall_share + std::max(0.02, 0.25 * before.stall_share)) return CacheReclaimVerdict::Costly;
-  if (after.refault_rate <= 0.75 * before.refault_rate ||
-      after.refault_rate < static_cast<double>(cfg.reclaim_refault_rate_bytes))
-    return CacheReclaimVerdict::Helped;
+  // A fall, not a rate that merely crossed the threshold: online refaulting
+  // about the threshold steadily (a working set a little larger than its
+  // room) is not offline's doing, and steps there must back off.
+  if (after.refault_rate <= 0.75 * before.refault_rate) return CacheReclaimVerdict::Helped;
   return CacheReclaimVerdict::Useless;
 }
 
@@ -65,7 +66,7 @@ CacheReclaimReport cache_reclaim_step(const CacheReclaimInput& in, const MemoryC
   st.acc_ns = st.acc_refault = st.acc_stall_us = 0;
   r.window = w;
   if (st.pending) {
-    r.verdict = judge(st.before, w, cfg);
+    r.verdict = judge(st.before, w);
     r.before = st.before;
     st.pending = false;
     if (*r.verdict == CacheReclaimVerdict::Helped) st.backoff = 1;

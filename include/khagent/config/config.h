@@ -146,7 +146,7 @@ struct MemoryConfig {
   // memory.reclaim on v2, a bounded limit pulse on v1, at most once per
   // reclaim_interval (longer while steps do not help), each step judged.
   bool reclaim = true;
-  uint64_t reclaim_refault_rate_bytes = uint64_t{1} << 20;  // online file refaults per second that start a step
+  uint64_t reclaim_refault_rate_bytes = uint64_t{4} << 20;  // online file refaults per second that start a step
   uint64_t reclaim_step_bytes = uint64_t{64} << 20;         // the least asked of a parent per step
   uint64_t reclaim_interval_ns = 1'000'000'000;             // the pace, and each step's verdict window
 };

@@ -46,7 +46,7 @@ struct CacheReclaimWindow {
 };
 
 enum class CacheReclaimVerdict {
-  Helped,   // refaults fell by a quarter or more, or under the rate that starts a step
+  Helped,   // refaults fell by a quarter or more
   Useless,  // they did not: the next step waits twice as long
   Costly,   // online stalled more after it: the next step waits four times as long
 };
