@@ -524,9 +524,10 @@ TEST(AgentMemory, OfflinePageCacheIsReclaimedWhileAnOnlinePodRefaults) {
   const size_t asks = count_of(text, "memory reclaim: asking"), helped = count_of(text, "memory reclaim helped"),
                useless = count_of(text, "memory reclaim did not help"),
                costly = count_of(text, "memory reclaim cost online");
-  std::printf("online refaulted %.1f MiB/s of page cache over 10 s; %zu reclaim steps: %zu helped, %zu useless, "
-              "%zu costly\n",
-              static_cast<double>((r1 - r0) * 4096) / kMiB / 10.0, asks, helped, useless, costly);
+  std::printf(
+      "online refaulted %.1f MiB/s of page cache over 10 s; %zu reclaim steps: %zu helped, %zu useless, "
+      "%zu costly\n",
+      static_cast<double>((r1 - r0) * 4096) / kMiB / 10.0, asks, helped, useless, costly);
   for (size_t at = text.find("memory "); at != std::string::npos; at = text.find("memory ", at + 1)) {
     const size_t bol = text.rfind('\n', at), eol = text.find('\n', at);
     const std::string line = text.substr(bol == std::string::npos ? 0 : bol + 1, eol - bol - 1);

@@ -557,6 +557,19 @@ TEST(MemoryController, TheBackstopHoldsARootOverItWhereItIsOnV2) {
   r.mem.erase("/hadoop-yarn");
   const TickSnapshot s4(r, 4 * kS);
   EXPECT_EQ(limits(mem.step(t.view(s4))).second["/hadoop-yarn"], 2048 * kMiB + kBackstopSlack);
+  // A memory.max someone else wrote on a YARN root is left alone, and said.
+  {
+    auto fresh = make_controllers(cfg, f);
+    Tick t2 = t;
+    r.mem["/hadoop-yarn"] = {500 * kMiB, 0, 3 * 1024 * kMiB, {}};
+    const TickSnapshot sf(r, 6 * kS);
+    Outcome of = find(fresh, "memory").step(t2.view(sf));
+    EXPECT_TRUE(limits(of).second.empty()) << "no backstop over their memory.max";
+    EXPECT_EQ(std::get<MemoryReport>(of.report).backstop_foreign.at("/hadoop-yarn"), 3 * 1024 * kMiB);
+    t2.ours = {{"/hadoop-yarn", Knob::Backstop}};  // khagent's own, from the state file
+    const TickSnapshot so(r, 7 * kS);
+    EXPECT_EQ(limits(find(fresh, "memory").step(t2.view(so))).second.size(), 1u);
+  }
   // On a hybrid host (v1 memory) there is none.
   auto v1 = make_controllers(cfg, facts());
   const TickSnapshot s5(r, 5 * kS);

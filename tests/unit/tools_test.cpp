@@ -367,7 +367,8 @@ TEST(StatusFormat, RunningAgent) {
   EXPECT_TRUE(has("/hadoop-yarn  memory 1024 MiB of a 1536 MiB limit, 2 OOM kills so far")) << t;
   EXPECT_TRUE(has("/kubepods.slice/kubepods-besteffort.slice  memory unreadable: ENOENT")) << t;
   EXPECT_TRUE(has("online pods' memory: 3 pods under /\n")) << t;
-  EXPECT_TRUE(has("  /kubepods.slice/kubepods-podcc.slice  memory unreadable: memory.stat: No such file or directory\n"))
+  EXPECT_TRUE(
+      has("  /kubepods.slice/kubepods-podcc.slice  memory unreadable: memory.stat: No such file or directory\n"))
       << t;
   EXPECT_TRUE(
       has("  /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podaa.slice  memory 600 MiB (working set 500 "

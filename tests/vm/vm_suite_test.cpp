@@ -979,8 +979,8 @@ TEST(VmSuite, AnOfflineHogThatWouldFillTheVmLeavesTheOnlinePodAlive) {
   // MiB in 30 s on 6.1 under TCG). The backstop is: the hog stops there,
   // killed inside offline by the kernel, or held.
   EXPECT_LE(kh.hog_peak, backstop) << "offline went past its memory.max";
-  EXPECT_TRUE(kh.hog_end == SIGKILL || kh.held) << "the hog was neither killed at the backstop nor held (ended "
-                                                << kh.hog_end << ")";
+  EXPECT_TRUE(kh.hog_end == SIGKILL || kh.held)
+      << "the hog was neither killed at the backstop nor held (ended " << kh.hog_end << ")";
   if (kh.hog_end == SIGKILL) {
     EXPECT_GE(kills, 1u) << "the hog was killed, but not by an OOM inside the YARN root";
   }
@@ -992,7 +992,8 @@ TEST(VmSuite, AnOfflineHogThatWouldFillTheVmLeavesTheOnlinePodAlive) {
   // SIGKILL, a restart and SIGTERM: the originals from the state file.
   {
     AgentProc first("run --no-metrics --config " + cfg + " --state-file " + state, "/tmp/kh-vm-mem-2.log");
-    const bool wrote = wait_for([&] { return read_file(kRoot + kYarn + "/memory.max").rfind("max", 0) != 0; }, 60, 0.05);
+    const bool wrote =
+        wait_for([&] { return read_file(kRoot + kYarn + "/memory.max").rfind("max", 0) != 0; }, 60, 0.05);
     first.stop(SIGKILL);
     EXPECT_TRUE(wrote) << first.text();
     EXPECT_NE(read_file(kRoot + kYarn + "/memory.max").rfind("max", 0), 0u) << "SIGKILL restores nothing";

@@ -174,9 +174,8 @@ Result<void> validate_config(const Config& c) {
     return bad("memory.reclaim_step", "must be between 1Mi and 4Gi, got " + format_bytes(c.memory.reclaim_step_bytes));
   }
   if (c.memory.reclaim_interval_ns < 200'000'000 || c.memory.reclaim_interval_ns > 60'000'000'000) {
-    return bad("memory.reclaim_interval",
-               "must be between 200ms and 1m (each step is judged over it), got " +
-                   format_duration_ns(c.memory.reclaim_interval_ns));
+    return bad("memory.reclaim_interval", "must be between 200ms and 1m (each step is judged over it), got " +
+                                              format_duration_ns(c.memory.reclaim_interval_ns));
   }
 
   if (!(c.ladder.min_improvement >= 0 && c.ladder.min_improvement < 1)) {

@@ -55,6 +55,10 @@ void ReportExporter::operator()(const MemoryReport& r) {
           "no online pod's memory.pressure is readable (a kernel without PSI, or psi=0): the cut on an online "
           "memory stall is off");
   }
+  for (const auto& [path, bytes] : r.backstop_foreign)
+    if (warned_.allow("backstop " + path, now_ns_))
+      spdlog::warn("memory.max of {} is {}, set by someone else: no backstop written there (left alone)", path,
+                   mib_text(bytes));
   if (!r.decided) return;
   log_decision(r);
   if (metrics_) metrics_->record_memory(r.input, r.decision);

@@ -41,7 +41,8 @@ constexpr uint32_t kMaxBackoff = 32;
 CacheReclaimVerdict judge(const CacheReclaimWindow& before, const CacheReclaimWindow& after) {
   // More stall after the step than the noise of a window allows: the
   // reclaim (or what it evicted) cost online more than it gave back.
-  if (after.stall_share > before.stall_share + std::max(0.02, 0.25 * before.stall_share)) return CacheReclaimVerdict::Costly;
+  if (after.stall_share > before.stall_share + std::max(0.02, 0.25 * before.stall_share))
+    return CacheReclaimVerdict::Costly;
   // A fall, not a rate that merely crossed the threshold: online refaulting
   // about the threshold steadily (a working set a little larger than its
   // room) is not offline's doing, and steps there must back off.
@@ -129,8 +130,10 @@ std::pair<uint64_t, bool> CacheReclaimController::refaults(const TickView& v) {
   uint64_t pages = 0;
   for (const auto& p : v.online_pods) {
     const auto& u = v.snap.memory(p);
-    if (!u || !u.value().refaults_file) continue;
-    const uint64_t n = *u.value().refaults_file;
+    if (!u) continue;
+    const std::optional<uint64_t> file = u.value().refaults_file;
+    if (!file) continue;
+    const uint64_t n = *file;
     now[p] = n;
     auto it = last_refaults_.find(p);
     if (it != last_refaults_.end() && n > it->second) pages += n - it->second;

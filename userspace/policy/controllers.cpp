@@ -7,7 +7,8 @@ std::vector<std::unique_ptr<Controller>> make_controllers(const Config& cfg, con
   out.push_back(make_cpu_controller(cfg, facts));
   if (cfg.memory.enabled && facts.memory) out.push_back(make_memory_controller(cfg, facts));
   out.push_back(make_burst_controller(cfg));
-  if (cfg.memory.enabled && facts.memory && cfg.memory.reclaim) out.push_back(make_cache_reclaim_controller(cfg, facts));
+  if (cfg.memory.enabled && facts.memory && cfg.memory.reclaim)
+    out.push_back(make_cache_reclaim_controller(cfg, facts));
   return out;
 }
 

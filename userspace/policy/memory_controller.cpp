@@ -53,6 +53,7 @@ class MemoryController : public Controller {
   std::map<std::string, uint64_t> last_used_;  // each offline parent's last working set read
   std::map<std::string, uint64_t> usage_;      // and its last use, page cache included
   std::map<std::string, uint64_t> backstops_;  // each YARN root's backstop in force
+  std::map<std::string, uint64_t> foreign_;    // YARN roots with a memory.max khagent did not write
   uint64_t reserve_ = 0;                       // the reserve of the last decision
   OnlineGrowth growth_;                        // online's growth, for the reserve
   std::optional<uint64_t> last_growth_;        // its last reading (wake-ups use it)
@@ -118,6 +119,13 @@ MemoryReport MemoryController::decide(const TickView& v, const std::vector<std::
     if (u) last_used_[t.path] = *u;
   }
   for (const auto& [path, use] : ms.usage) usage_[path] = use;
+  // A memory.max on a YARN root that khagent did not write (the
+  // NodeManager's, an operator's) is theirs: no backstop over it.
+  foreign_.clear();
+  for (const auto& t : targets) {
+    if (t.kind != TargetKind::YarnRoot || (v.ours && v.ours(t.path, Knob::Backstop))) continue;
+    if (const auto& m = v.snap.memory(t.path); m && m.value().limit) foreign_[t.path] = *m.value().limit;
+  }
   std::erase_if(usage_, [&](const auto& kv) { return !last_used_.count(kv.first); });
   std::vector<std::pair<std::string, double>> stalled;  // online pods whose stall may cut offline
   if (r.tick) tick_signals(v, parents, r, stalled);
@@ -133,9 +141,9 @@ MemoryReport MemoryController::decide(const TickView& v, const std::vector<std::
     return r;
   }
   r.decided = true;
-  if (r.tick) last_growth_ = growth_.step(r.input.now_ns, r.input.node_used > r.input.offline_used
-                                                              ? r.input.node_used - r.input.offline_used
-                                                              : 0);
+  if (r.tick)
+    last_growth_ = growth_.step(
+        r.input.now_ns, r.input.node_used > r.input.offline_used ? r.input.node_used - r.input.offline_used : 0);
   r.input.online_growth = last_growth_;
   r.decision = memory_step(r.input, cfg_.memory, state_);
   reserve_ = r.decision.reserve;
@@ -147,10 +155,10 @@ MemoryReport MemoryController::decide(const TickView& v, const std::vector<std::
 }
 
 std::map<std::string, uint64_t> MemoryController::backstops(const std::vector<OfflineTarget>& targets,
-                                                           const std::vector<Setting>& limits) {
+                                                            const std::vector<Setting>& limits) {
   std::map<std::string, uint64_t> out;
   for (const auto& t : targets) {
-    if (t.kind != TargetKind::YarnRoot) continue;
+    if (t.kind != TargetKind::YarnRoot || foreign_.count(t.path)) continue;
     auto s = std::find_if(limits.begin(), limits.end(), [&](const Setting& x) { return x.cgroup == t.path; });
     const auto* limit = s == limits.end() ? nullptr : std::get_if<MemoryLimit>(&s->value);
     if (!limit || !limit->bytes) continue;
@@ -159,8 +167,7 @@ std::map<std::string, uint64_t> MemoryController::backstops(const std::vector<Of
     if (use != usage_.end())
       out[t.path] = memory_backstop(*limit->bytes, reserve_, use->second,
                                     prev == backstops_.end() ? std::nullopt : std::optional<uint64_t>(prev->second));
-    else if (prev != backstops_.end())
-      out[t.path] = prev->second;
+    else if (prev != backstops_.end()) out[t.path] = prev->second;
   }
   backstops_ = out;
   return out;
@@ -178,6 +185,7 @@ Outcome MemoryController::outcome(MemoryReport r, std::vector<OfflineTarget> tar
       in.memory_backstops = backstops(in.targets, lever_writes(in, cfg_, kLimitLever));
     o.settings = lever_writes(in, cfg_, kMemoryLevers);
     r.backstops = in.memory_backstops;
+    if (cfg_.memory.backstop && facts_.memory_v2) r.backstop_foreign = foreign_;
   }
   o.why = why_;
   o.offer.memory = true;

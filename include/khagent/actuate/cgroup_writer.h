@@ -78,10 +78,10 @@ CgroupFile file_for(CgroupBackend b, Knob k);
 // cpu.weight (v1: cpu.shares by the kubelet's conversion), cpu.idle 0|1, a
 // cpu list, memory.high "max"|BYTES (v1 memory.limit_in_bytes "-1"|BYTES),
 // BYTES rounded down to whole pages as the kernel keeps them, memory.reclaim BYTES (v1: the depth of a
-// limit pulse), memory.max "max"|BYTES (v2 only: on v1 an ENOTSUP error). The text is what the kernel prints back (normalize_cgroup_value leaves it as it is). Values the
-// kernel would refuse are EINVAL errors: a quota under 1000 us, a period outside [1000, 1000000] us, a weight outside
-// 1..10000, CPUs not in `node_cpus` (when it is not empty), a memory limit or a reclaim under one page. The value
-// carries the setting's lever.
+// limit pulse), memory.max "max"|BYTES (v2 only: on v1 an ENOTSUP error). The text is what the kernel prints back
+// (normalize_cgroup_value leaves it as it is). Values the kernel would refuse are EINVAL errors: a quota under 1000 us,
+// a period outside [1000, 1000000] us, a weight outside 1..10000, CPUs not in `node_cpus` (when it is not empty), a
+// memory limit or a reclaim under one page. The value carries the setting's lever.
 Result<DesiredValue> render(CgroupBackend b, const Setting& s, const CpuSet& node_cpus);
 uint64_t weight_to_shares(uint64_t weight);
 uint64_t shares_to_weight(uint64_t shares);

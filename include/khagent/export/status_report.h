@@ -48,10 +48,10 @@ struct StatusOnlinePod {
   // below the limit, on by default from Kubernetes 1.37); none: no such
   // file (v1), or "max".
   std::optional<uint64_t> high;
-  bool psi = false;               // memory.pressure read: the two shares below are known
-  double some_avg10 = 0;          // % of the last 10 s some task of the pod stalled on memory
-  double full_avg10 = 0;          // % of it all of them did
-  std::string own_limit;          // at its own limit (or one above it): "cgroup: use of limit"; "" not
+  bool psi = false;       // memory.pressure read: the two shares below are known
+  double some_avg10 = 0;  // % of the last 10 s some task of the pod stalled on memory
+  double full_avg10 = 0;  // % of it all of them did
+  std::string own_limit;  // at its own limit (or one above it): "cgroup: use of limit"; "" not
   uint64_t oom_kills = 0;
   std::string error;  // memory unreadable: why
 };

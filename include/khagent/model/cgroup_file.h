@@ -46,9 +46,9 @@ enum class CgroupFile {
   MemoryMax,
 };
 inline constexpr std::array<CgroupFile, 15> kAllCgroupFiles = {
-    CgroupFile::CpuMax,       CgroupFile::CpuWeight,     CgroupFile::CpuIdle,     CgroupFile::CpusetCpus,
-    CgroupFile::V1CpuCfs,     CgroupFile::V1CpuShares,   CgroupFile::V1CpuIdle,   CgroupFile::V1CpusetCpus,
-    CgroupFile::MemoryHigh,   CgroupFile::V1MemoryLimit, CgroupFile::CpuMaxBurst, CgroupFile::V1CpuCfsBurst,
+    CgroupFile::CpuMax,        CgroupFile::CpuWeight,     CgroupFile::CpuIdle,     CgroupFile::CpusetCpus,
+    CgroupFile::V1CpuCfs,      CgroupFile::V1CpuShares,   CgroupFile::V1CpuIdle,   CgroupFile::V1CpusetCpus,
+    CgroupFile::MemoryHigh,    CgroupFile::V1MemoryLimit, CgroupFile::CpuMaxBurst, CgroupFile::V1CpuCfsBurst,
     CgroupFile::MemoryReclaim, CgroupFile::V1MemoryPulse, CgroupFile::MemoryMax};
 
 // Lookups in the knob table (model/knob_table.h).

@@ -11,11 +11,11 @@
 namespace khagent {
 
 enum class Lever {
-  Idle,    // cpu.idle=1 (without it in the kernel, the minimum weight): the base lever
-  Weight,  // offline.weight, when idle is off
-  Cpuset,  // offline on CPUs of its own: a ladder rung
-  Quota,   // a CPU quota over idle offline work: a ladder rung
-  Memory,  // a memory limit on the offline parents, following the memory budget
+  Idle,      // cpu.idle=1 (without it in the kernel, the minimum weight): the base lever
+  Weight,    // offline.weight, when idle is off
+  Cpuset,    // offline on CPUs of its own: a ladder rung
+  Quota,     // a CPU quota over idle offline work: a ladder rung
+  Memory,    // a memory limit on the offline parents, following the memory budget
   Burst,     // CPU burst for online pods throttled by their own quota
   Backstop,  // memory.max above the memory limit on YARN roots (v2): the kernel's OOM kept inside offline
   Reclaim,   // offline page cache reclaimed ahead of need while online pods refault

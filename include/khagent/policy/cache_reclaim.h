@@ -77,7 +77,7 @@ struct CacheReclaimReport {
 struct CacheReclaimState {
   uint64_t acc_ns = 0, acc_refault = 0, acc_stall_us = 0;  // the window so far
   bool pending = false;                                    // a step waits for its verdict
-  CacheReclaimWindow before;                                    // the window before it
+  CacheReclaimWindow before;                               // the window before it
   uint64_t step_ns = 0;                                    // when it was asked
   uint32_t backoff = 1;
 };

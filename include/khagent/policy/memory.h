@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "khagent/config/config.h"
 #include "khagent/signals/offline_memory.h"
@@ -27,8 +27,8 @@ struct MemoryDecision {
   uint64_t ceiling = 0;  // capacity - reserve - what the rest uses
   uint64_t reserve = 0;
   bool reserve_measured = false;  // sized from the measurements, not the fixed rule
-  uint64_t eviction = 0;  // the kubelet's eviction threshold, kept free too
-  bool stalled = false;   // the ceiling is the stall cut, not the arithmetic
+  uint64_t eviction = 0;          // the kubelet's eviction threshold, kept free too
+  bool stalled = false;           // the ceiling is the stall cut, not the arithmetic
   // The node's memory is critical: less than half the reserve is free above
   // the eviction threshold while offline holds memory (the limits did not
   // hold it); why, for the log and the YARN last resort; none: not critical.

@@ -33,6 +33,8 @@ struct MemoryReport {
   bool yarn_last_resort = false;  // YARN may kill a container for it
   // The backstop (memory.max, v2) asked of each YARN root this step.
   std::map<std::string, uint64_t> backstops;
+  // YARN roots left without one: a memory.max khagent did not write is there.
+  std::map<std::string, uint64_t> backstop_foreign;
 };
 
 }  // namespace khagent

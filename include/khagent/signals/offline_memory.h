@@ -58,7 +58,7 @@ struct MemorySignals {
   MemoryInput input;
   std::map<std::string, uint64_t> used;   // working set of each parent read
   std::map<std::string, uint64_t> usage;  // and its use, page cache included
-  std::vector<MemoryProblem> problems;   // what could not be read
+  std::vector<MemoryProblem> problems;    // what could not be read
 };
 
 // Reads each offline parent (paths in the memory hierarchy, the same
