@@ -124,7 +124,9 @@ MemoryReport MemoryController::decide(const TickView& v, const std::vector<std::
   foreign_.clear();
   for (const auto& t : targets) {
     if (t.kind != TargetKind::YarnRoot || (v.ours && v.ours(t.path, Knob::Backstop))) continue;
-    if (const auto& m = v.snap.memory(t.path); m && m.value().limit) foreign_[t.path] = *m.value().limit;
+    const auto& m = v.snap.memory(t.path);
+    if (!m) continue;
+    if (const std::optional<uint64_t> max = m.value().limit) foreign_[t.path] = *max;
   }
   std::erase_if(usage_, [&](const auto& kv) { return !last_used_.count(kv.first); });
   std::vector<std::pair<std::string, double>> stalled;  // online pods whose stall may cut offline
