@@ -95,7 +95,7 @@ std::optional<int> Agent::setup_node() {
   facts_.idle_supported = node.idle_supported;
   backend_ = node.backend;
   facts_.memory = cfg_.memory.enabled = node.memory;
-  facts_.memory_v2 = facts_.memory && backend_ == CgroupBackend::V2;
+  facts_.memory_v2 = node.memory_v2;
   spdlog::info("levers: {}", levers_summary(cfg_, facts_.idle_supported));
   return std::nullopt;
 }

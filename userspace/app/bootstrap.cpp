@@ -44,6 +44,7 @@ std::optional<int> setup_node(const Mounts& m, bool memory, NodeSetup& out) {
     auto ok = memory_controller_for(out.backend, roots);
     if (!ok) spdlog::warn("memory lever off: {}", ok.error().message);
     out.memory = ok.ok();
+    out.memory_v2 = out.memory && out.backend == CgroupBackend::V2;
   }
   return std::nullopt;
 }

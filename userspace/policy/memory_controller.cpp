@@ -16,6 +16,7 @@ namespace {
 
 constexpr std::array<Lever, 2> kMemoryLevers = {Lever::Memory, Lever::Backstop};
 constexpr std::array<Lever, 1> kLimitLever = {Lever::Memory};
+constexpr std::array<Lever, 1> kBackstopLever = {Lever::Backstop};
 
 class MemoryController : public Controller {
  public:
@@ -183,9 +184,12 @@ Outcome MemoryController::outcome(MemoryReport r, std::vector<OfflineTarget> tar
     in.targets = std::move(targets);
     in.memory_budget = budget;
     in.memory_v2 = facts_.memory_v2;
-    if (cfg_.memory.backstop && facts_.memory_v2)
-      in.memory_backstops = backstops(in.targets, lever_writes(in, cfg_, kLimitLever));
-    o.settings = lever_writes(in, cfg_, kMemoryLevers);
+    // The limits first; each YARN root's backstop is taken from its limit.
+    o.settings = lever_writes(in, cfg_, kLimitLever);
+    if (cfg_.memory.backstop && facts_.memory_v2) {
+      in.memory_backstops = backstops(in.targets, o.settings);
+      for (auto& s : lever_writes(in, cfg_, kBackstopLever)) o.settings.push_back(std::move(s));
+    }
     r.backstops = in.memory_backstops;
     if (cfg_.memory.backstop && facts_.memory_v2) r.backstop_foreign = foreign_;
   }

@@ -32,6 +32,7 @@ struct NodeSetup {
   CgroupBackend backend = CgroupBackend::V2;
   bool idle_supported = true;  // the kernel has cpu.idle
   bool memory = false;         // a memory controller the backend writes (asked for, and found)
+  bool memory_v2 = false;      // and it is cgroup v2's (memory.max, memory.reclaim)
 };
 
 // Reads the CPU topology and finds where cgroups are written (pure v1 hosts
