@@ -30,6 +30,16 @@
 #   --hybrid          a hybrid cgroup layout instead, as systemd makes it:
 #                     cgroup2 without controllers at /sys/fs/cgroup/unified,
 #                     the cpu,cpuacct and cpuset controllers on cgroup v1
+#   --modules "M..."  kernel modules to load in the guest before COMMAND
+#                     (with the modules they depend on, in order), taken
+#                     from the booted Debian kernel's own package; not with
+#                     --kernel (repeatable)
+#   --disk MIB        a disk for /var/tmp: a RAM disk (brd) of MIB with an
+#                     ext2 file system mounted through the ext4 driver, so
+#                     files there have page cache the kernel can reclaim,
+#                     refault and write back as on a real disk (the guest
+#                     otherwise runs from its initramfs, in RAM); it takes
+#                     its MIB from the guest's memory as it fills
 #
 # Known TCG fault, and what the runner does about it: when the kernel patches
 # its own code (attaching or detaching a BPF program: trampolines, tracepoint
@@ -73,6 +83,8 @@ cpu="max,-monitor"
 maxcpus=2
 hybrid=0
 includes=()
+modules=()
+disk=0
 
 die() { echo "vmtest: $*" >&2; exit 2; }
 
@@ -88,12 +100,17 @@ while (($#)); do
     --cpu) cpu="$2"; shift 2 ;;
     --maxcpus) maxcpus="$2"; shift 2 ;;
     --hybrid) hybrid=1; shift ;;
+    --modules) read -ra more <<<"$2"; modules+=("${more[@]}"); shift 2 ;;
+    --disk) disk="$2"; shift 2 ;;
     --) shift; break ;;
     -h|--help) sed -n '2,/^set -euo/{/^set/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
 done
 (($#)) || die "no guest command given (vmtest/run.sh [options] -- COMMAND)"
+[[ "$disk" =~ ^[0-9]+$ ]] || die "--disk wants a size in MiB, not '$disk'"
+# ext4 asks the crypto API for crc32c at mount: a module of its own.
+if ((disk)); then modules+=(brd crc32c_generic ext4); fi
 for t in qemu-system-x86_64 cpio busybox dpkg-deb; do
   command -v "$t" >/dev/null || [[ -x /bin/$t ]] || die "$t missing: run scripts/setup.sh"
 done
@@ -159,6 +176,12 @@ if [[ -z "$kernel" ]]; then
   kernel=$(ls "$kdir"/boot/vmlinuz-* | head -1)
 fi
 [[ -r "$kernel" ]] || die "kernel image $kernel not readable"
+if ((${#modules[@]})); then
+  [[ -n "${kdir:-}" ]] || die "--modules and --disk need a Debian kernel (the default or --debian-suite), not --kernel"
+  # /lib/modules, or /usr/lib/modules in a package built for merged /usr (trixie on)
+  moddir=$(find "$kdir/lib/modules" "$kdir/usr/lib/modules" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | head -1 || true)
+  [[ -n "$moddir" ]] || die "no modules in $kdir"
+fi
 
 # --- initramfs --------------------------------------------------------------
 work=$(mktemp -d "${TMPDIR:-/tmp}/khagent-vmtest.XXXXXX")
@@ -189,6 +212,35 @@ put_with_libs() {
 }
 
 put_with_libs "$(command -v bpftool || echo /usr/sbin/bpftool)"
+
+# Kernel modules: each one's file (decompressed: busybox's insmod reads
+# plain ELF), after the modules its .modinfo says it depends on; built-in
+# ones (modules.builtin) are skipped. The guest loads them in this order.
+loaded=" "
+add_module() {  # add_module NAME
+  local name="${1//-/_}" f deps d
+  [[ "$loaded" == *" $name "* ]] && return 0
+  if grep -qE "/${name//_/[-_]}\.ko\$" "$moddir/modules.builtin" 2>/dev/null; then
+    loaded+="$name "
+    return 0
+  fi
+  f=$(find "$moddir/kernel" -regextype posix-extended -regex ".*/${name//_/[-_]}\.ko(\.xz|\.zst|\.gz)?" | head -1)
+  [[ -n "$f" ]] || die "module $1 is neither in $moddir nor built in"
+  mkdir -p "$stage/lib/vmtest-modules"
+  case "$f" in
+    *.xz) xz -dc "$f" >"$work/$name.ko" ;;
+    *.zst) zstd -qdc "$f" >"$work/$name.ko" ;;
+    *.gz) gzip -dc "$f" >"$work/$name.ko" ;;
+    *) cp "$f" "$work/$name.ko" ;;
+  esac
+  deps=$(objcopy -O binary --only-section=.modinfo "$work/$name.ko" /dev/stdout | tr '\0' '\n' |
+         sed -n 's/^depends=//p' | tr ',' ' ')
+  loaded+="$name "
+  for d in $deps; do add_module "$d"; done
+  mv "$work/$name.ko" "$stage/lib/vmtest-modules/$name.ko"
+  echo "$name" >>"$stage/lib/vmtest-modules/order"
+}
+for m in "${modules[@]}"; do add_module "$m"; done
 for f in "${includes[@]}"; do put_with_libs "$f"; done
 # busybox for everything else (real tools copied above take precedence)
 cp /bin/busybox "$stage/bin/busybox"
@@ -230,6 +282,7 @@ printf 'root:x:0:\nnogroup:x:65534:\n' >"$stage/etc/group"
 } >"$stage/vmtest-cmd"
 chmod +x "$stage/vmtest-cmd"
 if ((hybrid)); then : >"$stage/vmtest-hybrid"; fi
+if ((disk)); then echo "$disk" >"$stage/vmtest-disk"; fi
 
 cat >"$stage/init" <<'INIT'
 #!/bin/sh
@@ -253,6 +306,26 @@ else
 fi
 mount -t bpf bpf /sys/fs/bpf
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+if [ -f /lib/vmtest-modules/order ]; then
+  for m in $(cat /lib/vmtest-modules/order); do
+    # brd with the disk's size, below
+    [ -e /vmtest-disk ] && [ "$m" = brd ] && continue
+    insmod /lib/vmtest-modules/$m.ko || echo "vmtest: cannot load module $m"
+  done
+fi
+if [ -e /vmtest-disk ]; then
+  # One RAM disk of the size asked (brd's rd_size is in KiB), ext2 (busybox
+  # makes no ext4) mounted through the ext4 driver.
+  mib=$(cat /vmtest-disk)
+  # devtmpfs makes the device node a moment after the module is in.
+  insmod /lib/vmtest-modules/brd.ko rd_nr=1 rd_size=$((mib * 1024)) max_part=0
+  for i in 1 2 3 4 5 6 7 8 9 10; do [ -b /dev/ram0 ] && break; sleep 0.2; done
+  if [ -b /dev/ram0 ] && mke2fs -q /dev/ram0 >/dev/null && mkdir -p /var/tmp && mount -t ext4 /dev/ram0 /var/tmp; then
+    echo "vmtest: /var/tmp is a ${mib} MiB RAM disk (brd, ext2 through the ext4 driver)"
+  else
+    echo "vmtest: cannot make the ${mib} MiB disk for /var/tmp"
+  fi
+fi
 # Loopback only (the VM has no network device): tests serve emulated peers on it.
 ip link set lo up || ifconfig lo 127.0.0.1 up
 [ -e /vmtest-hybrid ] || echo "+cpu +cpuset +memory" > /sys/fs/cgroup/cgroup.subtree_control

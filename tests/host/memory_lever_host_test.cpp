@@ -461,7 +461,8 @@ size_t count_of(const std::string& text, const std::string& what) {
 // every pulse and at exit. The stall cut is left out (stall_limit 1), so
 // what moves is reclaim's doing. Whether it helps online is measured by
 // scripts/bench-memory.sh (the stream rows), not asserted here. Page cache
-// needs a disk-backed file system: vmtest leaves it out.
+// needs a disk-backed file system: vmtest runs it in a boot with a RAM disk
+// (ext4) at /var/tmp.
 TEST(AgentMemory, OfflinePageCacheIsReclaimedWhileAnOnlinePodRefaults) {
   REQUIRE_ROOT();
   Mounts m = mounts();
