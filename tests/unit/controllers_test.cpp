@@ -653,6 +653,39 @@ TEST(CacheReclaim, AsksOncePerWindowWhileOnlineRefaultsAndJudgesEachStep) {
   EXPECT_EQ(rose.backoff, 16u);
 }
 
+TEST(CacheReclaim, AStepThatCutOnlinesStallHelpedThoughRefaultsHeld) {
+  MemoryConfig cfg;
+  uint64_t now = 0;
+  // One window of five 200 ms ticks, each refaulting `mib` and stalling `stall_us`.
+  auto window = [&](CacheReclaimState& st, uint64_t mib, uint64_t stall_us) {
+    CacheReclaimReport last;
+    for (int i = 0; i < 5; i++) {
+      now += kS / 5;
+      last = cache_reclaim_step(reclaim_tick(now, mib, stall_us, 2000), cfg, st);
+    }
+    return last;
+  };
+  // 150 MiB/s refaulted, 12.5% stalled; then 145 MiB/s and 0.1% (6.12's case).
+  CacheReclaimState st;
+  ASSERT_EQ(window(st, 30, 25'000).asks.size(), 1u);
+  auto after = window(st, 29, 200);
+  ASSERT_TRUE(after.verdict);
+  EXPECT_EQ(*after.verdict, CacheReclaimVerdict::Helped);
+  EXPECT_EQ(after.backoff, 1u);
+  // A stall under 1% that fell is noise, not help.
+  CacheReclaimState quiet;
+  ASSERT_EQ(window(quiet, 30, 1'000).asks.size(), 1u);
+  auto q = window(quiet, 30, 0);
+  ASSERT_TRUE(q.verdict);
+  EXPECT_EQ(*q.verdict, CacheReclaimVerdict::Useless);
+  // The stall fell but refaults rose: not counted as help.
+  CacheReclaimState rose;
+  ASSERT_EQ(window(rose, 30, 25'000).asks.size(), 1u);
+  auto r = window(rose, 40, 200);
+  ASSERT_TRUE(r.verdict);
+  EXPECT_EQ(*r.verdict, CacheReclaimVerdict::Useless);
+}
+
 TEST(CacheReclaim, AskedAtMostTheCacheHeldAndSaysWhyNot) {
   MemoryConfig cfg;
   cfg.reclaim_interval_ns = kS / 5;  // one tick a window
