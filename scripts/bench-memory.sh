@@ -77,6 +77,17 @@
 #                    khagent's [1]: offline CPU restrained as khagent restrains
 #                    it, so that the rows differ by memory alone (the hogs
 #                    fault, reclaim and copy at full speed on 2 CPUs otherwise)
+#   VM=6.1|6.12      run the whole benchmark in a QEMU guest (vmtest/run.sh) on
+#                    Debian's 6.1 or 6.12 kernel, pure cgroup v2 (memory.high,
+#                    the memory.max backstop, memory.reclaim), the files on a
+#                    RAM disk with ext4 (page cache the kernel reclaims and
+#                    refaults as on a disk). Smaller defaults there: NODE_MB
+#                    1536, ONLINE_ANON_MB 400, FILES 4096, HOG_MB 1300,
+#                    STREAM_MB 2048, GROW_MB 300, GROW_HOG_MB 600, LIMIT_MB 450,
+#                    RATE 50, and the rows alone stream stream:khagent
+#                    stream:khagent-noreclaim grow:khagent anon:khagent. TCG
+#                    emulates the guest's clock: its latencies are not the
+#                    host's; refaults, stall shares and memory are its kernel's.
 #
 # Each run reports the client's p50/p99/p99.9 and errors, OOM kills in the
 # online pod (and whether its processes had to be started again), the online
@@ -102,6 +113,43 @@ me="bench-memory"
 . "$root/scripts/lib/bench_cgroup.sh"
 
 bench_args "${BASH_SOURCE[0]}" "$@"
+
+# VM=...: the same script again, in a guest (KHAGENT_VMTEST is set there).
+if [[ -n "${VM:-}" && -z "${KHAGENT_VMTEST:-}" ]]; then
+  case "$VM" in
+    6.1) kernel_args=() ;;
+    6.12) kernel_args=(--debian-suite trixie) ;;
+    *) die "VM must be 6.1 or 6.12, not '$VM'" ;;
+  esac
+  : "${NODE_MB:=1536}" "${ONLINE_ANON_MB:=400}" "${FILES:=4096}" "${HOG_MB:=1300}" "${STREAM_MB:=2048}"
+  : "${GROW_MB:=300}" "${GROW_HOG_MB:=600}" "${LIMIT_MB:=450}" "${RATE:=50}"
+  : "${ROWS:=alone stream stream:khagent stream:khagent-noreclaim grow:khagent anon:khagent}"
+  build_dir="${BUILD_DIR:-build}"
+  [[ "$build_dir" == /* ]] || build_dir="$root/$build_dir"
+  for f in khagent tests/bench/khagent_openloop tests/bench/khagent_memhog; do
+    [[ -x "$build_dir/$f" ]] || die "no $build_dir/$f: build first (scripts/build.sh $build_dir)"
+  done
+  need_nginx
+  # The disk holds the online files and the streamed one; the guest's
+  # memory holds the node, the disk (a RAM disk) and 1 GiB for the rest.
+  disk_mb=$((${FILES} * ${FILE_KB:-64} / 1024 + STREAM_MB + 256))
+  includes=()
+  for f in "$root"/scripts/bench-memory.sh "$root"/scripts/lib/*.sh "$build_dir/khagent" \
+    "$build_dir/tests/bench/khagent_openloop" "$build_dir/tests/bench/khagent_memhog" \
+    "$(command -v bash)" "$(command -v nginx || echo /usr/sbin/nginx)" "$(command -v awk)" \
+    "$(command -v date)" "$(command -v sort)" "$(command -v timeout)" "$(command -v getconf)" "$(command -v mktemp)"; do
+    includes+=(--include "$f")
+  done
+  passed=()
+  for v in NODE_MB ONLINE_ANON_MB FILES FILE_KB REQUEST_MB HOG_MB HOG_RATE STREAM_MB GROW_MB GROW_RATE GROW_AT \
+    GROW_HOG_MB LIMIT_MB SETTLE DURATION WARMUP RATE CONNECTIONS ROUNDS ROWS KHAGENT_CONFIG OFFLINE_IDLE QUICK; do
+    [[ -z "${!v+set}" ]] || passed+=("$v=${!v}")
+  done
+  log "running in a QEMU guest on Debian's $VM kernel: a ${NODE_MB} MiB node, a ${disk_mb} MiB RAM disk at /var/tmp"
+  exec "$root/vmtest/run.sh" "${kernel_args[@]}" --mem $((NODE_MB + disk_mb + 1024)) --disk "$disk_mb" \
+    --timeout "${VM_TIMEOUT:-3600}" "${includes[@]}" \
+    -- env TMPDIR=/var/tmp "BUILD_DIR=$build_dir" "${passed[@]}" "$(command -v bash)" "$root/scripts/bench-memory.sh"
+fi
 
 quick="${QUICK:-0}"
 if [[ "$quick" == 1 ]]; then def_duration=3 def_warmup=1 def_rounds=1; else def_duration=8 def_warmup=2 def_rounds=3; fi
@@ -137,7 +185,7 @@ KHAGENT_CONFIG="${KHAGENT_CONFIG:-}"
 offline_idle="${OFFLINE_IDLE:-1}"
 [[ "$offline_idle" == 0 || "$offline_idle" == 1 ]] || die "OFFLINE_IDLE must be 0 or 1"
 
-tmp="$(mktemp -d /tmp/bench-memory.XXXXXX)"
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/bench-memory.XXXXXX")"
 results="${RESULTS:-$tmp.results}"
 mkdir -p "$results"
 
@@ -180,10 +228,17 @@ hier=("$v2")
 for h in "$v1memory" "$v1cpu" "$v1cpuset"; do [[ -z "$h" ]] || hier+=("$h"); done
 cpu_h="${v1cpu:-$v2}"
 
+# The controllers each new v2 level needs: memory where it is on v2, and
+# cpu (cpu.idle) on a pure v2 node.
+v2_ctls=()
+enabled=() # "<parent>/cgroup.subtree_control<TAB>controller" we enabled in a parent we did not make
+[[ "$mem_mode" != v2 ]] || v2_ctls+=(memory)
+[[ "$cpu_h" != "$v2" || " $(cat "$v2/cgroup.controllers") " != *" cpu "* ]] || v2_ctls+=(cpu)
+
 node=/khagent-bench-node
 for h in "${hier[@]}"; do [[ ! -e "$h$node" ]] || die "$h$node exists already (another run of this script?)"; done
 mkcg() {  # mkcg REL: create REL in every hierarchy, each level prepared
-  local rel=$1 h cur comp parent
+  local rel=$1 h cur comp parent ctl
   local -a comps
   for h in "${hier[@]}"; do
     cur=""
@@ -191,8 +246,13 @@ mkcg() {  # mkcg REL: create REL in every hierarchy, each level prepared
     for comp in "${comps[@]}"; do
       parent="$h$cur" cur="$cur/$comp"
       [[ -d "$h$cur" ]] && continue
-      if [[ "$h" == "$v2" && "$mem_mode" == v2 && " $(cat "$parent/cgroup.subtree_control") " != *" memory "* ]]; then
-        wr "$parent/cgroup.subtree_control" +memory
+      if [[ "$h" == "$v2" ]]; then
+        for ctl in "${v2_ctls[@]}"; do
+          [[ " $(cat "$parent/cgroup.subtree_control") " != *" $ctl "* ]] || continue
+          printf '+%s\n' "$ctl" >"$parent/cgroup.subtree_control" || die "could not enable $ctl in $parent"
+          # A parent we found is given it back after our cgroups are gone.
+          [[ " ${created[*]} " == *" $h"$'\t'"${cur%/*} "* ]] || enabled+=("$parent/cgroup.subtree_control"$'\t'"$ctl")
+        done
       fi
       mkdir "$h$cur" || die "mkdir $h$cur failed"
       created+=("$h"$'\t'"$cur")
@@ -247,6 +307,10 @@ cleanup() {
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do stop_pid "${pids[i]}"; done
   restore_to 0
   remove_created
+  for ((i = ${#enabled[@]} - 1; i >= 0; i--)); do
+    printf -- '-%s\n' "${enabled[i]#*$'\t'}" >"${enabled[i]%%$'\t'*}" 2>/dev/null \
+      || warn "could not disable ${enabled[i]#*$'\t'} in ${enabled[i]%%$'\t'*} again"
+  done
   rm -rf "$tmp"
   if ((rc != 0)); then log "failed (exit $rc); per-run files in $results"; fi
 }
