@@ -112,6 +112,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.memory.stall_window_ns, b.memory.stall_window_ns);
   EXPECT_EQ(a.memory.oom_order, b.memory.oom_order);
   EXPECT_EQ(a.memory.backstop, b.memory.backstop);
+  EXPECT_EQ(a.memory.oom_group, b.memory.oom_group);
   EXPECT_EQ(a.memory.reclaim, b.memory.reclaim);
   EXPECT_EQ(a.memory.reclaim_refault_rate_bytes, b.memory.reclaim_refault_rate_bytes);
   EXPECT_EQ(a.memory.reclaim_step_bytes, b.memory.reclaim_step_bytes);
@@ -800,7 +801,7 @@ TEST(ConfigYaml, DefaultsRoundTripWithReadableDurations) {
 TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   YAML::Node doc = YAML::Load(config_to_yaml(default_config()));
   EXPECT_EQ(doc.size(), 16u);  // tick dry_run state_file, 4 kubelet_* keys, 9 sections
-  EXPECT_EQ(doc["memory"].size(), 18u);
+  EXPECT_EQ(doc["memory"].size(), 19u);
   EXPECT_EQ(doc["ladder"].size(), 7u);
   EXPECT_EQ(doc["classes"].size(), 3u);
   EXPECT_EQ(doc["online"].size(), 7u);
@@ -898,6 +899,7 @@ TEST(ConfigYaml, EverythingChangedRoundTrips) {
   c.yarn.emergency = true;
   c.yarn.emergency_p99_factor = 2.5;
   c.yarn.memory_emergency = false;
+  c.memory.oom_group = true;
   auto v = validate_config(c);
   ASSERT_TRUE(v.ok()) << v.error().message;
 

@@ -576,6 +576,39 @@ TEST(MemoryController, TheBackstopHoldsARootOverItWhereItIsOnV2) {
   EXPECT_TRUE(limits(find(v1, "memory").step(t.view(s5))).second.empty());
 }
 
+TEST(MemoryController, OomGroupOnEachYarnContainerOnlyWhereAllowedAndOnV2) {
+  Config cfg = default_config();
+  NodeFacts f = facts();
+  f.memory_v2 = true;
+  FakeReads r;
+  r.node = {1000 * kMiB, 0, 4096 * kMiB, {}};
+  r.mem["/hadoop-yarn"] = {500 * kMiB, 0, {}, {}};
+  r.kids["/hadoop-yarn"] = {"/hadoop-yarn/container_e01_1700000000000_0001_01_000002",
+                            "/hadoop-yarn/container_e01_1700000000000_0001_01_000003", "/hadoop-yarn/not-a-container"};
+  r.kids["/kubepods/besteffort"] = {"/kubepods/besteffort/pod1234"};
+  Tick t;
+  t.targets = {{"/hadoop-yarn", TargetKind::YarnRoot, 0.5, 0, false, {}},
+               {"/kubepods/besteffort", TargetKind::BestEffortQos, 0.1, 0, false, {}}};
+  auto groups = [&](const Config& c, const NodeFacts& nf) {
+    auto cs = make_controllers(c, nf);
+    const TickSnapshot s(r, kS);
+    std::vector<std::string> out;
+    for (const auto& st : find(cs, "memory").step(t.view(s)).settings)
+      if (const auto* g = std::get_if<MemoryOomGroup>(&st.value)) {
+        EXPECT_TRUE(g->group);
+        EXPECT_EQ(st.lever, Lever::OomGroup);
+        out.push_back(st.cgroup);
+      }
+    return out;
+  };
+  EXPECT_TRUE(groups(cfg, f).empty()) << "off unless the operator allows it";
+  cfg.memory.oom_group = true;
+  EXPECT_EQ(groups(cfg, f), (std::vector<std::string>{"/hadoop-yarn/container_e01_1700000000000_0001_01_000002",
+                                                      "/hadoop-yarn/container_e01_1700000000000_0001_01_000003"}))
+      << "the YARN root's containers only: not the root, not its other children, never a pod";
+  EXPECT_TRUE(groups(cfg, facts()).empty()) << "v1 has no memory.oom.group";
+}
+
 namespace {
 
 CacheReclaimInput reclaim_tick(uint64_t now_ns, uint64_t refault_mib, uint64_t stall_us, uint64_t inactive_mib) {

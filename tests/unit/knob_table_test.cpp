@@ -169,6 +169,20 @@ TEST(KnobTable, ReclaimGrammarAndRender) {
   EXPECT_EQ(v1->value, std::to_string(8 * kPage));
 }
 
+TEST(KnobTable, OomGroupGrammarAndRenderOnV2Only) {
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::MemoryOomGroup, "0", {}).ok());
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::MemoryOomGroup, "1", {}).ok());
+  EXPECT_FALSE(validate_cgroup_value(CgroupFile::MemoryOomGroup, "2", {}).ok());
+  EXPECT_EQ(cgroup_file_from_name("memory.oom.group"), CgroupFile::MemoryOomGroup);
+  auto r = render(CgroupBackend::V2, {"/hadoop-yarn/container_1", MemoryOomGroup{}, Lever::OomGroup}, {});
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->file, CgroupFile::MemoryOomGroup);
+  EXPECT_EQ(r->value, "1");
+  auto v1 = render(CgroupBackend::V1Hybrid, {"/hadoop-yarn/container_1", MemoryOomGroup{}}, {});
+  ASSERT_FALSE(v1.ok());
+  EXPECT_EQ(v1.error().err, ENOTSUP);
+}
+
 TEST(KnobTable, BackstopGrammarAndRender) {
   EXPECT_TRUE(validate_cgroup_value(CgroupFile::MemoryMax, "max", {}).ok());
   EXPECT_TRUE(validate_cgroup_value(CgroupFile::MemoryMax, "1048576", {}).ok());

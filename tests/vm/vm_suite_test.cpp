@@ -849,8 +849,10 @@ int ended_by(pid_t pid) {
 // stopping it (no swap); the backstop (memory.max on the YARN root, half
 // the reserve above memory.high: a 64 MiB reserve here, so that the hog's
 // creep reaches it within the run) stops it with an OOM kill inside
-// offline. Then every memory file the agent wrote comes back after SIGTERM,
-// and after SIGKILL, a restart and SIGTERM.
+// offline; with memory.oom_group allowed, that kill takes the hog's whole
+// container (a sleeping second process in it too). Then every memory file
+// the agent wrote comes back after SIGTERM, and after SIGKILL, a restart
+// and SIGTERM.
 TEST(VmSuite, AnOfflineHogThatWouldFillTheVmLeavesTheOnlinePodAlive) {
   require_guest();
   ASSERT_NE(read_file(kRoot + "/cgroup.subtree_control").find("memory"), std::string::npos)
@@ -858,8 +860,12 @@ TEST(VmSuite, AnOfflineHogThatWouldFillTheVmLeavesTheOnlinePodAlive) {
   CgroupStack cgs;
   const std::string cont = kYarn + "/container_e01_1700000000000_0002_01_000002";
   for (const std::string& p :
-       std::vector<std::string>{"/kubepods.slice", "/kubepods.slice/kubepods-burstable.slice", kPod, kCtr, kYarn, cont})
+       std::vector<std::string>{"/kubepods.slice", "/kubepods.slice/kubepods-burstable.slice", kPod, kCtr, kYarn})
     cgs.add(kRoot, p);
+  // The NodeManager's cgroup v2 handler gives its containers the memory
+  // controller (memory.oom.group is a memory file).
+  ASSERT_TRUE(write_file(kRoot + kYarn + "/cgroup.subtree_control", "+memory"));
+  cgs.add(kRoot, cont);
   auto* shared = static_cast<std::atomic<size_t>*>(
       ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(shared, MAP_FAILED);
@@ -932,11 +938,19 @@ TEST(VmSuite, AnOfflineHogThatWouldFillTheVmLeavesTheOnlinePodAlive) {
   EXPECT_EQ(free_run.online_end, SIGKILL) << "without khagent the kernel was expected to kill the online process "
                                              "(oom_score_adj 900 against 0): the test would show nothing";
 
-  // With khagent's defaults (and a 200 ms tick), started once online holds
-  // its memory, and the hog started once memory.high is on the YARN root.
+  // With khagent's defaults (and a 200 ms tick, memory.oom_group allowed),
+  // started once online holds its memory, and the hog started once
+  // memory.high is on the YARN root. A second process sleeps in the hog's
+  // container.
   const std::string cfg = "/tmp/kh-vm-mem.yaml", state = "/tmp/kh-vm-mem-state.json";
+  const std::string oom_group = kRoot + cont + "/memory.oom.group";
   ::unlink(state.c_str());
-  std::ofstream(cfg) << "tick: 200ms\nmemory:\n  reserve: 64Mi\n  reserve_share: 0\n";
+  std::ofstream(cfg) << "tick: 200ms\nmemory:\n  reserve: 64Mi\n  reserve_share: 0\n  oom_group: true\n";
+  ASSERT_EQ(read_file(oom_group).rfind('0', 0), 0u) << "memory.oom.group of " << cont << " is set already";
+  std::atomic<size_t>& sleeper_mib = shared[2];
+  sleeper_mib = 0;
+  const pid_t sleeper = memory_child(kRoot + cont + "/cgroup.procs", 0, 1, &sleeper_mib);
+  ASSERT_TRUE(wait_for([&] { return sleeper_mib.load() >= 1; }, 10, 0.05));
   ASSERT_EQ(read_file(kRoot + kYarn + "/memory.max").rfind("max", 0), 0u) << "memory.max of " << kYarn << " is set";
   const uint64_t kills0 = memory_event(kRoot + kYarn, "oom_kill");
   std::unique_ptr<AgentProc> agent;
@@ -953,13 +967,18 @@ TEST(VmSuite, AnOfflineHogThatWouldFillTheVmLeavesTheOnlinePodAlive) {
               std::string mx = read_file(kRoot + kYarn + "/memory.max");
               if (mx.empty() || mx.rfind("max", 0) == 0) return false;
               backstop = std::strtoull(mx.c_str(), nullptr, 10);
-              return true;
+              return read_file(oom_group).rfind('1', 0) == 0;
             },
             60, 0.05);
       },
       hog_target, std::clamp(2 * free_run.seconds, 20.0, 30.0));  // the creep's allowance below is for 30 s
   ASSERT_TRUE(agent);
   const uint64_t kills = memory_event(kRoot + kYarn, "oom_kill") - kills0;
+  const int sleeper_end = ended_by(sleeper);
+  if (sleeper_end < 0) {
+    ::kill(sleeper, SIGKILL);
+    waitpid(sleeper, nullptr, 0);
+  }
   const int rc = agent->stop(SIGTERM);
   const std::string restored = read_file(kRoot + kYarn + "/memory.high");
   const std::string restored_max = read_file(kRoot + kYarn + "/memory.max");
@@ -983,17 +1002,26 @@ TEST(VmSuite, AnOfflineHogThatWouldFillTheVmLeavesTheOnlinePodAlive) {
       << "the hog was neither killed at the backstop nor held (ended " << kh.hog_end << ")";
   if (kh.hog_end == SIGKILL) {
     EXPECT_GE(kills, 1u) << "the hog was killed, but not by an OOM inside the YARN root";
+    EXPECT_EQ(sleeper_end, SIGKILL) << "memory.oom.group: the OOM kill did not take the hog's whole container";
   }
+  std::printf("memory.oom.group on %s: its other process %s\n", cont.c_str(),
+              sleeper_end == SIGKILL ? "killed with the hog" : "alive");
   EXPECT_LT(kh.hog_mib, hog_target) << "the hog got everything it asked for: no pressure was made";
   EXPECT_EQ(rc, 0) << agent->text();
   EXPECT_EQ(restored.rfind("max", 0), 0u) << "memory.high not restored: '" << restored << "'";
   EXPECT_EQ(restored_max.rfind("max", 0), 0u) << "memory.max not restored: '" << restored_max << "'";
+  EXPECT_EQ(read_file(oom_group).rfind('0', 0), 0u)
+      << "memory.oom.group not restored: '" << read_file(oom_group) << "'";
 
   // SIGKILL, a restart and SIGTERM: the originals from the state file.
   {
     AgentProc first("run --no-metrics --config " + cfg + " --state-file " + state, "/tmp/kh-vm-mem-2.log");
-    const bool wrote =
-        wait_for([&] { return read_file(kRoot + kYarn + "/memory.max").rfind("max", 0) != 0; }, 60, 0.05);
+    const bool wrote = wait_for(
+        [&] {
+          return read_file(kRoot + kYarn + "/memory.max").rfind("max", 0) != 0 &&
+                 read_file(oom_group).rfind('1', 0) == 0;
+        },
+        60, 0.05);
     first.stop(SIGKILL);
     EXPECT_TRUE(wrote) << first.text();
     EXPECT_NE(read_file(kRoot + kYarn + "/memory.max").rfind("max", 0), 0u) << "SIGKILL restores nothing";
@@ -1006,6 +1034,9 @@ TEST(VmSuite, AnOfflineHogThatWouldFillTheVmLeavesTheOnlinePodAlive) {
       EXPECT_EQ(read_file(kRoot + kYarn + f).rfind("max", 0), 0u)
           << f << " not restored after SIGKILL, restart and SIGTERM: '" << read_file(kRoot + kYarn + f) << "'\n"
           << second.text();
+    EXPECT_EQ(read_file(oom_group).rfind('0', 0), 0u)
+        << "memory.oom.group not restored after SIGKILL, restart and SIGTERM\n"
+        << second.text();
   }
   ::munmap(shared, 4096);
   ::unlink(cfg.c_str());

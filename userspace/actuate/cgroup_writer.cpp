@@ -132,6 +132,10 @@ Result<DesiredValue> render(CgroupBackend b, const Setting& s, const CpuSet& nod
     if (mx->bytes && *mx->bytes < page)
       return make_error(EINVAL, what + ": " + std::to_string(*mx->bytes) + " bytes, want at least one page");
     out.value = mx->bytes ? std::to_string(*mx->bytes / page * page) : "max";
+  } else if (const auto* og = std::get_if<MemoryOomGroup>(&s.value)) {
+    if (b != CgroupBackend::V2)
+      return make_error(ENOTSUP, "memory.oom.group for " + s.cgroup + ": a cgroup v2 file (v1 has none)");
+    out.value = og->group ? "1" : "0";
   }
   return out;
 }

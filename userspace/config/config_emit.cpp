@@ -104,6 +104,7 @@ std::string config_to_yaml(const Config& c) {
   key("stall_window") << format_duration_ns(c.memory.stall_window_ns);
   key("oom_order") << c.memory.oom_order;
   key("backstop") << c.memory.backstop;
+  key("oom_group") << c.memory.oom_group;
   key("reclaim") << c.memory.reclaim;
   key("reclaim_refault_rate") << format_bytes(c.memory.reclaim_refault_rate_bytes);
   key("reclaim_step") << format_bytes(c.memory.reclaim_step_bytes);

@@ -245,6 +245,21 @@ constexpr std::array kRows = {
             .requires_one = std::nullopt,
             .why_invalid = why_invalid_memory_high,
             .normalize = normalize_trimmed},
+    KnobRow{.file = F::MemoryOomGroup,
+            .knob = Knob::OomGroup,
+            .v1 = false,
+            .name = "memory.oom.group",
+            .hierarchy = Hierarchy::Unified,
+            .kernel_files = {"memory.oom.group", nullptr},
+            .apply_rank = 4,
+            .restore_rank = 4,
+            .controller = "memory",
+            .persistence = P::SaveRestore,
+            .cpu_budget = false,
+            .saved_with = std::nullopt,
+            .requires_one = std::nullopt,
+            .why_invalid = why_invalid_zero_one,
+            .normalize = normalize_trimmed},
 };
 
 // One row per file, in CgroupFile order, so that a file is its row's index;

@@ -12,6 +12,7 @@ const char* lever_name(Lever l) {
     case Lever::Burst: return "burst";
     case Lever::Backstop: return "backstop";
     case Lever::Reclaim: return "reclaim";
+    case Lever::OomGroup: return "oom_group";
   }
   return "";
 }

@@ -18,7 +18,7 @@ namespace {
 bool parent(TargetKind k) {
   return k == TargetKind::YarnRoot || k == TargetKind::BestEffortQos || k == TargetKind::Configured;
 }
-bool offline(TargetKind k) { return k != TargetKind::OnlinePod; }
+bool offline(TargetKind k) { return k != TargetKind::OnlinePod && k != TargetKind::YarnContainer; }
 
 // The offline parents' working sets, and how many there are.
 std::pair<uint64_t, size_t> parents_memory(const LeverInput& in) {
@@ -32,7 +32,7 @@ std::pair<uint64_t, size_t> parents_memory(const LeverInput& in) {
   return {total, n};
 }
 
-constexpr std::array<LeverSpec, 8> kTable = {{
+constexpr std::array<LeverSpec, 9> kTable = {{
     {
         Lever::Idle,
         Knob::Idle,
@@ -176,6 +176,22 @@ constexpr std::array<LeverSpec, 8> kTable = {{
           return MemoryReclaim{it->second};
         },
     },
+    {
+        Lever::OomGroup,
+        Knob::OomGroup,
+        false,
+        false,
+        "memory.oom.group: cgroup v2, kernel 4.19+ (v1 has none)",
+        "YARN containers (the YARN roots' children), and only with memory.oom_group: true; never a pod",
+        "the original memory.oom.group from the state file",
+        [](TargetKind k) { return k == TargetKind::YarnContainer; },
+        [](const LeverInput& in, const Config& cfg) {
+          return cfg.memory.enabled && cfg.memory.oom_group && in.memory_v2 && !in.containers.empty();
+        },
+        [](const LeverInput&, const Config&, const OfflineTarget&, double) -> std::optional<KnobValue> {
+          return MemoryOomGroup{true};
+        },
+    },
 }};
 
 }  // namespace
@@ -211,25 +227,20 @@ std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg, std::
       parents++;
     }
   std::vector<Setting> want;
-  for (const auto& t : in.online) {
-    for (const auto& s : kTable) {
-      if (in.budget_only && !s.carries_budget) continue;
-      if (std::find(only.begin(), only.end(), s.lever) == only.end()) continue;
-      if (!s.touches(t.kind) || !s.in_force(in, cfg)) continue;
-      if (auto v = s.value(in, cfg, t, 0)) want.push_back({t.path, std::move(*v), s.lever});
-    }
-  }
-  for (const auto& t : in.targets) {
-    const double share = parents == 1 ? 1.0
-                         : total > 0  ? std::max(t.usage_cores / total, 0.1)
-                                      : 1.0 / static_cast<double>(std::max<size_t>(parents, 1));
+  auto add = [&](const OfflineTarget& t, double share) {
     for (const auto& s : kTable) {
       if (in.budget_only && !s.carries_budget) continue;
       if (std::find(only.begin(), only.end(), s.lever) == only.end()) continue;
       if (!s.touches(t.kind) || !s.in_force(in, cfg)) continue;
       if (auto v = s.value(in, cfg, t, share)) want.push_back({t.path, std::move(*v), s.lever});
     }
-  }
+  };
+  for (const auto& t : in.online) add(t, 0);
+  for (const auto& t : in.containers) add(t, 0);
+  for (const auto& t : in.targets)
+    add(t, parents == 1 ? 1.0
+           : total > 0  ? std::max(t.usage_cores / total, 0.1)
+                        : 1.0 / static_cast<double>(std::max<size_t>(parents, 1)));
   return want;
 }
 

@@ -14,9 +14,28 @@ namespace khagent {
 
 namespace {
 
-constexpr std::array<Lever, 2> kMemoryLevers = {Lever::Memory, Lever::Backstop};
+constexpr std::array<Lever, 3> kMemoryLevers = {Lever::Memory, Lever::Backstop, Lever::OomGroup};
 constexpr std::array<Lever, 1> kLimitLever = {Lever::Memory};
 constexpr std::array<Lever, 1> kBackstopLever = {Lever::Backstop};
+constexpr std::array<Lever, 1> kOomGroupLever = {Lever::OomGroup};
+
+// The YARN containers under the YARN roots among `targets`: their children
+// named as the NodeManager names them (container_<id>).
+std::vector<OfflineTarget> yarn_containers(const TickView& v, const std::vector<OfflineTarget>& targets) {
+  std::vector<OfflineTarget> out;
+  for (const auto& t : targets) {
+    if (t.kind != TargetKind::YarnRoot) continue;
+    for (const auto& c : v.snap.children(t.path)) {
+      const auto slash = c.rfind('/');
+      if (c.compare(slash == std::string::npos ? 0 : slash + 1, 10, "container_") != 0) continue;
+      OfflineTarget ct;
+      ct.path = c;
+      ct.kind = TargetKind::YarnContainer;
+      out.push_back(std::move(ct));
+    }
+  }
+  return out;
+}
 
 class MemoryController : public Controller {
  public:
@@ -208,6 +227,14 @@ Outcome MemoryController::step(const TickView& v) {
   MemoryReport r = decide(v, {}, targets);
   ticked_ = true;
   Outcome o = outcome(std::move(r), targets);
+  // A whole container per OOM kill, where the operator allows it (each
+  // tick: a container that appeared gets it, one gone is forgotten).
+  if (cfg_.memory.oom_group && facts_.memory_v2) {
+    LeverInput in;
+    in.memory_v2 = true;
+    in.containers = yarn_containers(v, targets);
+    for (auto& s : lever_writes(in, cfg_, kOomGroupLever)) o.settings.push_back(std::move(s));
+  }
   // The kubelet already puts BestEffort pods at 1000; YARN containers and
   // configured targets go first in the OOM order too.
   if (cfg_.memory.oom_order)

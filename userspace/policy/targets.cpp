@@ -13,6 +13,7 @@ const char* target_kind_name(TargetKind k) {
     case TargetKind::BestEffortPod: return "besteffort-pod";
     case TargetKind::Configured: return "configured";
     case TargetKind::OnlinePod: return "online-pod";
+    case TargetKind::YarnContainer: return "yarn-container";
   }
   return "configured";
 }

@@ -141,6 +141,12 @@ struct MemoryConfig {
   // below what the root holds at that moment (a cut does not kill; growth
   // past it does).
   bool backstop = true;
+  // On cgroup v2, memory.oom.group=1 on each YARN container (a YARN root's
+  // child): an OOM kill at the backstop (or anywhere inside a container)
+  // takes the whole container, not one of its processes. Off by default:
+  // the operator allows it (a container's launcher then dies with its
+  // JVM, which the NodeManager reports as the container's failure).
+  bool oom_group = false;
   // Proactive reclaim of offline page cache while online pods refault
   // (their own page cache read back soon after the kernel evicted it):
   // memory.reclaim on v2, a bounded limit pulse on v1, at most once per

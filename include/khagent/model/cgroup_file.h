@@ -26,7 +26,8 @@ namespace khagent {
 // less the bytes asked, then put back in the same call: the kernel reclaims
 // inside the first write and answers EBUSY, not an OOM kill, when it cannot
 // get there). MemoryMax is v2's memory.max (the backstop; v1 has no second
-// limit). Each has one row in the knob table (model/knob_table.h), in this
+// limit). MemoryOomGroup is v2's memory.oom.group (no v1 counterpart).
+// Each has one row in the knob table (model/knob_table.h), in this
 // order.
 enum class CgroupFile {
   CpuMax,
@@ -44,12 +45,13 @@ enum class CgroupFile {
   MemoryReclaim,
   V1MemoryPulse,
   MemoryMax,
+  MemoryOomGroup,
 };
-inline constexpr std::array<CgroupFile, 15> kAllCgroupFiles = {
+inline constexpr std::array<CgroupFile, 16> kAllCgroupFiles = {
     CgroupFile::CpuMax,        CgroupFile::CpuWeight,     CgroupFile::CpuIdle,     CgroupFile::CpusetCpus,
     CgroupFile::V1CpuCfs,      CgroupFile::V1CpuShares,   CgroupFile::V1CpuIdle,   CgroupFile::V1CpusetCpus,
     CgroupFile::MemoryHigh,    CgroupFile::V1MemoryLimit, CgroupFile::CpuMaxBurst, CgroupFile::V1CpuCfsBurst,
-    CgroupFile::MemoryReclaim, CgroupFile::V1MemoryPulse, CgroupFile::MemoryMax};
+    CgroupFile::MemoryReclaim, CgroupFile::V1MemoryPulse, CgroupFile::MemoryMax,   CgroupFile::MemoryOomGroup};
 
 // Lookups in the knob table (model/knob_table.h).
 // The name in logs and in the state file: "cpu.max", ..., and for v1 files

@@ -70,13 +70,22 @@ struct MemoryMax {
   bool operator==(const MemoryMax&) const = default;
 };
 
+// memory.oom.group (v2 only, 4.19+): an OOM kill inside the group (or
+// below it) takes every process of the group at once, not one of them.
+struct MemoryOomGroup {
+  bool group = true;
+  bool operator==(const MemoryOomGroup&) const = default;
+};
+
 // The knobs, in the order of KnobValue's alternatives.
-enum class Knob { Quota, Weight, Idle, Cpus, Memory, Burst, Reclaim, Backstop };
-using KnobValue = std::variant<CpuQuota, CpuWeight, CpuIdle, CpuList, MemoryLimit, CpuBurst, MemoryReclaim, MemoryMax>;
-static_assert(std::variant_size_v<KnobValue> == static_cast<size_t>(Knob::Backstop) + 1);
+enum class Knob { Quota, Weight, Idle, Cpus, Memory, Burst, Reclaim, Backstop, OomGroup };
+using KnobValue = std::variant<CpuQuota, CpuWeight, CpuIdle, CpuList, MemoryLimit, CpuBurst, MemoryReclaim, MemoryMax,
+                               MemoryOomGroup>;
+static_assert(std::variant_size_v<KnobValue> == static_cast<size_t>(Knob::OomGroup) + 1);
 inline Knob knob_of(const KnobValue& v) { return static_cast<Knob>(v.index()); }
 // The v2 file name of a knob, for logs: "cpu.max", "cpu.weight", "cpu.idle",
-// "cpuset.cpus", "memory.high", "cpu.max.burst", "memory.reclaim", "memory.max".
+// "cpuset.cpus", "memory.high", "cpu.max.burst", "memory.reclaim", "memory.max",
+// "memory.oom.group".
 const char* knob_name(Knob k);
 
 // One value wanted on one cgroup.

@@ -19,9 +19,11 @@ enum class Lever {
   Burst,     // CPU burst for online pods throttled by their own quota
   Backstop,  // memory.max above the memory limit on YARN roots (v2): the kernel's OOM kept inside offline
   Reclaim,   // offline page cache reclaimed ahead of need while online pods refault
+  OomGroup,  // memory.oom.group on YARN containers (v2): an OOM kill takes the whole container
 };
-inline constexpr std::array<Lever, 8> kAllLevers = {Lever::Idle,   Lever::Weight, Lever::Cpuset,   Lever::Quota,
-                                                    Lever::Memory, Lever::Burst,  Lever::Backstop, Lever::Reclaim};
+inline constexpr std::array<Lever, 9> kAllLevers = {Lever::Idle,     Lever::Weight,  Lever::Cpuset,
+                                                    Lever::Quota,    Lever::Memory,  Lever::Burst,
+                                                    Lever::Backstop, Lever::Reclaim, Lever::OomGroup};
 
 // Its name in the configuration, the logs and the metrics' `lever` label.
 const char* lever_name(Lever l);

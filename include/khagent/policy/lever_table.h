@@ -40,6 +40,8 @@ struct LeverInput {
   std::map<std::string, uint64_t> reclaim_asks;
   // Online pods that get CPU burst (TargetKind::OnlinePod, with their quota).
   std::vector<OfflineTarget> online;
+  // YARN containers that get memory.oom.group (TargetKind::YarnContainer).
+  std::vector<OfflineTarget> containers;
 };
 
 struct LeverSpec {
@@ -87,7 +89,9 @@ std::vector<std::pair<Lever, bool>> levers_in_force(const LeverInput& in, const 
 //   - backstop: memory.max on YARN roots (v2 only), the value decided for
 //     each (in.memory_backstops), never on a cgroup the kubelet owns;
 //   - reclaim: the bytes asked of each offline parent (in.reclaim_asks):
-//     memory.reclaim on v2, a limit pulse on v1.
+//     memory.reclaim on v2, a limit pulse on v1;
+//   - oom_group: memory.oom.group=1 on the YARN containers listed
+//     (in.containers), v2 only, when memory.oom_group allows it.
 // `only`: the levers whose values are wanted (a controller's own).
 std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg, std::span<const Lever> only = kAllLevers);
 

@@ -20,6 +20,7 @@ enum class TargetKind {
   BestEffortPod,  // a BestEffort pod: the kubelet writes its shares once, at creation
   Configured,     // offline.targets
   OnlinePod,      // an online pod throttled by its own quota: the burst lever only
+  YarnContainer,  // a YARN container (a YARN root's child): the oom_group lever only
 };
 const char* target_kind_name(TargetKind k);
 
