@@ -8,6 +8,7 @@
 
 #include "khagent/policy/controllers.h"
 #include "khagent/policy/lever_table.h"
+#include "khagent/signals/workload.h"
 #include "khagent/util/bytes.h"
 
 namespace khagent {
@@ -20,14 +21,13 @@ constexpr std::array<Lever, 1> kBackstopLever = {Lever::Backstop};
 constexpr std::array<Lever, 1> kOomGroupLever = {Lever::OomGroup};
 
 // The YARN containers under the YARN roots among `targets`: their children
-// named as the NodeManager names them (container_<id>).
+// that the workload classifier names as containers (container_<id>).
 std::vector<OfflineTarget> yarn_containers(const TickView& v, const std::vector<OfflineTarget>& targets) {
   std::vector<OfflineTarget> out;
   for (const auto& t : targets) {
     if (t.kind != TargetKind::YarnRoot) continue;
     for (const auto& c : v.snap.children(t.path)) {
-      const auto slash = c.rfind('/');
-      if (c.compare(slash == std::string::npos ? 0 : slash + 1, 10, "container_") != 0) continue;
+      if (identify_cgroup(c, t.path).yarn_container_path != c) continue;
       OfflineTarget ct;
       ct.path = c;
       ct.kind = TargetKind::YarnContainer;
