@@ -114,6 +114,11 @@ me="bench-memory"
 
 bench_args "${BASH_SOURCE[0]}" "$@"
 
+# The settings above, by name: passed into the guest (VM=...) and written
+# into the report's command line.
+settings=(QUICK OFFLINE_IDLE NODE_MB ONLINE_ANON_MB FILES FILE_KB REQUEST_MB HOG_MB HOG_RATE STREAM_MB GROW_MB GROW_RATE
+  GROW_AT GROW_HOG_MB LIMIT_MB SETTLE DURATION WARMUP RATE CONNECTIONS ROUNDS ROWS KHAGENT_CONFIG)
+
 # VM=...: the same script again, in a guest (KHAGENT_VMTEST is set there).
 if [[ -n "${VM:-}" && -z "${KHAGENT_VMTEST:-}" ]]; then
   case "$VM" in
@@ -141,8 +146,7 @@ if [[ -n "${VM:-}" && -z "${KHAGENT_VMTEST:-}" ]]; then
     includes+=(--include "$f")
   done
   passed=()
-  for v in NODE_MB ONLINE_ANON_MB FILES FILE_KB REQUEST_MB HOG_MB HOG_RATE STREAM_MB GROW_MB GROW_RATE GROW_AT \
-    GROW_HOG_MB LIMIT_MB SETTLE DURATION WARMUP RATE CONNECTIONS ROUNDS ROWS KHAGENT_CONFIG OFFLINE_IDLE QUICK; do
+  for v in "${settings[@]}"; do
     [[ -z "${!v+set}" ]] || passed+=("$v=${!v}")
   done
   log "running in a QEMU guest on Debian's $VM kernel: a ${NODE_MB} MiB node, a ${disk_mb} MiB RAM disk at /var/tmp"
@@ -675,7 +679,7 @@ if [[ " ${row_list[*]} " == *" grow"* ]]; then
 fi
 notes="$(awk -F'\t' 'NR > 1 && $18 != "" {printf "* %s, round %s: %s\n", $1, $2, $18}' "$results/results.tsv")"
 repro="scripts/bench-memory.sh"
-for v in QUICK OFFLINE_IDLE NODE_MB ONLINE_ANON_MB FILES FILE_KB REQUEST_MB HOG_MB HOG_RATE STREAM_MB GROW_MB GROW_RATE GROW_AT LIMIT_MB SETTLE DURATION WARMUP RATE CONNECTIONS ROUNDS ROWS KHAGENT_CONFIG; do
+for v in "${settings[@]}"; do
   [[ -z "${!v:-}" ]] || repro="$v=$(printf '%q' "${!v}") $repro"
 done
 cpu_model="$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
