@@ -147,7 +147,15 @@ TEST(ReclaimHost, ReclaimTimeIsThePsiMemoryStallOfACgroupThatOnlyReclaims) {
   EXPECT_LE(memcg_ms, psi_ms * 1.02 + 1.0) << "more reclaim time than memory stall";
   EXPECT_GT(memcg_ms, 0) << "reclaims of no duration";
   if (v1) {
-    EXPECT_GE(memcg_ms, psi_ms * 0.95) << "memory stall that is not reclaim, in a cgroup that only reclaims";
+    // PSI's stall opens before the begin tracepoint and closes after the
+    // end one (the charge path calls psi_memstall_enter/leave around
+    // try_to_free_mem_cgroup_pages, which sets up its scan and fires the
+    // tracepoints inside), so each reclaim has a little stall outside the
+    // timed part: 0.5 to 1 us on these VMs, 1.5 us allowed per reclaim.
+    const double outside_ms = static_cast<double>(d.count[KH_RECLAIM_MEMCG]) * 1.5e-3;
+    EXPECT_GE(memcg_ms, psi_ms * 0.98 - outside_ms)
+        << "memory stall that is not reclaim, in a cgroup that only reclaims (" << outside_ms
+        << " ms allowed outside the tracepoints)";
     // Reading the file past the 48 MiB limit reclaims at least the limit's worth.
     EXPECT_GT(d.pages[KH_RECLAIM_MEMCG], 48 * kMiB / 4096) << "less reclaimed than the limit";
   }
