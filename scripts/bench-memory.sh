@@ -43,6 +43,9 @@
 #                    for two builds side by side in one interleaved run
 #   X:khagent-noreclaim  khagent with memory.reclaim: false (no proactive
 #                    reclaim of offline page cache), beside X:khagent
+#   X:khagent-norefault  khagent with memory.refault_halflife: 0 (online
+#                    page cache it refaulted not counted with its working
+#                    set, as before 2026-12-07), beside X:khagent
 #   X:khagent-fixedreserve  khagent with the reserve of before 2026-12-06
 #                    (memory.reserve_min over the fixed rule: nothing measured);
 #                    the measured reserve needs 30 s of ticks: set SETTLE
@@ -62,7 +65,8 @@
 #                    MiB/s, and when it starts, s after the client [600 1000 WARMUP+2]
 #   GROW_HOG_MB=N    the growanon rows' anonymous hog [1200]
 #   LIMIT_MB=N       the offline limit of the limit/soft/high rows [900]
-#   SETTLE=S         seconds offline runs before the measured window [HOG_MB / HOG_RATE + 2]
+#   SETTLE=S         seconds offline runs before the measured window (alone waits
+#                    as long) [HOG_MB / HOG_RATE + 2]
 #   DURATION=S WARMUP=S  measured and warm-up seconds of the client [8 2; QUICK: 3 1]
 #   RATE=N CONNECTIONS=N requests per second (open loop) and connections [200 8]
 #   ROUNDS=N         rounds of all rows [3; QUICK: 1]
@@ -218,6 +222,7 @@ for r in "${row_list[@]}"; do
     anon:khagent | stream:khagent | grow:khagent | growanon:khagent) ;;
     anon:khagent-noreclaim | stream:khagent-noreclaim | grow:khagent-noreclaim | growanon:khagent-noreclaim) ;;
     anon:khagent-fixedreserve | stream:khagent-fixedreserve | grow:khagent-fixedreserve | growanon:khagent-fixedreserve) ;;
+    anon:khagent-norefault | stream:khagent-norefault | grow:khagent-norefault | growanon:khagent-norefault) ;;
     anon:khagent-alt | stream:khagent-alt | grow:khagent-alt | growanon:khagent-alt)
       [[ -x "${KHAGENT_ALT:-}" ]] || die "row $r needs KHAGENT_ALT, the khagent binary of another build" ;;
     anon:soft | stream:soft | grow:soft | growanon:soft) [[ "$mem_mode" == v1 ]] || die "row $r needs the v1 memory controller (use :high on v2)" ;;
@@ -525,6 +530,7 @@ row_label() {
     khagent-alt) echo "$what + khagent (defaults), the other build" ;;
     khagent-noreclaim) echo "$what + khagent, memory.reclaim off" ;;
     khagent-fixedreserve) echo "$what + khagent, the fixed reserve" ;;
+    khagent-norefault) echo "$what + khagent, refaulted online cache not counted" ;;
   esac
 }
 
@@ -555,6 +561,7 @@ run_one() {  # run_one ROW ROUND
     khagent-alt) start_agent "$results/khagent-$tag.log" "$KHAGENT_ALT" ;;
     khagent-noreclaim) start_agent "$results/khagent-$tag.log" "$khagent" "reclaim: false" ;;
     khagent-fixedreserve) start_agent "$results/khagent-$tag.log" "$khagent" "reserve_min: 1024Gi" ;;
+    khagent-norefault) start_agent "$results/khagent-$tag.log" "$khagent" "refault_halflife: 0s" ;;
   esac
   on0=$(oom_kills "$server_cg") off0=$(($(oom_kills "$anon_cg") + $(oom_kills "$stream_cg")))
   if [[ "$mix" != alone ]]; then
@@ -573,6 +580,12 @@ run_one() {  # run_one ROW ROUND
     else
       sleep "$settle"
     fi
+  else
+    # Alone waits as long: the online pod's files age the same time since
+    # the warm-up read in every row, so that a node's own time-based
+    # reclaim of cold page cache (DAMON's pageout scheme, as some VM hosts
+    # run it; senpai, TMO) takes as much from it alone as beside offline.
+    sleep "$settle"
   fi
   s0=$(psi_us "$(pod_of "$server_cg")" some) f0=$(psi_us "$(pod_of "$server_cg")" full)
   rf0=$(refaults_file "$(pod_of "$server_cg")")
@@ -711,8 +724,11 @@ if [[ " ${row_list[*]} " == *" alone "* && " ${row_list[*]} " == *" stream:khage
   if [[ " ${row_list[*]} " == *" stream:khagent-noreclaim "* ]]; then
     goal="$goal; without reclaim: refaults $(fmt1 "$(col stream:khagent-noreclaim 21 | med)") MiB, stall $(fmt0 "$(col stream:khagent-noreclaim 12 | med)") ms"
   fi
+  if [[ " ${row_list[*]} " == *" stream:khagent-norefault "* ]]; then
+    goal="$goal; refaulted cache not counted: refaults $(fmt1 "$(col stream:khagent-norefault 21 | med)") MiB, stall $(fmt0 "$(col stream:khagent-norefault 12 | med)") ms"
+  fi
 fi
-for r in stream:khagent; do  # the streamer uses all it is given (an anonymous hog that does not fit is killed)
+for r in stream:khagent stream:khagent-norefault; do  # the streamer uses all it is given (an anonymous hog that does not fit is killed)
   [[ " ${row_list[*]} " == *" $r "* ]] || continue
   goal="$goal; $r offline keeps $(pct "$(awk -v o="$(col "$r" 14 | med)" -v n="$(col "$r" 15 | med)" -v t="$node_mb" 'BEGIN {if (t - n <= 0) print "nan"; else print o / (t - n)}')") of what online leaves (goal 80%, ${node_mb} MiB node)"
 done

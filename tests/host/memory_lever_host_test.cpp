@@ -458,8 +458,9 @@ size_t count_of(const std::string& text, const std::string& what) {
 // full; the pod refaults, and the agent asks the offline parent for page
 // cache (v1: a pulse of memory.limit_in_bytes, v2: memory.reclaim) at most
 // once a second, judges each step, and puts the offline limit back after
-// every pulse and at exit. The stall cut is left out (stall_limit 1), so
-// what moves is reclaim's doing. Whether it helps online is measured by
+// every pulse and at exit; the budget counts what online refaulted with
+// its working set. The stall cut is left out (stall_limit 1), so what
+// moves is reclaim's and the refaults' doing. Whether it helps online is measured by
 // scripts/bench-memory.sh (the stream rows), not asserted here. Page cache
 // needs a disk-backed file system: vmtest runs it in a boot with a RAM disk
 // (ext4) at /var/tmp.
@@ -540,6 +541,11 @@ TEST(AgentMemory, OfflinePageCacheIsReclaimedWhileAnOnlinePodRefaults) {
   EXPECT_GE(asks, 1u) << text;
   EXPECT_LE(asks, 11u) << "more than one step a second\n" << text;
   EXPECT_GE(helped + useless + costly, 1u) << "no step was judged\n" << text;
+  // What online refaulted is counted with its working set too (up to its
+  // inactive page cache): the budget was cut for it.
+  EXPECT_NE(text.find("of online page cache refaulted lately"), std::string::npos)
+      << "no budget counted the online pod's refaulted page cache\n"
+      << text;
   EXPECT_EQ(text.find("rejected"), std::string::npos) << text;
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text;
   EXPECT_EQ(limit_of(m, v1, yarn), before) << "the original limit was not restored\n" << text;

@@ -117,6 +117,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.memory.reclaim_refault_rate_bytes, b.memory.reclaim_refault_rate_bytes);
   EXPECT_EQ(a.memory.reclaim_step_bytes, b.memory.reclaim_step_bytes);
   EXPECT_EQ(a.memory.reclaim_interval_ns, b.memory.reclaim_interval_ns);
+  EXPECT_EQ(a.memory.refault_halflife_ns, b.memory.refault_halflife_ns);
   EXPECT_EQ(a.fast_path.enabled, b.fast_path.enabled);
   EXPECT_EQ(a.fast_path.wait_threshold_ns, b.fast_path.wait_threshold_ns);
   EXPECT_EQ(a.fast_path.min_interval_ns, b.fast_path.min_interval_ns);
@@ -477,6 +478,9 @@ TEST(ConfigValidate, RejectsImpossibleValues) {
       {"memory: {reclaim_step: 512Ki}", {"memory.reclaim_step: must be between 1Mi and 4Gi"}},
       {"memory: {reclaim_interval: 100ms}", {"memory.reclaim_interval: must be between 200ms and 1m"}},
       {"memory: {reclaim_interval: 2m}", {"memory.reclaim_interval:"}},
+      {"memory: {refault_halflife: 5s}", {"memory.refault_halflife: must be 0 (refaulted page cache not counted) or "
+                                          "between 10s and 24h"}},
+      {"memory: {refault_halflife: 25h}", {"memory.refault_halflife:"}},
       {"budget: {floor: 0}", {"budget.floor:", "budget.allow_zero: true"}},
       {"budget: {reserve: -0.5}", {"budget.reserve: must not be negative"}},
       {"budget: {decrease_factor: 0}", {"budget.decrease_factor: must be between 0 and 1"}},
@@ -801,7 +805,7 @@ TEST(ConfigYaml, DefaultsRoundTripWithReadableDurations) {
 TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   YAML::Node doc = YAML::Load(config_to_yaml(default_config()));
   EXPECT_EQ(doc.size(), 16u);  // tick dry_run state_file, 4 kubelet_* keys, 9 sections
-  EXPECT_EQ(doc["memory"].size(), 19u);
+  EXPECT_EQ(doc["memory"].size(), 20u);
   EXPECT_EQ(doc["ladder"].size(), 7u);
   EXPECT_EQ(doc["classes"].size(), 3u);
   EXPECT_EQ(doc["online"].size(), 7u);

@@ -244,15 +244,29 @@ TEST(LeverTable, WeightWhereIdleIsOffAndTheSummarySaysWhatIsInForce) {
   EXPECT_FALSE(touches(w, kQos, Knob::Weight));
   EXPECT_FALSE(touches(w, kPod, Knob::Weight));
   for (auto [l, on] : levers_in_force(in, cfg)) EXPECT_EQ(on, l == Lever::Weight) << lever_name(l);
-  EXPECT_EQ(levers_summary(cfg, true),
-            "cpu.weight 5 on offline targets; offline memory limited to the memory budget; CPU burst 50% of the quota "
-            "for self-throttled online pods; ladder [cpuset, quota] on a lasting breach");
+  EXPECT_EQ(levers_summary(cfg, true, true),
+            "cpu.weight 5 on offline targets; offline memory limited to the memory budget (memory.high, memory.max "
+            "backstop on YARN roots, memory.reclaim while online refaults); CPU burst 50% of the quota for "
+            "self-throttled online pods; ladder [cpuset, quota] on a lasting breach");
+  cfg.memory.oom_group = true;
+  cfg.memory.reclaim = false;
+  EXPECT_EQ(levers_summary(cfg, true, false),
+            "cpu.weight 5 on offline targets; offline memory limited to the memory budget (memory.limit_in_bytes); "
+            "memory.oom_group needs cgroup v2's memory controller: not written; CPU burst 50% of the quota for "
+            "self-throttled online pods; ladder [cpuset, quota] on a lasting breach");
+  cfg.memory.reclaim = true;
+  EXPECT_NE(levers_summary(cfg, true, true)
+                .find("(memory.high, memory.max backstop on YARN roots, memory.oom.group on YARN containers, "
+                      "memory.reclaim while online refaults)"),
+            std::string::npos);
+  EXPECT_NE(levers_summary(cfg, true, false).find("(memory.limit_in_bytes, limit pulses while online refaults)"),
+            std::string::npos);
   Config d = default_config();
   d.ladder.always = {Lever::Quota};
   d.cpuset.enabled = true;
   d.memory.enabled = false;
   d.online.burst_share = 0;
-  EXPECT_EQ(levers_summary(d, false),
+  EXPECT_EQ(levers_summary(d, false, true),
             "minimum weight (no cpu.idle in this kernel) on offline targets, cpuset and quota always; ladder "
             "[cpuset, quota] on a lasting breach");
   LadderState st;

@@ -243,6 +243,23 @@ TEST(MemoryFiles, OomKillsAndRefaultsOnV2AndV1) {
   EXPECT_EQ(e.offline_oom_kills, 1u);
   EXPECT_EQ(e.offline_refaults, 20u);
 
+  // The page cache meter: file refaults only, in bytes, and the pods'
+  // inactive page cache; a pod listed twice counts once.
+  FileRefaultMeter files(4096);
+  t.write("v2/pod/memory.stat", "inactive_file 8192\nworkingset_refault_anon 2\nworkingset_refault_file 100\n");
+  FileRefaults f = files.step(snap(v2r), {"/pod", "/pod"});
+  EXPECT_TRUE(f.known);
+  EXPECT_EQ(f.bytes, 0u) << "the first reading";
+  EXPECT_EQ(f.inactive_file, 8192u) << "counted once";
+  t.write("v2/pod/memory.stat", "inactive_file 4096\nworkingset_refault_anon 50\nworkingset_refault_file 110\n");
+  f = files.step(snap(v2r), {"/pod", "/gone"});
+  EXPECT_EQ(f.bytes, 10u * 4096) << "file refaults, not anon";
+  EXPECT_EQ(f.inactive_file, 4096u);
+  t.write("v2/pod/memory.stat", "inactive_file 0\n");
+  f = files.step(snap(v2r), {"/pod"});
+  EXPECT_FALSE(f.known) << "no workingset_refault_file in this memory.stat";
+  EXPECT_EQ(f.bytes, 0u);
+
   // v1: a removed group hides no kill elsewhere, a new one counts from 0.
   MemoryEventMeter m1;
   m1.step(snap(v1r), {"/pod"}, {});
@@ -467,6 +484,37 @@ TEST(MemoryReserve, OnlineGrowthIsTheLargestRiseInASecondOverFiveMinutes) {
   for (int i = 0; i < 1510; i++) g.step(now += tick, ws);
   EXPECT_EQ(g.step(now += tick, ws), 0u);
   EXPECT_EQ(g.step(now += tick, ws - 500 * kMiB), 0u) << "a fall is no growth";
+}
+
+TEST(MemoryBudget, OnlineCacheRefaultedLatelyCountsAsOnlinesAndHalvesOverTheHalfLife) {
+  RefaultCredit c;
+  const uint64_t half = 600 * kS;
+  uint64_t now = kS;
+  EXPECT_EQ(c.step(now, 0, 500 * kMiB, half), 0u);
+  EXPECT_EQ(c.step(now += kS / 5, 40 * kMiB, 500 * kMiB, half), 40 * kMiB);
+  EXPECT_EQ(c.step(now += kS / 5, 40 * kMiB, 500 * kMiB, half), 79 * kMiB) << "refaults add up (the first decayed a little), rounded down to MiB";
+  EXPECT_EQ(c.step(now += half, 0, 500 * kMiB, half), 39 * kMiB) << "half of it a half-life later";
+  EXPECT_EQ(c.step(now += kS, 900 * kMiB, 500 * kMiB, half), 500 * kMiB) << "never over online's inactive cache";
+  EXPECT_EQ(c.step(now += kS / 5, 0, 100 * kMiB, half), 100 * kMiB) << "which caps the sum too";
+  EXPECT_EQ(c.step(now += kS / 5, 0, 1000 * kMiB, half), 99 * kMiB) << "and it does not come back";
+  EXPECT_EQ(c.step(now += kS / 5, 50 * kMiB, 1000 * kMiB, 0), 0u) << "0: not counted";
+
+  // In the budget: counted with online's working set.
+  MemoryConfig cfg;
+  cfg.reserve_bytes = 256 * kMiB;
+  cfg.eviction_threshold_bytes = 0;
+  MemoryInput in;
+  in.capacity = 3 * kGiB;
+  in.node_used = 1536 * kMiB;
+  in.offline_used = 512 * kMiB;
+  in.now_ns = kS;
+  MemoryState st;
+  EXPECT_EQ(memory_step(in, cfg, st).budget, 3 * kGiB - 256 * kMiB - 1024 * kMiB);
+  in.online_refault_credit = 100 * kMiB;
+  in.now_ns += kS;
+  MemoryDecision d = memory_step(in, cfg, st);
+  EXPECT_EQ(d.budget, 3 * kGiB - 256 * kMiB - 1124 * kMiB) << "cut by the credit at once";
+  EXPECT_NE(d.reason.find("(with 100 MiB of online page cache refaulted lately)"), std::string::npos) << d.reason;
 }
 
 TEST(MemoryBackstop, HalfTheReserveAboveTheLimitAndNeverBelowWhatTheRootHolds) {

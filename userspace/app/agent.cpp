@@ -96,7 +96,7 @@ std::optional<int> Agent::setup_node() {
   backend_ = node.backend;
   facts_.memory = cfg_.memory.enabled = node.memory;
   facts_.memory_v2 = node.memory_v2;
-  spdlog::info("levers: {}", levers_summary(cfg_, facts_.idle_supported));
+  spdlog::info("levers: {}", levers_summary(cfg_, facts_.idle_supported, facts_.memory_v2));
   return std::nullopt;
 }
 

@@ -109,6 +109,7 @@ std::string config_to_yaml(const Config& c) {
   key("reclaim_refault_rate") << format_bytes(c.memory.reclaim_refault_rate_bytes);
   key("reclaim_step") << format_bytes(c.memory.reclaim_step_bytes);
   key("reclaim_interval") << format_duration_ns(c.memory.reclaim_interval_ns);
+  key("refault_halflife") << format_duration_ns(c.memory.refault_halflife_ns);
   out << YAML::EndMap;
 
   key("ladder") << YAML::BeginMap;

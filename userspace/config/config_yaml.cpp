@@ -246,7 +246,8 @@ class Loader : public Walker {
                 num("stall_limit", m.stall_limit), num("stall_cut", m.stall_cut), ns("stall_window", m.stall_window_ns),
                 flag("oom_order", m.oom_order), flag("backstop", m.backstop), flag("oom_group", m.oom_group),
                 flag("reclaim", m.reclaim), bytes("reclaim_refault_rate", m.reclaim_refault_rate_bytes),
-                bytes("reclaim_step", m.reclaim_step_bytes), ns("reclaim_interval", m.reclaim_interval_ns)});
+                bytes("reclaim_step", m.reclaim_step_bytes), ns("reclaim_interval", m.reclaim_interval_ns),
+                ns("refault_halflife", m.refault_halflife_ns)});
          }},
         {"yarn", [this, &c](const YAML::Node& n, const Where& at) { yarn(n, at, c.yarn); }},
     };

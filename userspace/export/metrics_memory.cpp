@@ -19,6 +19,7 @@ enum MemoryFamily : size_t {
   kOfflineWorkingSet,
   kReserve,
   kEviction,
+  kRefaultCredit,
   kStall,
   kPsiTriggers,
   kOomKills,
@@ -63,6 +64,12 @@ constexpr std::array<FamilySpec, kNrMemoryFamilies> kMemoryFamilies = {{
      MetricType::Gauge,
      {},
      "The kubelet's eviction threshold kept free too (memory.eviction_threshold)"},
+    {kRefaultCredit,
+     "khagent_online_memory_refault_credit_bytes",
+     MetricType::Gauge,
+     {},
+     "Online page cache counted with online's working set because online pods refaulted it lately "
+     "(memory.refault_halflife; at most their inactive page cache)"},
     {kStall,
      "khagent_online_memory_stall_seconds_total",
      MetricType::Counter,
@@ -89,7 +96,7 @@ constexpr std::array<FamilySpec, kNrMemoryFamilies> kMemoryFamilies = {{
      "(memory.stat workingset_refault_anon + _file): their working set did not fit"},
 }};
 static_assert(rows_in_order(kMemoryFamilies));
-static_assert(kEviction - kBudget + 1 == 7, "the memory lever's gauges are MemoryMetrics::lever_");
+static_assert(kRefaultCredit - kBudget + 1 == 8, "the memory lever's gauges are MemoryMetrics::lever_");
 
 }  // namespace
 
@@ -97,8 +104,8 @@ void MemoryMetrics::record(const MemoryInput& in, const MemoryDecision& d) {
   if (!lever_[0])
     for (size_t i = 0; i < lever_.size(); i++)
       lever_[i] = &TableFamily<Gauge>(r_, kMemoryFamilies[kBudget + i]).add({});
-  const std::array<uint64_t, 7> v = {d.budget,        d.ceiling, in.capacity, in.node_used,
-                                     in.offline_used, d.reserve, d.eviction};
+  const std::array<uint64_t, 8> v = {d.budget,        d.ceiling, in.capacity, in.node_used,
+                                     in.offline_used, d.reserve, d.eviction, in.online_refault_credit};
   for (size_t i = 0; i < v.size(); i++) lever_[i]->Set(static_cast<double>(v[i]));
 }
 

@@ -212,7 +212,7 @@ class MemoryMetrics {
 
  private:
   prometheus::Registry& r_;
-  std::array<Gauge*, 7> lever_{};    // budget, ceiling, capacity, working sets, reserve, eviction
+  std::array<Gauge*, 8> lever_{};    // budget, ceiling, capacity, working sets, reserve, eviction, refault credit
   std::array<Counter*, 2> stall_{};  // some, full
   Counter* psi_triggers_ = nullptr;
   std::array<Counter*, 4> events_{};  // kills online, offline; refaults online, offline

@@ -10,6 +10,7 @@
 
 #include "khagent/policy/controllers.h"
 #include "khagent/policy/lever_table.h"
+#include "khagent/signals/offline_memory.h"
 
 namespace khagent {
 
@@ -118,43 +119,22 @@ class CacheReclaimController : public Controller {
   Outcome step(const TickView& v) override;
 
  private:
-  // The online pods' page cache refaults since the last call, in bytes;
-  // whether any pod has the counter.
-  std::pair<uint64_t, bool> refaults(const TickView& v);
-
   const Config& cfg_;
   NodeFacts facts_;
   CacheReclaimState state_;
   MemoryStallMeter stall_;
-  std::map<std::string, uint64_t> last_refaults_;
+  FileRefaultMeter refaults_{static_cast<uint64_t>(::sysconf(_SC_PAGESIZE))};  // refaults count pages
   uint64_t last_ns_ = 0;
-  uint64_t page_ = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));  // refaults count pages
 };
-
-std::pair<uint64_t, bool> CacheReclaimController::refaults(const TickView& v) {
-  std::map<std::string, uint64_t> now;
-  uint64_t pages = 0;
-  for (const auto& p : v.online_pods) {
-    const auto& u = v.snap.memory(p);
-    if (!u) continue;
-    const std::optional<uint64_t> file = u.value().refaults_file;
-    if (!file) continue;
-    const uint64_t n = *file;
-    now[p] = n;
-    auto it = last_refaults_.find(p);
-    if (it != last_refaults_.end() && n > it->second) pages += n - it->second;
-  }
-  const bool known = !now.empty();
-  last_refaults_ = std::move(now);
-  return {pages * page_, known};
-}
 
 Outcome CacheReclaimController::step(const TickView& v) {
   CacheReclaimInput in;
   in.now_ns = v.now_ns;
   in.interval_ns = last_ns_ && v.now_ns > last_ns_ ? v.now_ns - last_ns_ : 0;
   last_ns_ = v.now_ns;
-  std::tie(in.online_refault_bytes, in.refaults_known) = refaults(v);
+  const FileRefaults f = refaults_.step(v.snap, v.online_pods);
+  in.online_refault_bytes = f.bytes;
+  in.refaults_known = f.known;
   in.online_stall_us = stall_.step(v.snap, v.online_pods).some_us;
   LeverInput li;
   li.targets = v.targets;

@@ -244,7 +244,22 @@ std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg, std::
   return want;
 }
 
-std::string levers_summary(const Config& cfg, bool idle_supported) {
+namespace {
+
+// The memory lever's files, in words.
+std::string memory_summary(const MemoryConfig& m, bool v2) {
+  if (!m.enabled) return "";
+  std::vector<std::string> files = {v2 ? "memory.high" : "memory.limit_in_bytes"};
+  if (v2 && m.backstop) files.emplace_back("memory.max backstop on YARN roots");
+  if (v2 && m.oom_group) files.emplace_back("memory.oom.group on YARN containers");
+  if (m.reclaim) files.emplace_back(v2 ? "memory.reclaim while online refaults" : "limit pulses while online refaults");
+  return fmt::format("; offline memory limited to the memory budget ({}){}", fmt::join(files, ", "),
+                     !v2 && m.oom_group ? "; memory.oom_group needs cgroup v2's memory controller: not written" : "");
+}
+
+}  // namespace
+
+std::string levers_summary(const Config& cfg, bool idle_supported, bool memory_v2) {
   std::string base = cfg.offline.idle ? (idle_supported ? "cpu.idle=1" : "minimum weight (no cpu.idle in this kernel)")
                      : cfg.offline.weight ? fmt::format("cpu.weight {}", cfg.offline.weight)
                                           : "no idle lever";
@@ -254,7 +269,7 @@ std::string levers_summary(const Config& cfg, bool idle_supported) {
     if (lever_is_rung(l) && rung_in_force(l, cfg, none)) always.emplace_back(lever_name(l));
   return fmt::format("{} on offline targets{}{}; ladder [{}] on a lasting breach", base,
                      always.empty() ? "" : fmt::format(", {} always", fmt::join(always, " and ")),
-                     fmt::format("{}{}", cfg.memory.enabled ? "; offline memory limited to the memory budget" : "",
+                     fmt::format("{}{}", memory_summary(cfg.memory, memory_v2),
                                  cfg.online.burst_share > 0
                                      ? fmt::format("; CPU burst {:.0f}% of the quota for self-throttled online pods",
                                                    cfg.online.burst_share * 100)

@@ -1,6 +1,7 @@
 #include "khagent/policy/memory.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -30,7 +31,11 @@ std::string ceiling_text(const MemoryInput& in, const MemoryDecision& d, uint64_
          (d.reserve_measured ? fmt::format(" (measured: online grew at most {} in a second, watermarks {})",
                                            mib_text(in.online_growth.value_or(0)), mib_text(in.watermark_high))
                              : std::string()) +
-         " - online and system " + mib_text(others) + " = " + mib_text(d.ceiling);
+         " - online and system " + mib_text(others) +
+         (in.online_refault_credit
+              ? " (with " + mib_text(in.online_refault_credit) + " of online page cache refaulted lately)"
+              : std::string()) +
+         " = " + mib_text(d.ceiling);
 }
 
 // Whether online stalls for want of room: stalled while the node is tight, reclaiming or full.
@@ -147,7 +152,7 @@ uint64_t memory_reserve(const MemoryInput& in, const MemoryConfig& cfg, bool* me
 MemoryDecision memory_step(const MemoryInput& in, const MemoryConfig& cfg, MemoryState& st) {
   MemoryDecision d;
   d.reserve = memory_reserve(in, cfg, &d.reserve_measured);
-  const uint64_t others = sub_sat(in.node_used, in.offline_used);
+  const uint64_t others = sub_sat(in.node_used, in.offline_used) + in.online_refault_credit;
   d.eviction = cfg.eviction_threshold_bytes;
   d.ceiling = sub_sat(sub_sat(sub_sat(in.capacity, d.eviction), d.reserve), others) / kMiB * kMiB;
   std::string why = ceiling_text(in, d, others);
@@ -199,6 +204,22 @@ uint64_t memory_backstop(uint64_t limit, uint64_t reserve, uint64_t usage, std::
   uint64_t b = prev && *prev >= usage ? std::min(*prev, held) : held;
   b = std::max(b, target);
   return (b + kMiB - 1) / kMiB * kMiB;
+}
+
+uint64_t RefaultCredit::step(uint64_t now_ns, uint64_t refault_bytes, uint64_t online_inactive,
+                             uint64_t halflife_ns) {
+  if (halflife_ns == 0) {
+    sum_ = 0;
+    last_ns_ = now_ns;
+    return 0;
+  }
+  if (last_ns_ && now_ns > last_ns_)
+    sum_ *= std::exp2(-static_cast<double>(now_ns - last_ns_) / static_cast<double>(halflife_ns));
+  last_ns_ = now_ns;
+  // Never more than online's inactive cache in the sum either: a burst of
+  // refaults counts once, not for an hour after the cache it protects.
+  sum_ = std::min(sum_ + static_cast<double>(refault_bytes), static_cast<double>(online_inactive));
+  return static_cast<uint64_t>(sum_) / kMiB * kMiB;
 }
 
 std::optional<uint64_t> OnlineGrowth::step(uint64_t now_ns, uint64_t others) {

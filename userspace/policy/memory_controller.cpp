@@ -4,6 +4,8 @@
 #include <array>
 #include <map>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "khagent/policy/controllers.h"
@@ -70,6 +72,9 @@ class MemoryController : public Controller {
   MemoryState state_;
   MemoryEventMeter events_;
   MemoryStallMeter stall_;
+  FileRefaultMeter refaults_{static_cast<uint64_t>(::sysconf(_SC_PAGESIZE))};  // refaults count pages
+  RefaultCredit credit_;                                                        // online cache shown in use
+  uint64_t last_credit_ = 0;                                                    // its last reading
   std::map<std::string, uint64_t> last_used_;  // each offline parent's last working set read
   std::map<std::string, uint64_t> usage_;      // and its last use, page cache included
   std::map<std::string, uint64_t> backstops_;  // each YARN root's backstop in force
@@ -167,6 +172,11 @@ MemoryReport MemoryController::decide(const TickView& v, const std::vector<std::
     last_growth_ = growth_.step(
         r.input.now_ns, r.input.node_used > r.input.offline_used ? r.input.node_used - r.input.offline_used : 0);
   r.input.online_growth = last_growth_;
+  if (r.tick) {
+    const FileRefaults f = refaults_.step(v.snap, v.online_pods);
+    last_credit_ = credit_.step(r.input.now_ns, f.bytes, f.inactive_file, cfg_.memory.refault_halflife_ns);
+  }
+  r.input.online_refault_credit = last_credit_;
   r.decision = memory_step(r.input, cfg_.memory, state_);
   reserve_ = r.decision.reserve;
   r.critical_began = r.decision.critical && !critical_;

@@ -1,6 +1,7 @@
 #include "khagent/signals/offline_memory.h"
 
 #include <algorithm>
+#include <set>
 
 namespace khagent {
 
@@ -63,6 +64,27 @@ MemoryStall MemoryStallMeter::step(const TickSnapshot& snap, const std::vector<s
                    [](const auto& a, const auto& b) { return a.second > b.second; });
   last_ = std::move(now);
   last_ns_ = now_ns;
+  return out;
+}
+
+FileRefaults FileRefaultMeter::step(const TickSnapshot& snap, const std::vector<std::string>& pods) {
+  FileRefaults out;
+  std::map<std::string, uint64_t> now;
+  uint64_t pages = 0;
+  std::set<std::string> seen;
+  for (const auto& p : pods) {
+    const auto& u = snap.memory(p);
+    if (!u || !seen.insert(p).second) continue;
+    out.inactive_file += u.value().inactive_file;
+    const std::optional<uint64_t> file = u.value().refaults_file;
+    if (!file) continue;
+    now[p] = *file;
+    auto it = last_.find(p);
+    if (it != last_.end() && *file > it->second) pages += *file - it->second;
+  }
+  out.known = !now.empty();
+  out.bytes = pages * page_;
+  last_ = std::move(now);
   return out;
 }
 

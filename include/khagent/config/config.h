@@ -155,6 +155,13 @@ struct MemoryConfig {
   uint64_t reclaim_refault_rate_bytes = uint64_t{4} << 20;  // online file refaults per second that start a step
   uint64_t reclaim_step_bytes = uint64_t{64} << 20;         // the least asked of a parent per step
   uint64_t reclaim_interval_ns = 1'000'000'000;             // the pace, and each step's verdict window
+  // Online page cache that online pods read back soon after the kernel
+  // evicted it (workingset_refault_file) is in use though the kernel lists
+  // it inactive, which the working set counts as free: the bytes refaulted
+  // are counted with online's working set, up to online's inactive page
+  // cache, and the count halves over this much time without refaults (the
+  // room goes back to offline slowly); 0: not counted.
+  uint64_t refault_halflife_ns = 1'800'000'000'000;
 };
 
 struct FastPathConfig {

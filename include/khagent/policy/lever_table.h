@@ -95,8 +95,10 @@ std::vector<std::pair<Lever, bool>> levers_in_force(const LeverInput& in, const 
 // `only`: the levers whose values are wanted (a controller's own).
 std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg, std::span<const Lever> only = kAllLevers);
 
-// One line for the start-up log: the base lever, the rungs always in force
-// and the ladder.
-std::string levers_summary(const Config& cfg, bool idle_supported);
+// One line for the start-up log: the base lever, the rungs always in force,
+// the memory files written (`memory_v2`: the memory controller is cgroup
+// v2's; a v2-only setting asked for on v1 is said to be left unwritten) and
+// the ladder.
+std::string levers_summary(const Config& cfg, bool idle_supported, bool memory_v2);
 
 }  // namespace khagent

@@ -90,4 +90,20 @@ class OnlineGrowth {
 };
 uint64_t memory_backstop(uint64_t limit, uint64_t reserve, uint64_t usage, std::optional<uint64_t> prev);
 
+// Online page cache shown to be in use: each tick adds the bytes online
+// pods refaulted (read back soon after the kernel evicted them) and halves
+// the sum over `halflife_ns` (0: nothing counted); the credit is that sum,
+// at most online's inactive page cache now (the part of its cache the
+// working set counts as free). The budget counts it with online's working
+// set, so a streamer's cache stops pushing out online's: online refaults,
+// offline gives up as much, and gets it back over the half-life.
+class RefaultCredit {
+ public:
+  uint64_t step(uint64_t now_ns, uint64_t refault_bytes, uint64_t online_inactive, uint64_t halflife_ns);
+
+ private:
+  double sum_ = 0;
+  uint64_t last_ns_ = 0;
+};
+
 }  // namespace khagent

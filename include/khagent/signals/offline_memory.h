@@ -43,6 +43,11 @@ struct MemoryInput {
   // The most online and system grew (working sets) in any second of the
   // last five minutes; none: not yet known (under 30 s of ticks).
   std::optional<uint64_t> online_growth = {};
+  // Online page cache shown in use: what online pods read back soon after
+  // the kernel evicted it, decayed over memory.refault_halflife and at most
+  // their inactive page cache (RefaultCredit, policy/memory.h); counted
+  // with online's working set.
+  uint64_t online_refault_credit = 0;
   // The stalled online cgroup (or one of its containers) is at its own
   // memory limit: "path: use of limit"; none: not, or no stall.
   std::optional<std::string> stall_own_limit = {};
@@ -103,6 +108,26 @@ struct MemoryEvents {
   uint64_t offline_refaults = 0;
   std::vector<std::pair<std::string, uint64_t>> online_killed;  // online cgroups with kills, and how many
 };
+// The online pods' page cache refaults (memory.stat workingset_refault_file,
+// v1: its total_ form) between two calls, in bytes, and their inactive page
+// cache now (what the working set leaves out, where refaulted pages wait
+// to be evicted again). A pod's first reading only starts its count; pods
+// not listed are forgotten.
+struct FileRefaults {
+  uint64_t bytes = 0;
+  bool known = false;          // some pod's memory.stat has workingset_refault_file
+  uint64_t inactive_file = 0;  // summed over the pods read
+};
+class FileRefaultMeter {
+ public:
+  explicit FileRefaultMeter(uint64_t page_bytes = 4096) : page_(page_bytes) {}
+  FileRefaults step(const TickSnapshot& snap, const std::vector<std::string>& pods);
+
+ private:
+  std::map<std::string, uint64_t> last_;  // pages
+  uint64_t page_;
+};
+
 class MemoryEventMeter {
  public:
   MemoryEvents step(const TickSnapshot& snap, const std::vector<std::string>& online,
