@@ -25,7 +25,8 @@
 # fits at first: the growth then leaves the node no memory the kernel can
 # reclaim, and the OOM order decides who is killed.
 #
-# Rows (interleaved, round after round, each round starting one row later;
+# Rows (interleaved, round after round, each round starting one row later
+# and every second one backwards;
 # the median over rounds is reported):
 #   alone            the online pod, no offline work
 #   anon, stream     offline work, no restraint
@@ -651,12 +652,18 @@ run_one() {  # run_one ROW ROUND
 # --- run -----------------------------------------------------------------------------
 log "node $node: $node_mb MiB ($mem_mode memory controller in $mem_h); online: nginx on 127.0.0.1:$port with $files x $file_kb KiB files + $online_anon_mb MiB anonymous, oom_score_adj $online_adj; $rate req/s open loop"
 log "rows: ${row_list[*]}; $rounds round(s) of ${warmup}+${duration} s after ${settle} s of offline; results in $results"
-# Each round starts one row later than the one before (the rows rotate), so
-# no row always follows the same one.
+# Each round starts one row later than the one before (the rows rotate),
+# and every second round runs them backwards: a rotation alone keeps each
+# row after the same one, and a row inherits something of the row before
+# (the node as the last one left it: online's cache pushed out, offline's
+# not all given back).
 for ((round = 1; round <= rounds; round++)); do
   log "round $round/$rounds"
   n=${#row_list[@]}
-  for ((k = 0; k < n; k++)); do run_one "${row_list[(k + round - 1) % n]}" "$round"; done
+  for ((k = 0; k < n; k++)); do
+    if ((round % 2)); then i=$(((k + round - 1) % n)); else i=$(((n - 1 - k + round - 1) % n)); fi
+    run_one "${row_list[i]}" "$round"
+  done
 done
 
 # --- report ----------------------------------------------------------------------------
@@ -736,6 +743,15 @@ echo "goal: $goal (targets: 0 kills; within 1.1x of alone; at least 80%)" >>"$re
 echo
 cat "$report"
 echo "(per-run JSON, memory samples and results.tsv in $results)"
+if [[ -n "${KHAGENT_VMTEST:-}" ]]; then
+  # The guest's files go with it: its agents' memory decisions go out on
+  # the console (the VM's log) with the table.
+  for f in "$results"/khagent-*.log; do
+    [[ -e "$f" ]] || continue
+    echo "== ${f##*/}: memory budget and reclaim lines"
+    grep -E 'memory budget|memory reclaim' "$f" | cut -c1-400 || true
+  done
+fi
 echo "goal: $goal"
 if ((write_docs)); then
   doc_section_write "$root/docs/benchmarks.md" bench-memory "$report"

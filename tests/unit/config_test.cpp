@@ -478,8 +478,9 @@ TEST(ConfigValidate, RejectsImpossibleValues) {
       {"memory: {reclaim_step: 512Ki}", {"memory.reclaim_step: must be between 1Mi and 4Gi"}},
       {"memory: {reclaim_interval: 100ms}", {"memory.reclaim_interval: must be between 200ms and 1m"}},
       {"memory: {reclaim_interval: 2m}", {"memory.reclaim_interval:"}},
-      {"memory: {refault_halflife: 5s}", {"memory.refault_halflife: must be 0 (refaulted page cache not counted) or "
-                                          "between 10s and 24h"}},
+      {"memory: {refault_halflife: 5s}",
+       {"memory.refault_halflife: must be 0 (refaulted page cache not counted) or "
+        "between 10s and 24h"}},
       {"memory: {refault_halflife: 25h}", {"memory.refault_halflife:"}},
       {"budget: {floor: 0}", {"budget.floor:", "budget.allow_zero: true"}},
       {"budget: {reserve: -0.5}", {"budget.reserve: must not be negative"}},

@@ -492,7 +492,8 @@ TEST(MemoryBudget, OnlineCacheRefaultedLatelyCountsAsOnlinesAndHalvesOverTheHalf
   uint64_t now = kS;
   EXPECT_EQ(c.step(now, 0, 500 * kMiB, half), 0u);
   EXPECT_EQ(c.step(now += kS / 5, 40 * kMiB, 500 * kMiB, half), 40 * kMiB);
-  EXPECT_EQ(c.step(now += kS / 5, 40 * kMiB, 500 * kMiB, half), 79 * kMiB) << "refaults add up (the first decayed a little), rounded down to MiB";
+  EXPECT_EQ(c.step(now += kS / 5, 40 * kMiB, 500 * kMiB, half), 79 * kMiB)
+      << "refaults add up (the first decayed a little), rounded down to MiB";
   EXPECT_EQ(c.step(now += half, 0, 500 * kMiB, half), 39 * kMiB) << "half of it a half-life later";
   EXPECT_EQ(c.step(now += kS, 900 * kMiB, 500 * kMiB, half), 500 * kMiB) << "never over online's inactive cache";
   EXPECT_EQ(c.step(now += kS / 5, 0, 100 * kMiB, half), 100 * kMiB) << "which caps the sum too";

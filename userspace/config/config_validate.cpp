@@ -179,9 +179,8 @@ Result<void> validate_config(const Config& c) {
   }
   if (c.memory.refault_halflife_ns != 0 &&
       (c.memory.refault_halflife_ns < 10'000'000'000 || c.memory.refault_halflife_ns > 86'400'000'000'000)) {
-    return bad("memory.refault_halflife",
-               "must be 0 (refaulted page cache not counted) or between 10s and 24h, got " +
-                   format_duration_ns(c.memory.refault_halflife_ns));
+    return bad("memory.refault_halflife", "must be 0 (refaulted page cache not counted) or between 10s and 24h, got " +
+                                              format_duration_ns(c.memory.refault_halflife_ns));
   }
 
   if (!(c.ladder.min_improvement >= 0 && c.ladder.min_improvement < 1)) {

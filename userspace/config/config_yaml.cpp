@@ -237,17 +237,27 @@ class Loader : public Walker {
         {"memory",
          [this, &c](const YAML::Node& n, const Where& at) {
            auto& m = c.memory;
-           section(
-               n, at,
-               {flag("enabled", m.enabled), text("node_cgroup", m.node_cgroup), bytes("reserve", m.reserve_bytes),
-                num("reserve_share", m.reserve_share), bytes("reserve_min", m.reserve_min_bytes),
-                bytes("eviction_threshold", m.eviction_threshold_bytes), bytes("min_offline", m.min_offline_bytes),
-                bytes("grow_per_second", m.grow_per_second_bytes), bytes("deadband", m.deadband_bytes),
-                num("stall_limit", m.stall_limit), num("stall_cut", m.stall_cut), ns("stall_window", m.stall_window_ns),
-                flag("oom_order", m.oom_order), flag("backstop", m.backstop), flag("oom_group", m.oom_group),
-                flag("reclaim", m.reclaim), bytes("reclaim_refault_rate", m.reclaim_refault_rate_bytes),
-                bytes("reclaim_step", m.reclaim_step_bytes), ns("reclaim_interval", m.reclaim_interval_ns),
-                ns("refault_halflife", m.refault_halflife_ns)});
+           section(n, at,
+                   {flag("enabled", m.enabled),
+                    text("node_cgroup", m.node_cgroup),
+                    bytes("reserve", m.reserve_bytes),
+                    num("reserve_share", m.reserve_share),
+                    bytes("reserve_min", m.reserve_min_bytes),
+                    bytes("eviction_threshold", m.eviction_threshold_bytes),
+                    bytes("min_offline", m.min_offline_bytes),
+                    bytes("grow_per_second", m.grow_per_second_bytes),
+                    bytes("deadband", m.deadband_bytes),
+                    num("stall_limit", m.stall_limit),
+                    num("stall_cut", m.stall_cut),
+                    ns("stall_window", m.stall_window_ns),
+                    flag("oom_order", m.oom_order),
+                    flag("backstop", m.backstop),
+                    flag("oom_group", m.oom_group),
+                    flag("reclaim", m.reclaim),
+                    bytes("reclaim_refault_rate", m.reclaim_refault_rate_bytes),
+                    bytes("reclaim_step", m.reclaim_step_bytes),
+                    ns("reclaim_interval", m.reclaim_interval_ns),
+                    ns("refault_halflife", m.refault_halflife_ns)});
          }},
         {"yarn", [this, &c](const YAML::Node& n, const Where& at) { yarn(n, at, c.yarn); }},
     };

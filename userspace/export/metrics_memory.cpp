@@ -105,7 +105,7 @@ void MemoryMetrics::record(const MemoryInput& in, const MemoryDecision& d) {
     for (size_t i = 0; i < lever_.size(); i++)
       lever_[i] = &TableFamily<Gauge>(r_, kMemoryFamilies[kBudget + i]).add({});
   const std::array<uint64_t, 8> v = {d.budget,        d.ceiling, in.capacity, in.node_used,
-                                     in.offline_used, d.reserve, d.eviction, in.online_refault_credit};
+                                     in.offline_used, d.reserve, d.eviction,  in.online_refault_credit};
   for (size_t i = 0; i < v.size(); i++) lever_[i]->Set(static_cast<double>(v[i]));
 }
 

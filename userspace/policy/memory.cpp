@@ -206,8 +206,7 @@ uint64_t memory_backstop(uint64_t limit, uint64_t reserve, uint64_t usage, std::
   return (b + kMiB - 1) / kMiB * kMiB;
 }
 
-uint64_t RefaultCredit::step(uint64_t now_ns, uint64_t refault_bytes, uint64_t online_inactive,
-                             uint64_t halflife_ns) {
+uint64_t RefaultCredit::step(uint64_t now_ns, uint64_t refault_bytes, uint64_t online_inactive, uint64_t halflife_ns) {
   if (halflife_ns == 0) {
     sum_ = 0;
     last_ns_ = now_ns;
