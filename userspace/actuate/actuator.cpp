@@ -199,8 +199,15 @@ ActionRecord Actuator::write_only(const DesiredValue& d, ActionRecord rec) {
     return rec;
   }
   if (auto w = fs_.write(d.cgroup, d.file, d.value); !w) {
-    // EAGAIN (memory.reclaim could not reclaim that much) is refused like
-    // any other error; ENOENT is a gone cgroup or a missing file.
+    // memory.reclaim answers EAGAIN when it reclaimed less than asked (the
+    // group held less, or a cut of its memory.high took it first): what it
+    // got stays reclaimed, as with the v1 pulse's EBUSY, and the step is
+    // judged by what it did. ENOENT is a gone cgroup or a missing file.
+    if (d.file == CgroupFile::MemoryReclaim && w.error().err == EAGAIN) {
+      rec.outcome = ActionOutcome::Written;
+      rec.message = "the kernel reclaimed less than asked (EAGAIN)";
+      return rec;
+    }
     rec.outcome = w.error().err == ENOENT ? ActionOutcome::Gone : ActionOutcome::Rejected;
     rec.message = w.error().str();
     if (rec.outcome == ActionOutcome::Gone && fs_.exists(d.cgroup)) {

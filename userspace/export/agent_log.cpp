@@ -12,7 +12,8 @@ void log_actions(const std::vector<ActionRecord>& recs, const std::string& why, 
       case ActionOutcome::Unchanged:
       case ActionOutcome::Backoff: break;
       case ActionOutcome::Written:
-        spdlog::info("{} {}: '{}' -> '{}' ({})", r.cgroup, cgroup_file_name(r.file), r.from, r.to, why);
+        spdlog::info("{} {}: '{}' -> '{}' ({}){}", r.cgroup, cgroup_file_name(r.file), r.from, r.to, why,
+                     r.message.empty() ? "" : ": " + r.message);
         break;
       case ActionOutcome::DryRun:
         // Nothing is written, so the same change comes back every tick:
