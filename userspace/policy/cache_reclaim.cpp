@@ -4,8 +4,6 @@
 #include <array>
 #include <map>
 
-#include <unistd.h>
-
 #include <fmt/format.h>
 
 #include "khagent/policy/controllers.h"
@@ -123,7 +121,7 @@ class CacheReclaimController : public Controller {
   NodeFacts facts_;
   CacheReclaimState state_;
   MemoryStallMeter stall_;
-  FileRefaultMeter refaults_{static_cast<uint64_t>(::sysconf(_SC_PAGESIZE))};  // refaults count pages
+  FileRefaultMeter refaults_;
   uint64_t last_ns_ = 0;
 };
 

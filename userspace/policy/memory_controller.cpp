@@ -4,8 +4,6 @@
 #include <array>
 #include <map>
 
-#include <unistd.h>
-
 #include <fmt/format.h>
 
 #include "khagent/policy/controllers.h"
@@ -72,9 +70,9 @@ class MemoryController : public Controller {
   MemoryState state_;
   MemoryEventMeter events_;
   MemoryStallMeter stall_;
-  FileRefaultMeter refaults_{static_cast<uint64_t>(::sysconf(_SC_PAGESIZE))};  // refaults count pages
-  RefaultCredit credit_;                                                       // online cache shown in use
-  uint64_t last_credit_ = 0;                                                   // its last reading
+  FileRefaultMeter refaults_;
+  RefaultCredit credit_;                       // online cache shown in use
+  uint64_t last_credit_ = 0;                   // its last reading
   std::map<std::string, uint64_t> last_used_;  // each offline parent's last working set read
   std::map<std::string, uint64_t> usage_;      // and its last use, page cache included
   std::map<std::string, uint64_t> backstops_;  // each YARN root's backstop in force

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include <unistd.h>
+
 namespace khagent {
 
 MemorySignals offline_memory(const TickSnapshot& snap, const std::string& node_cgroup,
@@ -66,6 +68,9 @@ MemoryStall MemoryStallMeter::step(const TickSnapshot& snap, const std::vector<s
   last_ns_ = now_ns;
   return out;
 }
+
+FileRefaultMeter::FileRefaultMeter(uint64_t page_bytes)
+    : page_(page_bytes ? page_bytes : static_cast<uint64_t>(::sysconf(_SC_PAGESIZE))) {}
 
 FileRefaults FileRefaultMeter::step(const TickSnapshot& snap, const std::vector<std::string>& pods) {
   FileRefaults out;

@@ -120,7 +120,8 @@ struct FileRefaults {
 };
 class FileRefaultMeter {
  public:
-  explicit FileRefaultMeter(uint64_t page_bytes = 4096) : page_(page_bytes) {}
+  // The counters count pages: of this size (0: this machine's page size).
+  explicit FileRefaultMeter(uint64_t page_bytes = 0);
   FileRefaults step(const TickSnapshot& snap, const std::vector<std::string>& pods);
 
  private:
