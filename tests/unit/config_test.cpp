@@ -154,6 +154,24 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(ya.emergency, yb.emergency);
   EXPECT_EQ(ya.emergency_p99_factor, yb.emergency_p99_factor);
   EXPECT_EQ(ya.memory_emergency, yb.memory_emergency);
+  const auto& ka = a.capacity;
+  const auto& kb = b.capacity;
+  EXPECT_EQ(ka.enabled, kb.enabled);
+  EXPECT_EQ(ka.api_server, kb.api_server);
+  EXPECT_EQ(ka.token_file, kb.token_file);
+  EXPECT_EQ(ka.ca_file, kb.ca_file);
+  EXPECT_EQ(ka.node_name, kb.node_name);
+  EXPECT_EQ(ka.split, kb.split);
+  EXPECT_DOUBLE_EQ(ka.batch_share, kb.batch_share);
+  EXPECT_DOUBLE_EQ(ka.min_share, kb.min_share);
+  EXPECT_DOUBLE_EQ(ka.floor_cores, kb.floor_cores);
+  EXPECT_EQ(ka.floor_memory_bytes, kb.floor_memory_bytes);
+  EXPECT_DOUBLE_EQ(ka.deadband, kb.deadband);
+  EXPECT_EQ(ka.grow_stable_ns, kb.grow_stable_ns);
+  EXPECT_EQ(ka.grow_interval_ns, kb.grow_interval_ns);
+  EXPECT_EQ(ka.reassert_interval_ns, kb.reassert_interval_ns);
+  EXPECT_EQ(ka.stale_after_ns, kb.stale_after_ns);
+  EXPECT_EQ(ka.request_timeout_ms, kb.request_timeout_ms);
 }
 
 }  // namespace
@@ -805,7 +823,7 @@ TEST(ConfigYaml, DefaultsRoundTripWithReadableDurations) {
 
 TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   YAML::Node doc = YAML::Load(config_to_yaml(default_config()));
-  EXPECT_EQ(doc.size(), 16u);  // tick dry_run state_file, 4 kubelet_* keys, 9 sections
+  EXPECT_EQ(doc.size(), 17u);  // tick dry_run state_file, 4 kubelet_* keys, 10 sections
   EXPECT_EQ(doc["memory"].size(), 20u);
   EXPECT_EQ(doc["ladder"].size(), 7u);
   EXPECT_EQ(doc["classes"].size(), 3u);
@@ -815,6 +833,7 @@ TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   EXPECT_EQ(doc["offline"].size(), 6u);
   EXPECT_EQ(doc["fast_path"].size(), 4u);
   EXPECT_EQ(doc["yarn"].size(), 32u);
+  EXPECT_EQ(doc["capacity"].size(), 16u);
   EXPECT_FALSE(doc["nodes"]);
 
   YAML::Node yarn = doc["classes"]["rules"][2];  // default rule: {yarn: true} -> offline
@@ -905,6 +924,22 @@ TEST(ConfigYaml, EverythingChangedRoundTrips) {
   c.yarn.emergency_p99_factor = 2.5;
   c.yarn.memory_emergency = false;
   c.memory.oom_group = true;
+  c.capacity.enabled = true;
+  c.capacity.api_server = "https://127.0.0.1:6443";
+  c.capacity.token_file = "/t";
+  c.capacity.ca_file = "/ca";
+  c.capacity.node_name = "n1";
+  c.capacity.split = CapacitySplitRule::Usage;
+  c.capacity.batch_share = 0.3;
+  c.capacity.min_share = 0.1;
+  c.capacity.floor_cores = 1.5;
+  c.capacity.floor_memory_bytes = uint64_t{1} << 30;
+  c.capacity.deadband = 0.1;
+  c.capacity.grow_stable_ns = 10'000'000'000;
+  c.capacity.grow_interval_ns = 20'000'000'000;
+  c.capacity.reassert_interval_ns = 15'000'000'000;
+  c.capacity.stale_after_ns = 5'000'000'000;
+  c.capacity.request_timeout_ms = 2000;
   auto v = validate_config(c);
   ASSERT_TRUE(v.ok()) << v.error().message;
 

@@ -11,6 +11,7 @@
 #include "khagent/app/wakeups.h"
 #include "khagent/export/agent_log.h"
 #include "khagent/export/controller_reports.h"
+#include "khagent/policy/capacity.h"
 #include "khagent/policy/controllers.h"
 #include "khagent/policy/lever_table.h"
 #include "khagent/util/clock.h"
@@ -61,6 +62,8 @@ class Agent {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<KubeletPodsWatcher> pods_;
   std::unique_ptr<YarnDownscaler> yarn_;
+  std::unique_ptr<BatchPublisher> batch_;
+  std::unique_ptr<CapacityPlanner> capacity_;  // with batch_: the split and what to publish
   std::unique_ptr<Wakeups> wakeups_;
   std::unique_ptr<ReportExporter> exporter_;
   std::vector<std::unique_ptr<Controller>> controllers_;
@@ -83,6 +86,7 @@ int Agent::run() {
     return 1;
   }
   if (yarn_) yarn_->start();
+  if (batch_) batch_->start();
   loop();
   return shutdown();
 }
@@ -106,6 +110,8 @@ std::optional<int> Agent::setup_peers() {
   metrics_ = std::move(p.metrics);
   pods_ = std::move(p.pods);
   yarn_ = std::move(p.yarn);
+  batch_ = std::move(p.batch);
+  if (batch_) capacity_ = std::make_unique<CapacityPlanner>(cfg_.capacity, yarn_ != nullptr);
   facts_.yarn_last_resort = yarn_ && cfg_.yarn.reclaim && cfg_.yarn.memory_emergency;
   return std::nullopt;
 }
@@ -182,6 +188,7 @@ int Agent::shutdown() {
   // After the cgroups (local and fast): give YARN the node's configured
   // resources back; this may wait on the ResourceManager.
   if (yarn_) yarn_->stop(true);
+  if (batch_) batch_->stop();
   if (reactions_.count) spdlog::info("{}", reactions_.summary());
   spdlog::info("stopped after {} ticks{}", ticks_, failed ? "; some originals could not be restored" : "");
   return failed ? 1 : 0;
@@ -238,8 +245,13 @@ void Agent::apply(std::vector<std::pair<const Controller*, Outcome>>& outs, uint
     log_actions(recs, c->levers(), o.why + reaction, warned_, mono_ns());
     if (oom_ && complete && !o.oom_first.empty()) log_oom_raised(oom_->raise(o.oom_first, 1000));
   }
-  if (yarn_) {
-    offer_.now_ns = t0;
+  offer_.now_ns = t0;
+  if (capacity_) {  // batch's part goes to Kubernetes, the rest to YARN
+    CapacityPlan cp = capacity_->plan(offer_, side_use(node_), t0);
+    batch_->want(cp.publish.value, cp.explanation, t0);
+    if (metrics_) metrics_->update_capacity(cp);
+    if (yarn_) yarn_->offer(std::move(cp.yarn));
+  } else if (yarn_) {
     yarn_->offer(offer_);
   }
 }
@@ -280,6 +292,7 @@ void Agent::tick() {
   for (auto& c : controllers_) outs.emplace_back(c.get(), c->step(v));
   apply(outs, 0, 0);
   if (yarn_ && metrics_) metrics_->update_yarn(yarn_->status());
+  if (batch_ && metrics_) metrics_->update_capacity(batch_->status());
   if (metrics_) metrics_->set_ready();
 }
 

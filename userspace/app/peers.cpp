@@ -56,6 +56,16 @@ std::optional<int> start_peers(const Config& cfg, const CliOptions& o, const Mou
   if (cfg.yarn.enabled)
     out.yarn = std::make_unique<YarnDownscaler>(cfg.yarn, cfg.dry_run, m.cgroup2, yarn_hostnames(o),
                                                 cfg.dry_run ? "" : cfg.state_file + ".yarn");
+  if (cfg.capacity.enabled) {
+    const std::string node = cfg.capacity.node_name.empty() ? node_identity(o).name : cfg.capacity.node_name;
+    if (BatchPublisher::api_server(cfg.capacity).empty()) {
+      spdlog::error(
+          "capacity.enabled: no API server address (set capacity.api_server, or run in a pod, where "
+          "KUBERNETES_SERVICE_HOST gives it)");
+      return 2;
+    }
+    out.batch = std::make_unique<BatchPublisher>(cfg.capacity, node, cfg.dry_run);
+  }
   return std::nullopt;
 }
 

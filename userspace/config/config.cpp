@@ -13,6 +13,8 @@ const char* vcore_rounding_name(VcoreRounding r) {
 
 const char* reclaimer_name(Reclaimer r) { return r == Reclaimer::Rm ? "rm" : "khagent"; }
 
+const char* capacity_split_name(CapacitySplitRule r) { return r == CapacitySplitRule::Usage ? "usage" : "fixed"; }
+
 const char* http_auth_name(HttpAuth a) {
   switch (a) {
     case HttpAuth::None: return "none";

@@ -178,6 +178,26 @@ std::string config_to_yaml(const Config& c) {
   key("memory_emergency") << y.memory_emergency;
   out << YAML::EndMap;
 
+  const auto& k = c.capacity;
+  key("capacity") << YAML::BeginMap;
+  key("enabled") << k.enabled;
+  key("api_server") << k.api_server;
+  key("token_file") << k.token_file;
+  key("ca_file") << k.ca_file;
+  key("node_name") << k.node_name;
+  key("split") << capacity_split_name(k.split);
+  key("batch_share") << format_double(k.batch_share);
+  key("min_share") << format_double(k.min_share);
+  key("floor_cpu") << format_double(k.floor_cores);
+  key("floor_memory") << format_bytes(k.floor_memory_bytes);
+  key("deadband") << format_double(k.deadband);
+  key("grow_stable") << format_duration_ns(k.grow_stable_ns);
+  key("grow_interval") << format_duration_ns(k.grow_interval_ns);
+  key("reassert_interval") << format_duration_ns(k.reassert_interval_ns);
+  key("stale_after") << format_duration_ns(k.stale_after_ns);
+  key("request_timeout") << format_duration_ns(k.request_timeout_ms * kNsPerMs);
+  out << YAML::EndMap;
+
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

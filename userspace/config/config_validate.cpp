@@ -246,6 +246,32 @@ Result<void> validate_config(const Config& c) {
   if (!(y.emergency_p99_factor >= 1)) {
     return bad("yarn.emergency_p99_factor", "must be at least 1, got " + format_double(y.emergency_p99_factor));
   }
+
+  const auto& k = c.capacity;
+  if (!k.api_server.empty() && k.api_server.rfind("https://", 0) != 0) {
+    return bad("capacity.api_server", "\"" + k.api_server + "\" must be an https:// address, like https://10.96.0.1:443");
+  }
+  if (k.enabled && k.token_file.empty()) return bad("capacity.token_file", "must be set while capacity.enabled is true");
+  if (!in_unit_range(k.batch_share)) {
+    return bad("capacity.batch_share", "must be between 0 and 1, got " + format_double(k.batch_share));
+  }
+  if (!(k.min_share >= 0 && k.min_share <= 0.5)) {
+    return bad("capacity.min_share", "must be between 0 and 0.5, got " + format_double(k.min_share));
+  }
+  if (!(k.floor_cores >= 0 && k.floor_cores <= 1024)) {
+    return bad("capacity.floor_cpu", "must be between 0 and 1024 cores, got " + format_double(k.floor_cores));
+  }
+  if (!(k.deadband >= 0.01 && k.deadband <= 0.9)) {
+    return bad("capacity.deadband", "must be between 0.01 and 0.9, got " + format_double(k.deadband));
+  }
+  if (k.grow_interval_ns < kNsPerS) return bad("capacity.grow_interval", "must be at least 1s");
+  if (k.reassert_interval_ns < kNsPerS || k.reassert_interval_ns > 600 * kNsPerS) {
+    return bad("capacity.reassert_interval", "must be between 1s and 10m");
+  }
+  if (k.enabled && k.stale_after_ns < 2 * c.tick_ns) return bad("capacity.stale_after", "must be at least two ticks");
+  if (k.request_timeout_ms == 0 || k.request_timeout_ms > 300'000) {
+    return bad("capacity.request_timeout", "must be between 1ms and 5m");
+  }
   return {};
 }
 

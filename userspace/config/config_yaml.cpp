@@ -260,6 +260,30 @@ class Loader : public Walker {
                     ns("refault_halflife", m.refault_halflife_ns)});
          }},
         {"yarn", [this, &c](const YAML::Node& n, const Where& at) { yarn(n, at, c.yarn); }},
+        {"capacity",
+         [this, &c](const YAML::Node& n, const Where& at) {
+           auto& k = c.capacity;
+           section(n, at,
+                   {flag("enabled", k.enabled),
+                    text("api_server", k.api_server),
+                    text("token_file", k.token_file),
+                    text("ca_file", k.ca_file),
+                    text("node_name", k.node_name),
+                    choice("split", k.split, {CapacitySplitRule::Fixed, CapacitySplitRule::Usage},
+                           capacity_split_name),
+                    num("batch_share", k.batch_share),
+                    num("min_share", k.min_share),
+                    num("floor_cpu", k.floor_cores),
+                    bytes("floor_memory", k.floor_memory_bytes),
+                    num("deadband", k.deadband),
+                    ns("grow_stable", k.grow_stable_ns),
+                    ns("grow_interval", k.grow_interval_ns),
+                    ns("reassert_interval", k.reassert_interval_ns),
+                    ns("stale_after", k.stale_after_ns),
+                    {"request_timeout", [&](const YAML::Node& v, const Where& w) {
+                       k.request_timeout_ms = duration_ns(v, w) / kNsPerMs;
+                     }}});
+         }},
     };
   }
 

@@ -62,6 +62,7 @@ struct Metrics::Impl {
   metrics::BurstMetrics burst{registry};
   metrics::CacheReclaimMetrics reclaim{registry};
   metrics::YarnMetrics yarn{registry};
+  metrics::CapacityMetrics capacity{registry};
 
   // Health, read by the HTTP thread without `mu`.
   std::atomic<bool> bpf_attached{false};
@@ -262,6 +263,16 @@ void Metrics::update_bpf_cost(const std::vector<ProgStats>& progs) {
 void Metrics::update_yarn(const YarnStatus& st) {
   std::lock_guard lk(impl_->mu);
   impl_->yarn.update(st);
+}
+
+void Metrics::update_capacity(const CapacityPlan& plan) {
+  std::lock_guard lk(impl_->mu);
+  impl_->capacity.update(plan);
+}
+
+void Metrics::update_capacity(const CapacityStatus& st) {
+  std::lock_guard lk(impl_->mu);
+  impl_->capacity.update(st);
 }
 
 std::string Metrics::render() { return impl_->render(); }

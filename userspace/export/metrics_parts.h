@@ -265,5 +265,24 @@ class YarnMetrics {
   CumulativeCounter failovers_;
 };
 
+// metrics_capacity.cpp: the capacity published to Kubernetes (the families
+// appear on the first call).
+class CapacityMetrics {
+ public:
+  explicit CapacityMetrics(prometheus::Registry& r) : r_(r) {}
+  void update(const CapacityPlan& plan);
+  void update(const CapacityStatus& st);
+
+ private:
+  void build();
+
+  prometheus::Registry& r_;
+  bool built_ = false;
+  std::map<std::string, Gauge*> cpu_, memory_;  // by term
+  std::map<std::string, CumulativeCounter> patches_;
+  CumulativeCounter reasserts_;
+  Gauge* stale_ = nullptr;
+};
+
 }  // namespace metrics
 }  // namespace khagent

@@ -1,5 +1,6 @@
 #include "khagent/policy/cpu_controller.h"
 
+#include <algorithm>
 #include <array>
 
 #include <fmt/format.h>
@@ -95,6 +96,11 @@ Outcome CpuController::step(const TickView& v) {
   o.offer.budget_cores = y.budget_cores;
   o.offer.emergency = y.emergency;
   o.offer.containers = std::move(y.containers);
+  o.offer.cpu_terms = BudgetTerms{r.input.node_cpus, r.input.online_cpu_cores, cfg_.budget.reserve_cores,
+                                  std::max(0.0, d.ceiling_cores - d.budget_cores), d.budget_cores};
+  bool breach = false;
+  for (const auto& pv : d.verdicts) breach = breach || pv.kind == PodVerdictKind::Breach;
+  o.offer.online_breach = breach;
   o.report = std::move(r);
   return o;
 }

@@ -224,6 +224,16 @@ Outcome MemoryController::outcome(MemoryReport r, std::vector<OfflineTarget> tar
   o.offer.memory = true;
   o.offer.memory_budget_bytes = budget;
   o.offer.memory_emergency = critical_;
+  if (budget && r.decided) {
+    const auto& in = r.input;
+    const auto& d = r.decision;
+    const uint64_t online = in.node_used - std::min(in.node_used, in.offline_used) + in.online_refault_credit;
+    const double ceiling = static_cast<double>(d.ceiling);
+    o.offer.memory_terms = BudgetTerms{static_cast<double>(in.capacity), static_cast<double>(online),
+                                       static_cast<double>(d.reserve + d.eviction),
+                                       std::max(0.0, ceiling - static_cast<double>(*budget)),
+                                       static_cast<double>(*budget)};
+  }
   o.report = std::move(r);
   return o;
 }

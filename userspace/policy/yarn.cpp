@@ -442,7 +442,10 @@ void merge_offer(YarnOffer& offer, const OfferPart& part) {
   if (part.budget_cores) offer.budget_cores = *part.budget_cores;
   if (part.emergency) offer.emergency = *part.emergency;
   if (part.containers) offer.containers = *part.containers;
+  if (part.cpu_terms) offer.cpu_terms = part.cpu_terms;
+  if (part.online_breach) offer.online_breach = *part.online_breach;
   if (part.memory) {
+    offer.memory_terms = part.memory_terms;
     offer.memory_budget_bytes = part.memory_budget_bytes;
     offer.memory_emergency = part.memory_emergency;
   }

@@ -88,7 +88,7 @@ void set_request(CURL* c, const std::string& url, const Prepared& p, char* errbu
   if (*p.method == "GET") {
     set(curl_easy_setopt(c, CURLOPT_HTTPGET, 1L));
   } else {
-    // POST with the body from memory; PUT is the same transfer under another verb.
+    // POST with the body from memory; PUT and PATCH are the same transfer under another verb.
     set(curl_easy_setopt(c, CURLOPT_POST, 1L));
     set(curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(p.body->size())));
     set(curl_easy_setopt(c, CURLOPT_POSTFIELDS, p.body->data()));
@@ -222,7 +222,8 @@ Attempt perform(CURL* c, const HttpClientOptions& opts, const std::string& base,
 // What is wrong with the request or the options before anything is sent (EINVAL); none: nothing.
 std::optional<std::string> invalid_request(const HttpClientOptions& opts, const HttpRequest& req) {
   if (opts.base_urls.empty()) return "no base URL configured";
-  if (req.method != "GET" && req.method != "POST" && req.method != "PUT") return "unsupported method";
+  if (req.method != "GET" && req.method != "POST" && req.method != "PUT" && req.method != "PATCH")
+    return "unsupported method";
   if (opts.timeout_ms <= 0) return "timeout must be positive";
   if (has_crlf(req.path) || has_crlf(req.content_type)) return "line break in the path or content type";
   for (const auto& h : req.headers) {

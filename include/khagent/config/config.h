@@ -249,6 +249,49 @@ inline int64_t yarn_posted_over_commit_timeout(const YarnConfig& y) {
   return y.reclaimer == Reclaimer::Rm ? y.over_commit_timeout_ms : -1;
 }
 
+// How the offline budget is split between the YARN NodeManager and
+// Kubernetes batch pods (docs/capacity.md).
+enum class CapacitySplitRule { Fixed, Usage };
+const char* capacity_split_name(CapacitySplitRule r);
+
+// Offline capacity published to Kubernetes (docs/capacity.md): the share
+// of the offline budget that batch pods may request, as the node's
+// kubernetes.io/batch-cpu (milli-cores) and kubernetes.io/batch-memory
+// (bytes) extended resources, patched into nodes/NAME/status.
+struct CapacityConfig {
+  bool enabled = false;
+  // The API server, e.g. https://10.96.0.1:443; "" = the in-cluster address
+  // (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT).
+  std::string api_server;
+  std::string token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+  std::string ca_file = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+  std::string node_name;  // "" = the node's name (--node-name, NODE_NAME, the hostname)
+  // fixed: batch pods get batch_share of the budget; usage: the budget is
+  // split in proportion to what each side uses, each keeping min_share.
+  // Without YARN, batch pods get the whole budget.
+  CapacitySplitRule split = CapacitySplitRule::Fixed;
+  double batch_share = 0.5;
+  double min_share = 0.2;
+  // While no online pod's wait is over its target, batch never gets less
+  // than this (within the budget): a published 0 makes batch pods pending
+  // and evictable although online is fine.
+  double floor_cores = 0.5;
+  uint64_t floor_memory_bytes = uint64_t{512} << 20;
+  // A value moves only when it differs from the published one by more than
+  // this share of it (hysteresis); a lower value is published at once, a
+  // higher one after grow_stable above, at most once per grow_interval.
+  double deadband = 0.2;
+  uint64_t grow_stable_ns = 30'000'000'000;
+  uint64_t grow_interval_ns = 60'000'000'000;
+  // The node is re-read this often; a value zeroed or removed (the kubelet
+  // does so when the node registers again) is published again.
+  uint64_t reassert_interval_ns = 30'000'000'000;
+  // An offer older than this (the control loop stopped deciding) is stale:
+  // the last published value stays, and the log and status say so.
+  uint64_t stale_after_ns = 10'000'000'000;
+  uint64_t request_timeout_ms = 5000;
+};
+
 struct Config {
   uint64_t tick_ns = 200'000'000;
   bool dry_run = false;
@@ -266,6 +309,7 @@ struct Config {
   LadderConfig ladder;
   MemoryConfig memory;
   YarnConfig yarn;
+  CapacityConfig capacity;
 };
 
 // The built-in defaults (what runs without a file).

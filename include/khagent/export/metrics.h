@@ -29,6 +29,8 @@ struct Decision;
 struct ActionRecord;
 struct ProgStats;
 struct YarnStatus;
+struct CapacityPlan;
+struct CapacityStatus;
 struct MemoryInput;
 struct MemoryDecision;
 struct MemoryStall;
@@ -107,6 +109,10 @@ class Metrics {
   // The YARN downscaler's node resources, containers, updates, kills and
   // REST traffic (the khagent_yarn_* families appear on the first call).
   void update_yarn(const YarnStatus& status);
+  // The capacity published to Kubernetes: a tick's plan, and what the
+  // publisher did (the khagent_capacity_* families appear on the first call).
+  void update_capacity(const CapacityPlan& plan);
+  void update_capacity(const CapacityStatus& status);
   // What /metrics serves.
   std::string render();
 

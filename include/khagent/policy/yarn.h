@@ -18,6 +18,18 @@ namespace khagent {
 
 // ---- what the control loop hands over ----------------------------------------
 
+// Why one resource's offline budget is what it is: the ceiling is capacity
+// - online - reserve, and the budget is the ceiling less the margin the
+// controller holds back (after a breach, or while it grows back). Cores
+// for CPU, bytes for memory.
+struct BudgetTerms {
+  double capacity = 0;  // the node's
+  double online = 0;    // what online uses (memory: online and system)
+  double reserve = 0;   // kept free (memory: with the kubelet's eviction threshold)
+  double margin = 0;    // the ceiling less the budget
+  double budget = 0;    // the offline budget
+};
+
 // The YARN downscaler's input, offered each tick (and by the fast path with
 // a new budget).
 struct YarnOffer {
@@ -31,6 +43,10 @@ struct YarnOffer {
     uint64_t caused_total_ns = 0;  // online wait it caused since khagent started
   };
   std::map<std::string, Container> containers;  // container_<id> -> what BPF saw
+  // For the capacity published to Kubernetes (policy/capacity.h).
+  std::optional<BudgetTerms> cpu_terms;
+  std::optional<BudgetTerms> memory_terms;
+  bool online_breach = false;  // an online pod's wait is over its target
 };
 
 // What one controller adds to the offer: each field it sets replaces the
@@ -42,6 +58,9 @@ struct OfferPart {
   std::optional<uint64_t> memory_budget_bytes;
   std::optional<std::string> memory_emergency;
   std::optional<std::map<std::string, YarnOffer::Container>> containers;
+  std::optional<BudgetTerms> cpu_terms;
+  std::optional<BudgetTerms> memory_terms;  // set with `memory`
+  std::optional<bool> online_breach;
 };
 void merge_offer(YarnOffer& offer, const OfferPart& part);
 

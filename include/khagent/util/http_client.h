@@ -54,9 +54,9 @@ struct HttpResponse {
 };
 
 struct HttpRequest {
-  std::string method = "GET";  // GET | POST | PUT
+  std::string method = "GET";  // GET | POST | PUT | PATCH
   std::string path;            // "/ws/v1/cluster/nodes" (query allowed)
-  std::string body;            // for POST/PUT
+  std::string body;            // for POST/PUT/PATCH
   std::string content_type = "application/json";
   std::vector<std::string> headers;  // extra "Name: value" lines
 };
