@@ -41,6 +41,7 @@ void expect_same_rule(const ClassRule& a, const ClassRule& b) {
   EXPECT_EQ(a.labels, b.labels);
   EXPECT_EQ(a.annotations, b.annotations);
   EXPECT_EQ(a.yarn, b.yarn);
+  EXPECT_EQ(a.batch_resources, b.batch_resources);
   EXPECT_EQ(a.cls, b.cls);
 }
 
@@ -191,10 +192,12 @@ TEST(ConfigLoad, DefaultRulesArePriorityClassYarnBestEffort) {
   // What an empty file classifies with; the round trip tests rely on it having rules.
   auto c = load("");
   ASSERT_TRUE(c.ok());
-  ASSERT_EQ(c->classes.rules.size(), 4u);
+  ASSERT_EQ(c->classes.rules.size(), 5u);
   EXPECT_EQ(c->classes.rules[0].priority_class, "high-priority-online");
-  EXPECT_EQ(c->classes.rules[3].qos, "besteffort");
-  EXPECT_EQ(c->classes.rules[3].cls, CgroupClass::Offline);
+  EXPECT_EQ(c->classes.rules[2].batch_resources, true);
+  EXPECT_EQ(c->classes.rules[2].cls, CgroupClass::Offline);
+  EXPECT_EQ(c->classes.rules[4].qos, "besteffort");
+  EXPECT_EQ(c->classes.rules[4].cls, CgroupClass::Offline);
 }
 
 TEST(ConfigLoad, EveryKeyOverrides) {
@@ -836,7 +839,7 @@ TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   EXPECT_EQ(doc["capacity"].size(), 16u);
   EXPECT_FALSE(doc["nodes"]);
 
-  YAML::Node yarn = doc["classes"]["rules"][2];  // default rule: {yarn: true} -> offline
+  YAML::Node yarn = doc["classes"]["rules"][3];  // default rule: {yarn: true} -> offline
   ASSERT_TRUE(yarn.IsMap());
   EXPECT_EQ(yarn.size(), 2u);
   EXPECT_EQ(yarn["class"].as<std::string>(), "offline");

@@ -225,6 +225,20 @@ TEST(KubeletParse, FullItem) {
   EXPECT_EQ(m.annotations, (std::map<std::string, std::string>{{"khagent.io/class", "online"}}));
 }
 
+TEST(KubeletParse, BatchResourcesInAnyContainer) {
+  auto r = parse_pod_list(R"({"items":[
+      {"metadata":{"uid":"a"},"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"1"}}},
+          {"name":"d","resources":{"requests":{"kubernetes.io/batch-cpu":"1000"}}}]}},
+      {"metadata":{"uid":"b"},"spec":{"initContainers":[{"resources":{"limits":{"kubernetes.io/batch-memory":"1Gi"}}}],
+          "containers":[{"name":"c"}]}},
+      {"metadata":{"uid":"c"},"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"1","memory":"1Gi"}}}]}}
+      ]})");
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_TRUE(r->at("a").batch_resources);
+  EXPECT_TRUE(r->at("b").batch_resources);
+  EXPECT_FALSE(r->at("c").batch_resources);
+}
+
 TEST(KubeletParse, MissingOptionalFields) {
   auto r = parse_pod_list(R"({"items":[{"metadata":{"uid":"u-1"}},
                                        {"metadata":{"uid":"u-2","name":"b","labels":null},"spec":{}}]})");

@@ -113,6 +113,9 @@ TEST(Classify, DefaultsAndRules) {
   PodMeta on;
   on.priority_class = "high-priority-online";
   EXPECT_EQ(cls(be, &on), CgroupClass::Online);  // the priority class decides first
+  PodMeta batch;
+  batch.batch_resources = true;
+  EXPECT_EQ(cls(bu, &batch), CgroupClass::Offline);  // it runs on the published batch capacity
 
   ClassRule lab;
   lab.labels = {{"colocation", "offline"}};

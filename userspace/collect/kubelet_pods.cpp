@@ -117,6 +117,25 @@ HttpClientOptions http_options(const KubeletPodsOptions& o) {
   return h;
 }
 
+// Whether a container or init container of `spec` requests or is limited in
+// a batch resource.
+bool requests_batch(const json& spec) {
+  for (const char* list : {"containers", "initContainers"}) {
+    auto cs = spec.find(list);
+    if (cs == spec.end() || !cs->is_array()) continue;
+    for (const auto& c : *cs) {
+      const json* res = c.is_object() ? object_field(c, "resources") : nullptr;
+      if (res == nullptr) continue;
+      for (const char* kind : {"requests", "limits"}) {
+        const json* m = object_field(*res, kind);
+        if (m != nullptr && (m->contains("kubernetes.io/batch-cpu") || m->contains("kubernetes.io/batch-memory")))
+          return true;
+      }
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 Result<PodMetaMap> parse_pod_list(const std::string& text, const JsonLimits& limits) {
@@ -146,6 +165,7 @@ Result<PodMetaMap> parse_pod_list(const std::string& text, const JsonLimits& lim
     meta.annotations = string_map_field(*md, "annotations");
     if (const json* spec = object_field(item, "spec")) {
       meta.priority_class = string_field(*spec, "priorityClassName");
+      meta.batch_resources = requests_batch(*spec);
     }
     pods.insert_or_assign(std::move(uid), std::move(meta));
   }
@@ -154,7 +174,7 @@ Result<PodMetaMap> parse_pod_list(const std::string& text, const JsonLimits& lim
 
 bool pods_equal(const PodMeta& a, const PodMeta& b) {
   return a.name == b.name && a.ns == b.ns && a.priority_class == b.priority_class && a.labels == b.labels &&
-         a.annotations == b.annotations;
+         a.annotations == b.annotations && a.batch_resources == b.batch_resources;
 }
 
 bool pods_equal(const PodMetaMap& a, const PodMetaMap& b) {

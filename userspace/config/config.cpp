@@ -33,13 +33,17 @@ Config default_config() {
   ClassRule offline_prio;
   offline_prio.priority_class = "low-priority-offline";
   offline_prio.cls = CgroupClass::Offline;
+  // A pod that asks for the batch resources khagent publishes runs on them.
+  ClassRule batch;
+  batch.batch_resources = true;
+  batch.cls = CgroupClass::Offline;
   ClassRule yarn;
   yarn.yarn = true;
   yarn.cls = CgroupClass::Offline;
   ClassRule besteffort;
   besteffort.qos = "besteffort";
   besteffort.cls = CgroupClass::Offline;
-  c.classes.rules = {online_prio, offline_prio, yarn, besteffort};
+  c.classes.rules = {online_prio, offline_prio, batch, yarn, besteffort};
   return c;
 }
 

@@ -23,6 +23,7 @@ void emit_rule(YAML::Emitter& out, const ClassRule& r) {
   if (!r.labels.empty()) out << YAML::Key << "labels" << YAML::Value << r.labels;
   if (!r.annotations.empty()) out << YAML::Key << "annotations" << YAML::Value << r.annotations;
   if (r.yarn) out << YAML::Key << "yarn" << YAML::Value << *r.yarn;
+  if (r.batch_resources) out << YAML::Key << "batch_resources" << YAML::Value << *r.batch_resources;
   out << YAML::EndMap;
 }
 

@@ -71,7 +71,8 @@ class Loader : public Walker {
              optional("priority_class", r.priority_class, &Loader::string),
              dict("labels", r.labels),
              dict("annotations", r.annotations),
-             optional("yarn", r.yarn, &Loader::boolean)});
+             optional("yarn", r.yarn, &Loader::boolean),
+             optional("batch_resources", r.batch_resources, &Loader::boolean)});
     if (!has_class) fail(at, "a rule needs a class (online, offline or system)");
     return r;
   }

@@ -154,6 +154,7 @@ CgroupClass classify_cgroup(const std::string& path, const CgroupIdentity& id, c
     if (r.path_glob && fnmatch(r.path_glob->c_str(), path.c_str(), 0) != 0) continue;
     if (r.yarn && *r.yarn != id.yarn) continue;
     if (r.priority_class && (!meta || meta->priority_class != *r.priority_class)) continue;
+    if (r.batch_resources && (meta ? meta->batch_resources : false) != *r.batch_resources) continue;
     if (!r.labels.empty() && (!meta || !labels_match(r.labels, meta->labels))) continue;
     if (!r.annotations.empty() && (!meta || !labels_match(r.annotations, meta->annotations))) continue;
     return r.cls;

@@ -25,6 +25,8 @@ struct ClassRule {
   std::map<std::string, std::string> labels;       // pod labels, all must match
   std::map<std::string, std::string> annotations;  // pod annotations, all must match
   std::optional<bool> yarn;                        // a YARN container (or not)
+  // A pod that requests kubernetes.io/batch-cpu or batch-memory (or not).
+  std::optional<bool> batch_resources;
   CgroupClass cls = CgroupClass::Online;
 };
 

@@ -13,6 +13,9 @@ struct PodMeta {
   std::string priority_class;
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
+  // A container requests (or is limited in) kubernetes.io/batch-cpu or
+  // kubernetes.io/batch-memory: the pod runs on offline capacity.
+  bool batch_resources = false;
 };
 
 }  // namespace khagent
