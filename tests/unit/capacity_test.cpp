@@ -292,3 +292,41 @@ TEST(CapacityConfigCheck, RefusesImpossibleValuesNamingTheKey) {
 
 }  // namespace
 }  // namespace khagent
+
+#include "khagent/export/status_report.h"
+
+namespace khagent {
+namespace {
+
+TEST(CapacityStatusReport, RoundTripsAndShowsWhatTheNodeHas) {
+  StatusCapacity c;
+  c.time = 1000;
+  c.node = "n1";
+  c.cpu_milli = 1500;
+  c.memory_bytes = int64_t{1} << 30;
+  c.on_node_cpu_milli = 0;
+  c.on_node_memory_bytes = int64_t{1} << 30;
+  c.explanation = "batch-cpu 1500m: budget 3.00 cores";
+  c.patches_ok = 3;
+  c.reasserts = 1;
+  c.last_error = "PATCH node n1 status: HTTP 403";
+  auto p = parse_capacity_report("/x", capacity_report_text(c), 1010);
+  ASSERT_EQ(p.error, "");
+  EXPECT_EQ(p.age_s, 10);
+  EXPECT_EQ(p.cpu_milli, 1500);
+  EXPECT_EQ(p.on_node_cpu_milli, 0);
+  StatusReport r;
+  r.capacity = p;
+  const std::string text = format_status(r);
+  EXPECT_NE(text.find("node n1"), std::string::npos) << text;
+  EXPECT_NE(text.find("batch-cpu 1500m, batch-memory 1024Mi"), std::string::npos) << text;
+  EXPECT_NE(text.find("the node shows batch-cpu 0m"), std::string::npos) << text;
+  EXPECT_NE(text.find("3 ok, 0 failed, 1 re-asserted; last error: PATCH node n1 status: HTTP 403"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(status_json(r).find("\"batch_cpu_milli\":1500"), std::string::npos);
+  EXPECT_NE(parse_capacity_report("/x", "{}", 0).error, "");
+}
+
+}  // namespace
+}  // namespace khagent

@@ -292,7 +292,11 @@ void Agent::tick() {
   for (auto& c : controllers_) outs.emplace_back(c.get(), c->step(v));
   apply(outs, 0, 0);
   if (yarn_ && metrics_) metrics_->update_yarn(yarn_->status());
-  if (batch_ && metrics_) metrics_->update_capacity(batch_->status());
+  if (batch_) {
+    const CapacityStatus cs = batch_->status();
+    if (metrics_) metrics_->update_capacity(cs);
+    exporter_->capacity(cs, mono_ns());
+  }
   if (metrics_) metrics_->set_ready();
 }
 

@@ -400,6 +400,21 @@ void read_burst(StatusReport& r, const Config& cfg) {
   r.burst = parse_burst_report(path, *text, static_cast<int64_t>(std::time(nullptr)));
 }
 
+// The capacity report the agent writes beside its state file, if there is one.
+void read_capacity(StatusReport& r, const Config& cfg) {
+  const std::string path = capacity_report_path(cfg.state_file);
+  auto text = read_regular_file(path, size_t{1} << 20);
+  if (!text) {
+    if (text.error().err != ENOENT) {
+      r.capacity = StatusCapacity{};
+      r.capacity->path = path;
+      r.capacity->error = text.error().str();
+    }
+    return;
+  }
+  r.capacity = parse_capacity_report(path, *text, static_cast<int64_t>(std::time(nullptr)));
+}
+
 StatusReport collect_status(const CliOptions& o, const Config& cfg) {
   StatusReport r;
   r.pin_dir = o.loader.pin_dir;
@@ -412,6 +427,7 @@ StatusReport collect_status(const CliOptions& o, const Config& cfg) {
   }
   read_state_entries(r, cfg, roots);
   read_burst(r, cfg);
+  read_capacity(r, cfg);
   if (!roots.unified.empty()) {
     read_targets(r, cfg, roots, backend);
     read_memory(r, cfg, roots, backend);

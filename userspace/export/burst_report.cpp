@@ -14,6 +14,10 @@
 
 namespace khagent {
 
+std::string capacity_report_path(const std::string& state_file) {
+  return std::filesystem::path(state_file).replace_extension(".capacity.json").string();
+}
+
 std::string burst_report_path(const std::string& state_file) {
   return std::filesystem::path(state_file).replace_extension(".burst.json").string();
 }
@@ -21,6 +25,7 @@ std::string burst_report_path(const std::string& state_file) {
 ReportExporter::~ReportExporter() {
   // A report of an agent that stopped would be read as a live one.
   if (burst_written_ns_) std::remove(burst_report_path(cfg_.state_file).c_str());
+  if (capacity_written_ns_) std::remove(capacity_report_path(cfg_.state_file).c_str());
 }
 
 namespace {

@@ -222,7 +222,76 @@ StatusBurst parse_burst_report(const std::string& path, const std::string& text,
   return b;
 }
 
+std::string capacity_report_text(const StatusCapacity& c) {
+  nlohmann::json j = {{"time", c.time},
+                      {"node", c.node},
+                      {"batch_cpu_milli", c.cpu_milli},
+                      {"batch_memory_bytes", c.memory_bytes},
+                      {"on_node_batch_cpu_milli", c.on_node_cpu_milli},
+                      {"on_node_batch_memory_bytes", c.on_node_memory_bytes},
+                      {"explanation", c.explanation},
+                      {"patches_ok", c.patches_ok},
+                      {"patches_failed", c.patches_failed},
+                      {"reasserts", c.reasserts},
+                      {"stale", c.stale},
+                      {"last_error", c.last_error}};
+  return j.dump(1) + "\n";
+}
+
+StatusCapacity parse_capacity_report(const std::string& path, const std::string& text, int64_t now_s) {
+  StatusCapacity c;
+  c.path = path;
+  auto doc = parse_json_bounded(text, JsonLimits{size_t{1} << 20, 4, 1000});
+  if (!doc) {
+    c.error = doc.error().str();
+    return c;
+  }
+  try {
+    const auto& j = *doc;
+    c.time = j.at("time").get<int64_t>();
+    c.age_s = now_s - c.time;
+    c.node = j.at("node").get<std::string>();
+    c.cpu_milli = j.at("batch_cpu_milli").get<int64_t>();
+    c.memory_bytes = j.at("batch_memory_bytes").get<int64_t>();
+    c.on_node_cpu_milli = j.at("on_node_batch_cpu_milli").get<int64_t>();
+    c.on_node_memory_bytes = j.at("on_node_batch_memory_bytes").get<int64_t>();
+    c.explanation = j.at("explanation").get<std::string>();
+    c.patches_ok = j.at("patches_ok").get<uint64_t>();
+    c.patches_failed = j.at("patches_failed").get<uint64_t>();
+    c.reasserts = j.at("reasserts").get<uint64_t>();
+    c.stale = j.at("stale").get<bool>();
+    c.last_error = j.at("last_error").get<std::string>();
+  } catch (const std::exception& e) {
+    c = StatusCapacity{};
+    c.path = path;
+    c.error = std::string("not a capacity report: ") + e.what();
+  }
+  return c;
+}
+
 namespace {
+
+std::string quantity_text(int64_t cpu_milli, int64_t memory_bytes) {
+  std::string s = cpu_milli >= 0 ? fmt::format("batch-cpu {}m", cpu_milli) : std::string("batch-cpu missing");
+  s += memory_bytes >= 0 ? fmt::format(", batch-memory {}Mi", memory_bytes >> 20) : std::string(", no batch-memory");
+  return s;
+}
+
+std::string capacity_text(const StatusCapacity& c) {
+  if (!c.error.empty()) return fmt::format("capacity published to Kubernetes: {} unreadable: {}\n", c.path, c.error);
+  std::string out = fmt::format("capacity published to Kubernetes (the agent's last report, {} s ago), node {}:\n",
+                                c.age_s, c.node);
+  if (c.cpu_milli < 0) return out + "  nothing decided yet\n";
+  out += fmt::format("  {}{}\n", quantity_text(c.cpu_milli, c.memory_bytes), c.stale ? " (stale: no decision lately, the node keeps it)" : "");
+  const bool same = c.on_node_cpu_milli == c.cpu_milli &&
+                    (c.memory_bytes < 0 || c.on_node_memory_bytes == c.memory_bytes);
+  out += same ? std::string("  the node shows it\n")
+              : fmt::format("  the node shows {}\n", quantity_text(c.on_node_cpu_milli, c.on_node_memory_bytes));
+  out += fmt::format("  {}\n", c.explanation);
+  out += fmt::format("  patches: {} ok, {} failed, {} re-asserted{}\n", c.patches_ok, c.patches_failed, c.reasserts,
+                     c.last_error.empty() ? "" : "; last error: " + c.last_error);
+  return out;
+}
 
 // One online pod's CPU line: its throttled wait, the verdict, the burst in
 // force or why none.
@@ -266,6 +335,7 @@ std::string format_status(const StatusReport& r) {
   std::string out = agent_text(r) + state_file_text(r) + budget_text(r);
   if (r.memory) out += memory_text(*r.memory);
   if (r.burst) out += burst_text(*r.burst);
+  if (r.capacity) out += capacity_text(*r.capacity);
   return out;
 }
 
@@ -350,7 +420,13 @@ std::string status_json(const StatusReport& r) {
       {"offline_budget_cores", budget ? json(*budget) : json(nullptr)},
       {"memory", memory},
       {"burst", burst},
+      {"capacity", r.capacity ? json::parse(capacity_report_text(*r.capacity)) : json(nullptr)},
   };
+  if (r.capacity) {
+    j["capacity"]["report"] = r.capacity->path;
+    j["capacity"]["age_s"] = r.capacity->age_s;
+    if (!r.capacity->error.empty()) j["capacity"]["error"] = r.capacity->error;
+  }
   if (!r.agent_found) j["problem"] = r.agent_problem;
   return j.dump() + "\n";
 }

@@ -11,6 +11,7 @@
 
 #include "khagent/config/config.h"
 #include "khagent/export/metrics.h"
+#include "khagent/model/capacity_status.h"
 #include "khagent/policy/controllers.h"
 #include "khagent/util/log_limit.h"
 
@@ -20,6 +21,9 @@ namespace khagent {
 // state file's name with .burst.json for .json (written atomically, at most
 // once a second unless a verdict changed; removed when the agent stops).
 std::string burst_report_path(const std::string& state_file);
+// The capacity report beside the state file (state.capacity.json), written
+// by write_capacity_report when the capacity status moved.
+std::string capacity_report_path(const std::string& state_file);
 // The report as that file holds it: one JSON object, `unix_s` its time.
 std::string burst_report_json(const BurstReport& r, const Config& cfg, int64_t unix_s);
 
@@ -39,6 +43,10 @@ class ReportExporter {
   void operator()(const BurstReport& r);
   void operator()(const CacheReclaimReport& r);
 
+  // The capacity publisher's status, kept in the report file beside the
+  // state file for `khagent status`: written when it moves, else every 10 s.
+  void capacity(const CapacityStatus& st, uint64_t now_ns);
+
  private:
   const Config& cfg_;
   Metrics* metrics_;
@@ -53,6 +61,9 @@ class ReportExporter {
   std::string burst_verdicts_;     // the verdicts last written to the report file
   uint64_t burst_written_ns_ = 0;  // when
   bool burst_write_failed_ = false;
+  std::string capacity_written_;     // the status last written, without its time
+  uint64_t capacity_written_ns_ = 0;
+  bool capacity_write_failed_ = false;
 };
 
 }  // namespace khagent

@@ -97,6 +97,26 @@ struct StatusBurst {
   std::vector<StatusBurstPod> pods;
 };
 
+// The capacity the agent publishes to Kubernetes (from the report it keeps
+// beside its state file).
+struct StatusCapacity {
+  std::string path;   // the report file
+  std::string error;  // unreadable or malformed: why ("" read)
+  int64_t time = 0;   // when the agent wrote it (Unix seconds)
+  int64_t age_s = 0;
+  std::string node;
+  int64_t cpu_milli = -1;      // what the node is to show; -1: nothing decided yet
+  int64_t memory_bytes = -1;   // -1: not published
+  int64_t on_node_cpu_milli = -1;     // what it showed at the last read or patch (-1: missing or unknown)
+  int64_t on_node_memory_bytes = -1;
+  std::string explanation;
+  uint64_t patches_ok = 0;
+  uint64_t patches_failed = 0;
+  uint64_t reasserts = 0;
+  bool stale = false;
+  std::string last_error;
+};
+
 // A process holding the agent's maps open.
 struct StatusProcess {
   int pid = 0;
@@ -129,6 +149,7 @@ struct StatusReport {
   std::vector<StatusTarget> targets;
   std::optional<StatusMemory> memory;  // none: no memory controller to read
   std::optional<StatusBurst> burst;    // none: no report file (no agent has written one)
+  std::optional<StatusCapacity> capacity;  // none: no report file (capacity not published)
 };
 
 // The burst report file's text, as the agent writes it (time, share,
@@ -137,6 +158,10 @@ struct StatusReport {
 // list of a pod's keys serves both and status --json.
 std::string burst_report_text(const StatusBurst& b);
 StatusBurst parse_burst_report(const std::string& path, const std::string& text, int64_t now_s);
+
+// The capacity report file's text and its parser, as the burst report's.
+std::string capacity_report_text(const StatusCapacity& c);
+StatusCapacity parse_capacity_report(const std::string& path, const std::string& text, int64_t now_s);
 
 // Names of the BPF-side counters, indexed by enum kh_counter.
 const std::vector<std::string>& bpf_counter_names();
