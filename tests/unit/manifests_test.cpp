@@ -230,7 +230,8 @@ TEST(ManifestFiles, EveryDocumentHasApiVersionKindAndName) {
   }
   for (const char* f : {"namespace.yaml", "rbac.yaml", "configmap.yaml", "daemonset.yaml",
                         "daemonset-capabilities.yaml", "priorityclasses.yaml", "servicemonitor.yaml",
-                        "examples/nodemanager-statefulset.yaml", "examples/cronhpa-online.yaml"})
+                        "examples/nodemanager-statefulset.yaml", "examples/cronhpa-online.yaml",
+                        "node-status-policy.yaml", "examples/batch-pod.yaml", "examples/batch-deployment.yaml"})
     EXPECT_TRUE(files.count(f)) << f << " has no document";
 }
 
@@ -238,7 +239,9 @@ TEST(ManifestFiles, AgentObjectsLiveInThePrivilegedKhagentNamespace) {
   EXPECT_EQ(str(object("Namespace", "khagent", "namespace.yaml"),
                 {"metadata", "labels", "pod-security.kubernetes.io/enforce"}),
             "privileged");
-  const std::set<std::string> cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"};
+  const std::set<std::string> cluster_scoped = {"Namespace",     "ClusterRole",
+                                                "ClusterRoleBinding", "PriorityClass",
+                                                "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"};
   for (const auto& d : docs()) {
     if (d.file.rfind("examples/", 0) == 0) continue;
     auto kind = str(d.node, {"kind"});
@@ -479,14 +482,14 @@ TEST(ManifestPriorityClasses, NamesAndValues) {
   EXPECT_EQ(got, (std::map<std::string, int>{{"high-priority-online", 2000000}, {"low-priority-offline", 1000000}}));
 }
 
-TEST(ManifestRbac, OnlyGetOnNodesAndNodesProxy) {
+TEST(ManifestRbac, OnlyGetOnNodesAndNodesProxyAndPatchOnNodeStatus) {
   auto role = object("ClusterRole", "khagent", "rbac.yaml");
   std::set<std::string> grants;  // "<group>/<resource>:<verb>"
   for (const auto& rule : seq(at(role, {"rules"})))
     for (const auto& g : seq(at(rule, {"apiGroups"})))
       for (const auto& r : seq(at(rule, {"resources"})))
         for (const auto& v : seq(at(rule, {"verbs"}))) grants.insert(str(g) + "/" + str(r) + ":" + str(v));
-  EXPECT_EQ(grants, (std::set<std::string>{"/nodes:get", "/nodes/proxy:get"}));
+  EXPECT_EQ(grants, (std::set<std::string>{"/nodes:get", "/nodes/proxy:get", "/nodes/status:patch"}));
 
   auto binding = object("ClusterRoleBinding", "khagent", "rbac.yaml");
   EXPECT_EQ(str(binding, {"roleRef", "kind"}), "ClusterRole");
@@ -494,6 +497,24 @@ TEST(ManifestRbac, OnlyGetOnNodesAndNodesProxy) {
   auto sa = item(at(binding, {"subjects"}), "kind", "ServiceAccount");
   EXPECT_EQ(str(sa, {"name"}), "khagent");
   EXPECT_EQ(str(sa, {"namespace"}), "khagent");
+}
+
+// The admission policy limits the nodes/status grant to the agent's own
+// node: it must name the ServiceAccount the DaemonSet runs as, and be bound.
+TEST(ManifestNodeStatusPolicy, NamesTheAgentsServiceAccountAndIsBound) {
+  auto policy = object("ValidatingAdmissionPolicy", "khagent-node-status", "node-status-policy.yaml");
+  auto cond = item(at(policy, {"spec", "matchConditions"}), "name", "khagent-service-account");
+  ASSERT_TRUE(cond);
+  EXPECT_NE(str(cond, {"expression"}).find("system:serviceaccount:khagent:khagent"), std::string::npos);
+  auto rule = seq(at(policy, {"spec", "matchConstraints", "resourceRules"}));
+  ASSERT_EQ(rule.size(), 1u);
+  EXPECT_EQ(str(seq(at(rule[0], {"resources"}))[0]), "nodes/status");
+  EXPECT_EQ(str(policy, {"spec", "failurePolicy"}), "Fail");
+  auto binding = object("ValidatingAdmissionPolicyBinding", "khagent-node-status", "node-status-policy.yaml");
+  EXPECT_EQ(str(binding, {"spec", "policyName"}), "khagent-node-status");
+  EXPECT_EQ(str(seq(at(binding, {"spec", "validationActions"}))[0]), "Deny");
+  auto ds = object("DaemonSet", "khagent", "daemonset.yaml");
+  EXPECT_EQ(str(ds, {"spec", "template", "spec", "serviceAccountName"}), "khagent");
 }
 
 TEST(ManifestServiceMonitor, SelectsTheAgentsMetricsPort) {
