@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs every Debian package khagent's build, agent and tests need, and
+# Installs every Debian package khagent's build, agent and tests need,
 # fetches the Maven dependencies of the yarn tier's MiniYARNCluster launcher
-# (tests/yarn-mini) into ~/.m2 (Maven Central).
+# (tests/yarn-mini) into ~/.m2 (Maven Central), and builds the kube tier's
+# kube-apiserver and etcd from Go modules (scripts/kube-mini.sh: the Go
+# module proxy, Go 1.26 or newer on PATH; cached by version, about 7 minutes
+# the first time on 2 cores, nothing after).
 #   scripts/setup.sh           everything (scripts/test.sh)
 #   scripts/setup.sh --agent   only what building and running the agent needs (scripts/run.sh)
 # Idempotent: packages already installed are skipped, apt is only touched
@@ -55,6 +58,11 @@ fetch_maven() {
   mvn -B -q -f "$root/tests/yarn-mini/pom.xml" "-Dyarnmini.out=$out" package
 }
 
+# The kube tier's API server, built once per version (scripts/kube-mini.sh).
+build_kube() {
+  "$root/scripts/kube-mini.sh" build >/dev/null
+}
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   [[ "$p" == \#* ]] && continue
@@ -65,7 +73,7 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#PACKAGES[@]} packages present"
-  ((agent_only)) || fetch_maven
+  ((agent_only)) || { fetch_maven && build_kube; }
   exit 0
 fi
 
@@ -78,5 +86,5 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}"
-((agent_only)) || fetch_maven
+((agent_only)) || { fetch_maven && build_kube; }
 echo "setup: done"

@@ -4,6 +4,8 @@
 #   unit  (no root)          tests/unit
 #   yarn  (Java)             tests/yarn: a real ResourceManager and NodeManager
 #                            (MiniYARNCluster from tests/yarn-mini), about a minute
+#   kube  (Go-built)         tests/kube: the capacity publisher against a real
+#                            kube-apiserver and etcd (scripts/kube-mini.sh), 10 s
 #   host  (root, real BPF)   tests/host; the only tier that judges latency
 #   vmtest (QEMU)            one boot per kernel (Debian's 6.1 and 6.12) runs the
 #                            host tier and the in-guest suite, two more boots a
@@ -62,8 +64,8 @@ scripts/build.sh "$root/build"
 step "lint: clang-format and clang-tidy (.clang-format, .clang-tidy)"
 scripts/lint.sh "$root/build"
 
-step "unit, yarn and host tests"
-ctest --test-dir "$root/build" --output-on-failure -L 'unit|yarn|host' -j1
+step "unit, yarn, kube and host tests"
+ctest --test-dir "$root/build" --output-on-failure -L 'unit|yarn|kube|host' -j1
 # The host tier's latency verdicts, and how noisy the host was, even when they passed.
 echo "The protection test's figures (tests/host/protection_host_test.cpp):"
 grep -hE '^(probe response p99|khagent against|host noise|offline CPU s per|rounds with cpu.idle)' \

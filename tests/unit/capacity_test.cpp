@@ -111,7 +111,7 @@ TEST(CapacityPublish, HysteresisShrinksAtOnceAndGrowsWhenStable) {
   d = step(34 * kS, 4200);
   EXPECT_EQ(d.cpu, PublishAction::Grow);
   EXPECT_EQ(d.value.cpu_milli, 3800);  // the lowest seen meanwhile
-  d = step(35 * kS, 3200);  // -15.8%
+  d = step(35 * kS, 3200);             // -15.8%
   EXPECT_EQ(d.cpu, PublishAction::Hold);
   d = step(36 * kS, 2000);
   EXPECT_EQ(d.cpu, PublishAction::Shrink);
@@ -197,7 +197,7 @@ TEST(CapacityReplay, NeverOverTheBudgetAndFewPatchesUnderNoise) {
     double online = 6.0;
     if (t >= 3000 && t < 3600) online = 6.0;  // a high-priority pod scheduled, no usage yet: nothing moves
     if (t >= 3600 && t < 5000) online = 6.0 + 4.0 * std::min(1.0, (t - 3600) / 60.0);  // it ramps up
-    if (t >= 5000 && t < 5005) online = 13.0;                                           // a surge
+    if (t >= 5000 && t < 5005) online = 13.0;                                          // a surge
     online *= 1.0 + noise(rng);
     const double budget = std::max(0.5, node - online - reserve);
     const double mem_online = (0.4 + 0.1 * (t >= 3600)) * node_mem * (1.0 + noise(rng) / 3);
@@ -222,13 +222,31 @@ TEST(CapacityReplay, NeverOverTheBudgetAndFewPatchesUnderNoise) {
       EXPECT_FALSE(plan.publish.patch) << t;
     }
   }
-  std::printf("replay: %d ticks over the budget, %d patches in 10000 s, %d in the 50 min of noise alone, "
-              "surge published after %d s\n",
-              over, patches, patches_noise, surge_ticks);
+  std::printf(
+      "replay: %d ticks over the budget, %d patches in 10000 s, %d in the 50 min of noise alone, "
+      "surge published after %d s\n",
+      over, patches, patches_noise, surge_ticks);
   EXPECT_EQ(over, 0);
   EXPECT_LE(patches_noise, 50);  // at most one per 60 s
   ASSERT_GE(surge_ticks, 0);
   EXPECT_LE(surge_ticks, 10);
+}
+
+TEST(KubeNodeStatus, QuantitiesInTheApiServersCanonicalForm) {
+  EXPECT_EQ(whole_quantity("1500"), 1500);
+  EXPECT_EQ(whole_quantity("1k"), 1000);  // "1000" comes back so
+  EXPECT_EQ(whole_quantity("1.5k"), 1500);
+  EXPECT_EQ(whole_quantity("6Gi"), int64_t{6} << 30);
+  EXPECT_EQ(whole_quantity("3072Mi"), int64_t{3} << 30);
+  EXPECT_EQ(whole_quantity("2000m"), 2);
+  EXPECT_EQ(whole_quantity("0"), 0);
+  EXPECT_EQ(whole_quantity("1500m"), -1);  // not whole
+  EXPECT_EQ(whole_quantity("0.5"), -1);
+  EXPECT_EQ(whole_quantity("-1"), -1);
+  EXPECT_EQ(whole_quantity("1e3"), -1);
+  EXPECT_EQ(whole_quantity("12Ei"), -1);  // over int64
+  EXPECT_EQ(whole_quantity(""), -1);
+  EXPECT_EQ(whole_quantity("k"), -1);
 }
 
 TEST(KubeNodeStatus, ParsesAndPatchesTheBatchResources) {
@@ -321,8 +339,7 @@ TEST(CapacityStatusReport, RoundTripsAndShowsWhatTheNodeHas) {
   EXPECT_NE(text.find("node n1"), std::string::npos) << text;
   EXPECT_NE(text.find("batch-cpu 1500m, batch-memory 1024Mi"), std::string::npos) << text;
   EXPECT_NE(text.find("the node shows batch-cpu 0m"), std::string::npos) << text;
-  EXPECT_NE(text.find("3 ok, 0 failed, 1 re-asserted; last error: PATCH node n1 status: HTTP 403"),
-            std::string::npos)
+  EXPECT_NE(text.find("3 ok, 0 failed, 1 re-asserted; last error: PATCH node n1 status: HTTP 403"), std::string::npos)
       << text;
   EXPECT_NE(status_json(r).find("\"batch_cpu_milli\":1500"), std::string::npos);
   EXPECT_NE(parse_capacity_report("/x", "{}", 0).error, "");

@@ -239,9 +239,12 @@ TEST(ManifestFiles, AgentObjectsLiveInThePrivilegedKhagentNamespace) {
   EXPECT_EQ(str(object("Namespace", "khagent", "namespace.yaml"),
                 {"metadata", "labels", "pod-security.kubernetes.io/enforce"}),
             "privileged");
-  const std::set<std::string> cluster_scoped = {"Namespace",     "ClusterRole",
-                                                "ClusterRoleBinding", "PriorityClass",
-                                                "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"};
+  const std::set<std::string> cluster_scoped = {"Namespace",
+                                                "ClusterRole",
+                                                "ClusterRoleBinding",
+                                                "PriorityClass",
+                                                "ValidatingAdmissionPolicy",
+                                                "ValidatingAdmissionPolicyBinding"};
   for (const auto& d : docs()) {
     if (d.file.rfind("examples/", 0) == 0) continue;
     auto kind = str(d.node, {"kind"});

@@ -1,8 +1,8 @@
 #include "khagent/actuate/kube_node_status.h"
 
 #include <cerrno>
-#include <charconv>
 #include <cstdint>
+#include <numeric>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -19,27 +19,18 @@ using json = nlohmann::json;
 std::string pointer_token(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '~')
-      out += "~0";
-    else if (c == '/')
-      out += "~1";
-    else
-      out += c;
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
   }
   return out;
 }
 
-// A quantity we publish: a whole number, nothing else ("1500", not "1.5"
-// or "1500m"); -1 for anything else.
 int64_t whole(const json& map, const char* key) {
   if (!map.is_object()) return -1;
   auto it = map.find(key);
   if (it == map.end() || !it->is_string()) return -1;
-  const auto& s = it->get_ref<const std::string&>();
-  int64_t v = -1;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc{} || end != s.data() + s.size() || v < 0) return -1;
-  return v;
+  return whole_quantity(it->get_ref<const std::string&>());
 }
 
 int64_t both(const json& status, const char* key) {
@@ -51,12 +42,9 @@ int64_t both(const json& status, const char* key) {
 
 Error http_error(long status, const std::string& what, const std::string& body) {
   int err = EIO;
-  if (status == 401 || status == 403)
-    err = EACCES;
-  else if (status == 404)
-    err = ENOENT;
-  else if (status == 409 || status == 422 || status == 400)
-    err = EINVAL;
+  if (status == 401 || status == 403) err = EACCES;
+  else if (status == 404) err = ENOENT;
+  else if (status == 409 || status == 422 || status == 400) err = EINVAL;
   std::string msg = what + ": HTTP " + std::to_string(status);
   // The API server's Status object says why (an admission policy's message).
   auto j = json::parse(body, nullptr, false);
@@ -76,6 +64,62 @@ Result<NodeBatchView> send(HttpClient& api, const HttpRequest& req, const std::s
 }
 
 }  // namespace
+
+int64_t whole_quantity(std::string_view s) {
+  // digits[.digits][suffix]: the API server writes what we sent in its
+  // canonical form ("1000" comes back as "1k", 6 GiB as "6Gi").
+  size_t i = 0;
+  uint64_t num = 0;  // the digits, the point left out
+  uint64_t den = 1;  // 10^(digits after the point)
+  bool digits = false, dot = false;
+  for (; i < s.size(); i++) {
+    const char c = s[i];
+    if (c >= '0' && c <= '9') {
+      digits = true;
+      if (__builtin_mul_overflow(num, 10, &num) || __builtin_add_overflow(num, static_cast<uint64_t>(c - '0'), &num))
+        return -1;
+      if (dot && __builtin_mul_overflow(den, 10, &den)) return -1;
+    } else if (c == '.' && !dot) {
+      dot = true;
+    } else {
+      break;
+    }
+  }
+  if (!digits) return -1;
+  const std::string_view suffix = s.substr(i);
+  uint64_t mult = 1;
+  if (suffix == "m") {
+    if (__builtin_mul_overflow(den, 1000, &den)) return -1;
+  } else if (!suffix.empty()) {
+    static constexpr std::pair<std::string_view, uint64_t> kSuffixes[] = {{"k", 1'000ULL},
+                                                                          {"M", 1'000'000ULL},
+                                                                          {"G", 1'000'000'000ULL},
+                                                                          {"T", 1'000'000'000'000ULL},
+                                                                          {"P", 1'000'000'000'000'000ULL},
+                                                                          {"E", 1'000'000'000'000'000'000ULL},
+                                                                          {"Ki", 1ULL << 10},
+                                                                          {"Mi", 1ULL << 20},
+                                                                          {"Gi", 1ULL << 30},
+                                                                          {"Ti", 1ULL << 40},
+                                                                          {"Pi", 1ULL << 50},
+                                                                          {"Ei", 1ULL << 60}};
+    bool known = false;
+    for (const auto& [name, m] : kSuffixes)
+      if (suffix == name) {
+        mult = m;
+        known = true;
+      }
+    if (!known) return -1;
+  }
+  // num * mult / den, whole: reduce by the common factor first.
+  const uint64_t g = std::gcd(mult, den);
+  mult /= g;
+  den /= g;
+  if (num % den != 0) return -1;
+  uint64_t v = 0;
+  if (__builtin_mul_overflow(num / den, mult, &v) || v > static_cast<uint64_t>(INT64_MAX)) return -1;
+  return static_cast<int64_t>(v);
+}
 
 Result<NodeBatchView> parse_node_batch(const std::string& text) {
   auto doc = parse_json_bounded(text, JsonLimits{});
@@ -115,8 +159,7 @@ std::string batch_patch(const NodeBatchView& node, const BatchQuantity& q, const
     ops.push_back({{"op", "add"},
                    {"path", std::string("/metadata/annotations/") + pointer_token(kBatchExplanation)},
                    {"value", explanation}});
-  else
-    ops.push_back({{"op", "add"}, {"path", "/metadata/annotations"}, {"value", {{kBatchExplanation, explanation}}}});
+  else ops.push_back({{"op", "add"}, {"path", "/metadata/annotations"}, {"value", {{kBatchExplanation, explanation}}}});
   return ops.dump();
 }
 

@@ -27,7 +27,7 @@ std::string quantity_str(const BatchQuantity& q) {
 // The token is read at each request: a projected service-account token is
 // rotated by the kubelet.
 Result<std::string> read_token(const std::string& path) {
-  auto t = read_regular_file(path, 64 * 1024);
+  auto t = read_regular_file(path, size_t{64} << 10);
   if (!t) return make_error(t.error().err, "reading the service-account token " + path + ": " + t.error().message);
   std::string tok = trim_space(*t);
   if (tok.empty()) return make_error(EINVAL, "the service-account token " + path + " is empty");
@@ -115,7 +115,8 @@ void BatchPublisher::note_error(const std::string& what) {
   retry_ns_ = now + backoff_ns_;
 }
 
-bool BatchPublisher::patch(const BatchQuantity& q, const std::string& explanation, bool reassert, uint64_t now_ns) {
+bool BatchPublisher::patch(HttpClient& api, const BatchQuantity& q, const std::string& explanation, bool reassert,
+                           uint64_t now_ns) {
   const std::string old = view_ ? quantity_str(view_->shown) : "unknown";
   if (dry_run_) {
     spdlog::info("capacity: would publish {} on node {} (dry run): {}", quantity_str(q), node_, explanation);
@@ -139,7 +140,7 @@ bool BatchPublisher::patch(const BatchQuantity& q, const std::string& explanatio
   // The maps present decide the patch's paths: read the node first when
   // it was not read yet.
   if (!view_) {
-    auto v = get_node_batch(*api_, node_, *token, &stopping_);
+    auto v = get_node_batch(api, node_, *token, &stopping_);
     if (!v) {
       {
         std::lock_guard lk(mu_);
@@ -150,7 +151,7 @@ bool BatchPublisher::patch(const BatchQuantity& q, const std::string& explanatio
     }
     view_ = *v;
   }
-  auto r = patch_node_batch(*api_, node_, *token, batch_patch(*view_, q, explanation), &stopping_);
+  auto r = patch_node_batch(api, node_, *token, batch_patch(*view_, q, explanation), &stopping_);
   if (!r) {
     view_.reset();  // read again before the next try: the node may have changed
     {
@@ -177,7 +178,8 @@ bool BatchPublisher::patch(const BatchQuantity& q, const std::string& explanatio
 }
 
 void BatchPublisher::round(uint64_t now_ns) {
-  if (!api_ && !dry_run_) return;
+  if (!api_) return;
+  HttpClient& api = *api_;
   std::optional<BatchQuantity> want;
   std::string why;
   bool stale = false;
@@ -191,8 +193,7 @@ void BatchPublisher::round(uint64_t now_ns) {
       if (stale)
         spdlog::warn("capacity: no decision for {}s: node {} keeps {}", cfg_.stale_after_ns / kNsPerS, node_,
                      quantity_str(*wanted_));
-      else
-        spdlog::info("capacity: decisions again");
+      else spdlog::info("capacity: decisions again");
     }
   }
   if (!want || now_ns < retry_ns_) return;
@@ -205,7 +206,7 @@ void BatchPublisher::round(uint64_t now_ns) {
       return;
     }
     last_read_ns_ = now_ns;
-    auto v = get_node_batch(*api_, node_, *token, &stopping_);
+    auto v = get_node_batch(api, node_, *token, &stopping_);
     if (!v) {
       {
         std::lock_guard lk(mu_);
@@ -226,7 +227,7 @@ void BatchPublisher::round(uint64_t now_ns) {
   if (view_ && !reassert && view_->shown.cpu_milli == want->cpu_milli &&
       (want->memory_bytes < 0 || view_->shown.memory_bytes == want->memory_bytes))
     return;
-  if (patch(*want, why, reassert, now_ns) && last_read_ns_ == 0) last_read_ns_ = now_ns;
+  if (patch(api, *want, why, reassert, now_ns) && last_read_ns_ == 0) last_read_ns_ = now_ns;
 }
 
 void BatchPublisher::run() {

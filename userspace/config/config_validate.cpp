@@ -249,9 +249,11 @@ Result<void> validate_config(const Config& c) {
 
   const auto& k = c.capacity;
   if (!k.api_server.empty() && k.api_server.rfind("https://", 0) != 0) {
-    return bad("capacity.api_server", "\"" + k.api_server + "\" must be an https:// address, like https://10.96.0.1:443");
+    return bad("capacity.api_server",
+               "\"" + k.api_server + "\" must be an https:// address, like https://10.96.0.1:443");
   }
-  if (k.enabled && k.token_file.empty()) return bad("capacity.token_file", "must be set while capacity.enabled is true");
+  if (k.enabled && k.token_file.empty())
+    return bad("capacity.token_file", "must be set while capacity.enabled is true");
   if (!in_unit_range(k.batch_share)) {
     return bad("capacity.batch_share", "must be between 0 and 1, got " + format_double(k.batch_share));
   }

@@ -43,7 +43,7 @@ constexpr std::array<FamilySpec, kNrCapacityFamilies> kCapacityFamilies = {{
 }};
 static_assert(rows_in_order(kCapacityFamilies));
 
-constexpr std::array<const char*, 9> kTerms = {"capacity", "online", "reserve", "margin",  "budget",
+constexpr std::array<const char*, 9> kTerms = {"capacity", "online", "reserve",   "margin", "budget",
                                                "yarn",     "batch",  "published", "on_node"};
 
 }  // namespace

@@ -279,12 +279,13 @@ std::string quantity_text(int64_t cpu_milli, int64_t memory_bytes) {
 
 std::string capacity_text(const StatusCapacity& c) {
   if (!c.error.empty()) return fmt::format("capacity published to Kubernetes: {} unreadable: {}\n", c.path, c.error);
-  std::string out = fmt::format("capacity published to Kubernetes (the agent's last report, {} s ago), node {}:\n",
-                                c.age_s, c.node);
+  std::string out =
+      fmt::format("capacity published to Kubernetes (the agent's last report, {} s ago), node {}:\n", c.age_s, c.node);
   if (c.cpu_milli < 0) return out + "  nothing decided yet\n";
-  out += fmt::format("  {}{}\n", quantity_text(c.cpu_milli, c.memory_bytes), c.stale ? " (stale: no decision lately, the node keeps it)" : "");
-  const bool same = c.on_node_cpu_milli == c.cpu_milli &&
-                    (c.memory_bytes < 0 || c.on_node_memory_bytes == c.memory_bytes);
+  out += fmt::format("  {}{}\n", quantity_text(c.cpu_milli, c.memory_bytes),
+                     c.stale ? " (stale: no decision lately, the node keeps it)" : "");
+  const bool same =
+      c.on_node_cpu_milli == c.cpu_milli && (c.memory_bytes < 0 || c.on_node_memory_bytes == c.memory_bytes);
   out += same ? std::string("  the node shows it\n")
               : fmt::format("  the node shows {}\n", quantity_text(c.on_node_cpu_milli, c.on_node_memory_bytes));
   out += fmt::format("  {}\n", c.explanation);

@@ -102,7 +102,8 @@ CapacitySplit split_budget(const YarnOffer& offer, const SideUse& use, bool with
     const uint64_t m = *offer.memory_budget_bytes;
     s.budget_memory = m;
     const auto share_part = static_cast<uint64_t>(std::floor(static_cast<double>(m) * s.batch_share));
-    auto [mem, mem_floored] = batch_part<uint64_t>(m, std::min(m, share_part), cfg.floor_memory_bytes, offer.online_breach);
+    auto [mem, mem_floored] =
+        batch_part<uint64_t>(m, std::min(m, share_part), cfg.floor_memory_bytes, offer.online_breach);
     s.batch_memory = mem;
     s.memory_floored = mem_floored;
     s.yarn_memory = m - mem;
@@ -116,7 +117,8 @@ YarnOffer yarn_part(const YarnOffer& offer, const CapacitySplit& split, const Ba
   y.budget_cores = std::max(0.0, split.budget_cores - batch);
   if (split.budget_memory) {
     const uint64_t m = *split.budget_memory;
-    const uint64_t b = std::max(split.batch_memory.value_or(0), static_cast<uint64_t>(std::max<int64_t>(0, held.memory_bytes)));
+    const uint64_t b =
+        std::max(split.batch_memory.value_or(0), static_cast<uint64_t>(std::max<int64_t>(0, held.memory_bytes)));
     y.memory_budget_bytes = m - std::min(m, b);
   }
   return y;
@@ -182,8 +184,8 @@ std::string capacity_explanation(const YarnOffer& offer, const CapacitySplit& s,
   } else {
     out += fmt::format("budget {:.2f} cores", s.budget_cores);
   }
-  out += fmt::format(", batch {:.0f}%{} = {:.2f} (yarn {:.2f})", s.batch_share * 100.0,
-                     s.cpu_floored ? " (floor)" : "", s.batch_cores, s.yarn_cores);
+  out += fmt::format(", batch {:.0f}%{} = {:.2f} (yarn {:.2f})", s.batch_share * 100.0, s.cpu_floored ? " (floor)" : "",
+                     s.batch_cores, s.yarn_cores);
   if (q.cpu_milli != batch_quantity(s).cpu_milli) out += " (held within the deadband)";
   if (q.memory_bytes < 0) return out + "; batch-memory: no memory budget";
   auto mib = [](double b) { return static_cast<uint64_t>(std::max(0.0, b)) / kMiB; };

@@ -229,10 +229,9 @@ Outcome MemoryController::outcome(MemoryReport r, std::vector<OfflineTarget> tar
     const auto& d = r.decision;
     const uint64_t online = in.node_used - std::min(in.node_used, in.offline_used) + in.online_refault_credit;
     const double ceiling = static_cast<double>(d.ceiling);
-    o.offer.memory_terms = BudgetTerms{static_cast<double>(in.capacity), static_cast<double>(online),
-                                       static_cast<double>(d.reserve + d.eviction),
-                                       std::max(0.0, ceiling - static_cast<double>(*budget)),
-                                       static_cast<double>(*budget)};
+    o.offer.memory_terms = BudgetTerms{
+        static_cast<double>(in.capacity), static_cast<double>(online), static_cast<double>(d.reserve + d.eviction),
+        std::max(0.0, ceiling - static_cast<double>(*budget)), static_cast<double>(*budget)};
   }
   o.report = std::move(r);
   return o;

@@ -116,6 +116,10 @@ void set_connection(CURL* c, const HttpClientOptions& opts, FirstError& set) {
     set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L));
     if (!opts.ca_file.empty()) set(curl_easy_setopt(c, CURLOPT_CAINFO, opts.ca_file.c_str()));
   }
+  if (!opts.client_cert_file.empty()) {
+    set(curl_easy_setopt(c, CURLOPT_SSLCERT, opts.client_cert_file.c_str()));
+    set(curl_easy_setopt(c, CURLOPT_SSLKEY, opts.client_key_file.c_str()));
+  }
   if (opts.auth == HttpAuth::Kerberos) {
     // SPNEGO with the ticket in the credential cache; the empty user and
     // password make curl use GSS-API's default credentials.

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <string>
+#include <string_view>
 
 #include "khagent/policy/capacity.h"
 #include "khagent/util/http_client.h"
@@ -29,6 +30,11 @@ struct NodeBatchView {
   bool has_allocatable = false;
   bool has_annotations = false;
 };
+
+// A Kubernetes quantity that is a whole number ("1500", "1k", "6Gi",
+// "2000m", "1.5k"), as the API server writes back what we sent in its
+// canonical form; -1 for anything else ("1500m", "0.5", "1e3", "-1").
+int64_t whole_quantity(std::string_view s);
 
 // Parses a Node object (the GET's body). EINVAL when it is not one.
 Result<NodeBatchView> parse_node_batch(const std::string& json);

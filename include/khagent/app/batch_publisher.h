@@ -53,7 +53,7 @@ class BatchPublisher {
 
  private:
   void run();
-  bool patch(const BatchQuantity& q, const std::string& explanation, bool reassert, uint64_t now_ns);
+  bool patch(HttpClient& api, const BatchQuantity& q, const std::string& explanation, bool reassert, uint64_t now_ns);
   void note_error(const std::string& what);
 
   const CapacityConfig cfg_;

@@ -61,7 +61,7 @@ class ReportExporter {
   std::string burst_verdicts_;     // the verdicts last written to the report file
   uint64_t burst_written_ns_ = 0;  // when
   bool burst_write_failed_ = false;
-  std::string capacity_written_;     // the status last written, without its time
+  std::string capacity_written_;  // the status last written, without its time
   uint64_t capacity_written_ns_ = 0;
   bool capacity_write_failed_ = false;
 };

@@ -105,9 +105,9 @@ struct StatusCapacity {
   int64_t time = 0;   // when the agent wrote it (Unix seconds)
   int64_t age_s = 0;
   std::string node;
-  int64_t cpu_milli = -1;      // what the node is to show; -1: nothing decided yet
-  int64_t memory_bytes = -1;   // -1: not published
-  int64_t on_node_cpu_milli = -1;     // what it showed at the last read or patch (-1: missing or unknown)
+  int64_t cpu_milli = -1;          // what the node is to show; -1: nothing decided yet
+  int64_t memory_bytes = -1;       // -1: not published
+  int64_t on_node_cpu_milli = -1;  // what it showed at the last read or patch (-1: missing or unknown)
   int64_t on_node_memory_bytes = -1;
   std::string explanation;
   uint64_t patches_ok = 0;
@@ -147,8 +147,8 @@ struct StatusReport {
   std::vector<StatusEntry> entries;
   // The offline budget
   std::vector<StatusTarget> targets;
-  std::optional<StatusMemory> memory;  // none: no memory controller to read
-  std::optional<StatusBurst> burst;    // none: no report file (no agent has written one)
+  std::optional<StatusMemory> memory;      // none: no memory controller to read
+  std::optional<StatusBurst> burst;        // none: no report file (no agent has written one)
   std::optional<StatusCapacity> capacity;  // none: no report file (capacity not published)
 };
 

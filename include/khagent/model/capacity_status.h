@@ -25,10 +25,10 @@ struct CapacityStatus {
   uint64_t patches_ok = 0;
   uint64_t patches_failed = 0;
   uint64_t reads_failed = 0;
-  uint64_t reasserts = 0;     // patches because the node lost the value
-  bool stale = false;         // no plan for capacity.stale_after: the node keeps the last value
-  std::string last_error;     // "" once a request went through
-  uint64_t last_patch_ns = 0; // monotonic; 0 = never
+  uint64_t reasserts = 0;      // patches because the node lost the value
+  bool stale = false;          // no plan for capacity.stale_after: the node keeps the last value
+  std::string last_error;      // "" once a request went through
+  uint64_t last_patch_ns = 0;  // monotonic; 0 = never
 };
 
 }  // namespace khagent

@@ -73,9 +73,9 @@ const char* publish_action_name(PublishAction a);
 
 struct PublishInput {
   uint64_t now_ns = 0;
-  bool stale = false;     // the offer is older than stale_after
-  BatchQuantity target;   // what the budget asks for now (memory < 0: no memory budget)
-  BatchQuantity most;     // the whole budget: a published value above it moves at once
+  bool stale = false;    // the offer is older than stale_after
+  BatchQuantity target;  // what the budget asks for now (memory < 0: no memory budget)
+  BatchQuantity most;    // the whole budget: a published value above it moves at once
   // What the node showed when read this round (none: not read): a resource
   // it lacks, or whose capacity and allocatable differ, as -1.
   std::optional<BatchQuantity> on_node;
@@ -106,11 +106,11 @@ PublishDecision publish_step(const PublishInput& in, const CapacityConfig& cfg, 
 // One tick's capacity: the split, batch's value and YARN's offer.
 struct CapacityPlan {
   CapacitySplit split;
-  BatchQuantity target;     // batch's part now
-  PublishDecision publish;  // publish.value: what the node is to show
-  YarnOffer yarn;           // YARN's part of the offer
+  BatchQuantity target;                                // batch's part now
+  PublishDecision publish;                             // publish.value: what the node is to show
+  YarnOffer yarn;                                      // YARN's part of the offer
   std::optional<BudgetTerms> cpu_terms, memory_terms;  // the offer's
-  std::string explanation;  // of publish.value (capacity_explanation)
+  std::string explanation;                             // of publish.value (capacity_explanation)
 };
 
 // Keeps the publishing state between ticks.

@@ -32,6 +32,9 @@ struct HttpClientOptions {
   std::string user;  // Simple: sent as the user.name query parameter
   std::string ca_file;
   bool insecure_skip_verify = false;
+  // A TLS client certificate and its key (PEM files); "" = none.
+  std::string client_cert_file;
+  std::string client_key_file;
   long timeout_ms = 5000;
   long connect_timeout_ms = 2000;
   unsigned retries = 2;         // further rounds over all base URLs after the first
