@@ -7,6 +7,7 @@
 //
 // Never skipped: without the server the tests fail and say why.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -419,6 +420,52 @@ TEST(KubeCapacity, ExampleBatchWorkloadsAreAcceptedAndJudgedByThePublishedValue)
   const int64_t allocatable = node_view("node-a").shown.cpu_milli;
   EXPECT_EQ(allocatable, 500);
   EXPECT_GT(whole_quantity(asked), allocatable) << "the example asks for " << asked << ", node-a has " << allocatable;
+}
+
+// The agent itself: `khagent run` with capacity.enabled publishes its own
+// budget's split on its node, explained with this machine's CPUs, keeps a
+// report for `khagent status`, and leaves the values on the node when it
+// stops. Needs root (the agent's BPF programs).
+TEST(KubeCapacity, TheAgentPublishesItsBudgetAndLeavesItOnExit) {
+  REQUIRE_SERVER();
+  ASSERT_TRUE(cluster().ready);
+  ASSERT_EQ(geteuid(), 0u) << "the agent needs root (BPF, cgroups): run the kube tier as root";
+  const std::string dir = g_server->dir;
+  const std::string cfg = dir + "/agent.yaml", state = dir + "/agent-state.json", log = dir + "/agent.log";
+  std::ofstream(cfg) << "capacity:\n  enabled: true\n  api_server: " << g_server->env["KUBE_URL"]
+                     << "\n  ca_file: " << g_server->env["KUBE_CA"] << "\n  token_file: " << cluster().token_file
+                     << "\n  node_name: node-a\n";
+  pid_t agent = fork();
+  if (agent == 0) {
+    const std::string cmd = std::string("exec ") + KHAGENT_BINARY + " --no-pin run --no-metrics --config " + cfg +
+                            " --state-file " + state + " > " + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+    _exit(127);
+  }
+  ASSERT_GT(agent, 0);
+  char cpus[32];
+  std::snprintf(cpus, sizeof cpus, "capacity %.2f - online", static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN)));
+  const uint64_t t0 = mono_ns();
+  NodeBatchView v;
+  while (mono_ns() - t0 < 20 * kS) {
+    v = node_view("node-a");
+    if (v.explanation.find(cpus) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const double took = static_cast<double>(mono_ns() - t0) / 1e9;
+  const bool report = fs::exists(dir + "/agent-state.capacity.json");
+  kill(agent, SIGTERM);
+  int ws = 0;
+  waitpid(agent, &ws, 0);
+  std::ifstream in(log);
+  std::stringstream agent_log;
+  agent_log << in.rdbuf();
+  std::printf("the agent published in %.1f s: %s\n", took, v.explanation.c_str());
+  EXPECT_NE(v.explanation.find(cpus), std::string::npos) << agent_log.str();
+  EXPECT_GT(v.shown.cpu_milli, 0) << agent_log.str();
+  EXPECT_TRUE(report) << "no capacity report beside the state file";
+  EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) << agent_log.str();
+  EXPECT_EQ(node_view("node-a").shown, v.shown) << "the values stay on the node after the agent stops";
 }
 
 }  // namespace
