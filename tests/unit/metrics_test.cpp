@@ -592,3 +592,43 @@ TEST(MetricsMemory, BudgetGaugesAndOnlineStallCounters) {
   EXPECT_EQ(value(t, "khagent_memory_oom_kills_total", {{"class", "offline"}}), 0.0);
   EXPECT_EQ(value(t, "khagent_memory_refaults_total", {{"class", "offline"}}), 600.0);
 }
+
+#include "khagent/policy/capacity.h"
+
+namespace khagent {
+namespace {
+
+TEST(MetricsCapacity, TermsSplitPublishedAndPatches) {
+  Metrics m(local());
+  EXPECT_EQ(m.render().find("khagent_capacity_cpu_cores"), std::string::npos) << "only with capacity publishing";
+  CapacityConfig cfg;
+  CapacityPlanner planner(cfg, true);
+  YarnOffer o;
+  o.budget_cores = 3;
+  o.memory_budget_bytes = uint64_t{2} << 30;
+  o.cpu_terms = BudgetTerms{8, 3.5, 1, 0.5, 3};
+  m.update_capacity(planner.plan(o, {}, 0));
+  CapacityStatus st;
+  st.on_node = BatchQuantity{1500, int64_t{1} << 30};
+  st.patches_ok = 2;
+  st.patches_failed = 1;
+  st.reasserts = 1;
+  st.stale = true;
+  m.update_capacity(st);
+  auto t = m.render();
+  EXPECT_EQ(value(t, "khagent_capacity_cpu_cores", {{"term", "capacity"}}), 8.0);
+  EXPECT_EQ(value(t, "khagent_capacity_cpu_cores", {{"term", "margin"}}), 0.5);
+  EXPECT_EQ(value(t, "khagent_capacity_cpu_cores", {{"term", "budget"}}), 3.0);
+  EXPECT_EQ(value(t, "khagent_capacity_cpu_cores", {{"term", "batch"}}), 1.5);
+  EXPECT_EQ(value(t, "khagent_capacity_cpu_cores", {{"term", "yarn"}}), 1.5);
+  EXPECT_EQ(value(t, "khagent_capacity_cpu_cores", {{"term", "published"}}), 1.5);
+  EXPECT_EQ(value(t, "khagent_capacity_cpu_cores", {{"term", "on_node"}}), 1.5);
+  EXPECT_EQ(value(t, "khagent_capacity_memory_bytes", {{"term", "published"}}), double(1 << 30));
+  EXPECT_EQ(value(t, "khagent_capacity_patches_total", {{"outcome", "ok"}}), 2.0);
+  EXPECT_EQ(value(t, "khagent_capacity_patches_total", {{"outcome", "failed"}}), 1.0);
+  EXPECT_EQ(value(t, "khagent_capacity_reasserts_total", {}), 1.0);
+  EXPECT_EQ(value(t, "khagent_capacity_stale", {}), 1.0);
+}
+
+}  // namespace
+}  // namespace khagent
