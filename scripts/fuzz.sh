@@ -35,7 +35,7 @@ corpus_root="$root/tests/fuzz/corpus"
 declare -A max_len=(
   [config]=16384 [kubelet_pods]=65536 [yarn_rest]=65536 [state_file]=8192
   [cpustat]=4096 [cpu_list]=4096 [mountinfo]=8192 [cpu_manager_state]=16384
-  [cgroup_value]=8192
+  [cgroup_value]=8192 [kube_node]=16384
 )
 
 if (($# > 0)); then
