@@ -273,6 +273,9 @@ TEST(KubeNodeStatus, ParsesAndPatchesTheBatchResources) {
   EXPECT_EQ(ops[0]["value"], nlohmann::json({{"kubernetes.io/batch-cpu", "2000"}}));
   EXPECT_EQ(ops[2]["value"], nlohmann::json({{"khagent.io/batch-explanation", "why"}}));
   EXPECT_FALSE(parse_node_batch(R"({"kind":"Pod","metadata":{}})"));
+  EXPECT_FALSE(parse_node_batch(R"({"kind":{"name":"bare"}})"));  // found by the fuzzer: threw
+  EXPECT_FALSE(parse_node_batch(R"({"kind":"Node","metadata":[]})"));
+  EXPECT_FALSE(parse_node_batch("[1]"));
   EXPECT_FALSE(parse_node_batch("not json"));
   // A value we did not write ("1.5k", "1500m") counts as not shown.
   auto odd = parse_node_batch(

@@ -125,7 +125,9 @@ Result<NodeBatchView> parse_node_batch(const std::string& text) {
   auto doc = parse_json_bounded(text, JsonLimits{});
   if (!doc) return doc.error();
   const json& j = *doc;
-  if (!j.is_object() || j.value("kind", "") != "Node" || !j.contains("metadata") || !j["metadata"].is_object())
+  const auto kind = j.is_object() ? j.find("kind") : j.end();
+  if (!j.is_object() || kind == j.end() || !kind->is_string() || kind->get_ref<const std::string&>() != "Node" ||
+      !j.contains("metadata") || !j["metadata"].is_object())
     return make_error(EINVAL, "not a Node object");
   NodeBatchView v;
   const json& meta = j["metadata"];
