@@ -65,7 +65,8 @@
 # was seen with either clock).
 #
 # The guest mounts proc, sysfs, devtmpfs, cgroup2 at /sys/fs/cgroup (with
-# +cpu +cpuset +memory enabled for children), bpffs and tracefs, then runs
+# +cpu +cpuset +memory, and +io where the kernel has it, enabled for
+# children), bpffs and tracefs, then runs
 # COMMAND. Its exit status comes back as a sentinel line on the console; no
 # sentinel (panic, hang, timeout, crash) is a failure. QEMU's own exit status
 # is not trusted: it is 0 even when the guest panics.
@@ -329,6 +330,7 @@ fi
 # Loopback only (the VM has no network device): tests serve emulated peers on it.
 ip link set lo up || ifconfig lo 127.0.0.1 up
 [ -e /vmtest-hybrid ] || echo "+cpu +cpuset +memory" > /sys/fs/cgroup/cgroup.subtree_control
+[ -e /vmtest-hybrid ] || echo "+io" > /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
 # Fewer flips of kernel code, each a chance of the TCG fault described at
 # the top. The kernel turns some static keys on with the first user of a
 # feature and off with the last: cpusets_enabled() (the page allocator) with

@@ -15,10 +15,12 @@ TEST(Mountinfo, Hybrid) {
       "25 24 0:22 / /sys/fs/cgroup ro,nosuid shared:9 - tmpfs tmpfs ro,mode=755\n"
       "26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid shared:10 - cgroup2 cgroup2 rw,nsdelegate\n"
       "28 25 0:25 / /sys/fs/cgroup/cpu,cpuacct rw shared:12 - cgroup cgroup rw,cpu,cpuacct\n"
-      "29 25 0:26 / /sys/fs/cgroup/cpuset rw shared:13 - cgroup cgroup rw,cpuset\n";
+      "29 25 0:26 / /sys/fs/cgroup/cpuset rw shared:13 - cgroup cgroup rw,cpuset\n"
+      "30 25 0:27 / /sys/fs/cgroup/blkio rw shared:14 - cgroup cgroup rw,blkio\n";
   Mounts m = parse_mountinfo(text);
   EXPECT_EQ(m.cgroup2, "/sys/fs/cgroup/unified");
   EXPECT_EQ(m.cpu_v1, "/sys/fs/cgroup/cpu,cpuacct");
+  EXPECT_EQ(m.blkio_v1, "/sys/fs/cgroup/blkio");
 }
 
 TEST(Mountinfo, PureV2AndEscapes) {

@@ -155,6 +155,8 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(ya.emergency, yb.emergency);
   EXPECT_EQ(ya.emergency_p99_factor, yb.emergency_p99_factor);
   EXPECT_EQ(ya.memory_emergency, yb.memory_emergency);
+  EXPECT_EQ(a.io.enabled, b.io.enabled);
+  EXPECT_DOUBLE_EQ(a.io.stall_limit, b.io.stall_limit);
   const auto& ka = a.capacity;
   const auto& kb = b.capacity;
   EXPECT_EQ(ka.enabled, kb.enabled);
@@ -826,7 +828,7 @@ TEST(ConfigYaml, DefaultsRoundTripWithReadableDurations) {
 
 TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   YAML::Node doc = YAML::Load(config_to_yaml(default_config()));
-  EXPECT_EQ(doc.size(), 17u);  // tick dry_run state_file, 4 kubelet_* keys, 10 sections
+  EXPECT_EQ(doc.size(), 18u);  // tick dry_run state_file, 4 kubelet_* keys, 11 sections
   EXPECT_EQ(doc["memory"].size(), 20u);
   EXPECT_EQ(doc["ladder"].size(), 7u);
   EXPECT_EQ(doc["classes"].size(), 3u);
@@ -837,6 +839,7 @@ TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   EXPECT_EQ(doc["fast_path"].size(), 4u);
   EXPECT_EQ(doc["yarn"].size(), 32u);
   EXPECT_EQ(doc["capacity"].size(), 16u);
+  EXPECT_EQ(doc["io"].size(), 2u);
   EXPECT_FALSE(doc["nodes"]);
 
   YAML::Node yarn = doc["classes"]["rules"][3];  // default rule: {yarn: true} -> offline
@@ -927,6 +930,8 @@ TEST(ConfigYaml, EverythingChangedRoundTrips) {
   c.yarn.emergency_p99_factor = 2.5;
   c.yarn.memory_emergency = false;
   c.memory.oom_group = true;
+  c.io.enabled = false;
+  c.io.stall_limit = 0.25;
   c.capacity.enabled = true;
   c.capacity.api_server = "https://127.0.0.1:6443";
   c.capacity.token_file = "/t";

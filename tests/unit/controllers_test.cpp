@@ -57,6 +57,20 @@ class FakeReads : public NodeReads {
     if (it == psi.end()) return make_error(ENOENT, cg);
     return it->second;
   }
+  std::map<std::string, PsiTotals> io_psi;
+  std::map<std::string, IoStat> io;
+  Result<PsiTotals> io_pressure(const std::string& cg) const override {
+    count["io psi " + cg]++;
+    auto it = io_psi.find(cg);
+    if (it == io_psi.end()) return make_error(ENOENT, cg);
+    return it->second;
+  }
+  Result<IoStat> io_stat(const std::string& cg) const override {
+    count["io " + cg]++;
+    auto it = io.find(cg);
+    if (it == io.end()) return make_error(ENOENT, cg);
+    return it->second;
+  }
   std::optional<CpuQuota> cpu_quota(const std::string& cg) const override {
     count["quota " + cg]++;
     auto it = quota.find(cg);

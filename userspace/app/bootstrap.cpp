@@ -77,6 +77,7 @@ NodeReadRoots node_read_roots(const CgroupRoots& roots, CgroupBackend b, bool me
   NodeReadRoots r;
   r.unified = roots.unified;
   r.cpu_v1 = roots.cpu_v1;
+  r.blkio_v1 = roots.blkio_v1;
   r.memory_v1 = b == CgroupBackend::V1Hybrid;
   if (memory) r.memory = r.memory_v1 ? roots.memory_v1 : roots.unified;
   r.cpu_manager_state = cpu_manager_state;

@@ -80,6 +80,7 @@ Mounts parse_mountinfo(const std::string& text) {
         if (opt == "cpu" && m.cpu_v1.empty()) m.cpu_v1 = e.mountpoint;
         if (opt == "cpuset" && m.cpuset_v1.empty()) m.cpuset_v1 = e.mountpoint;
         if (opt == "memory" && m.memory_v1.empty()) m.memory_v1 = e.mountpoint;
+        if (opt == "blkio" && m.blkio_v1.empty()) m.blkio_v1 = e.mountpoint;
       }
     }
   }

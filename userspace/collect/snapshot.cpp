@@ -2,6 +2,7 @@
 
 #include "khagent/collect/cpustat.h"
 #include "khagent/util/cgroup_path.h"
+#include "khagent/util/file.h"
 
 namespace khagent {
 
@@ -31,6 +32,27 @@ class RealNodeReads : public NodeReads {
   }
   Result<PsiTotals> memory_pressure(const std::string& cgroup) const override {
     return read_psi(roots_.unified + (cgroup == "/" ? "" : cgroup) + "/memory.pressure");
+  }
+  Result<PsiTotals> io_pressure(const std::string& cgroup) const override {
+    return read_psi(roots_.unified + (cgroup == "/" ? "" : cgroup) + "/io.pressure");
+  }
+  Result<IoStat> io_stat(const std::string& cgroup) const override {
+    const std::string rel = cgroup == "/" ? "" : cgroup;
+    auto v2 = read_file(roots_.unified + rel + "/io.stat");
+    if (v2) {
+      auto s = parse_io_stat(*v2);
+      if (!s) return make_error(s.error().err, roots_.unified + rel + "/io.stat: " + s.error().message);
+      return s;
+    }
+    if (roots_.blkio_v1.empty() || v2.error().err != ENOENT) return v2.error();
+    const std::string dir = roots_.blkio_v1 + rel;
+    auto bytes = read_file(dir + "/blkio.throttle.io_service_bytes_recursive");
+    if (!bytes) return bytes.error();
+    auto ios = read_file(dir + "/blkio.throttle.io_serviced_recursive");
+    if (!ios) return ios.error();
+    auto s = parse_blkio_throttle(*bytes, *ios);
+    if (!s) return make_error(s.error().err, dir + ": " + s.error().message);
+    return s;
   }
   std::optional<CpuQuota> cpu_quota(const std::string& cgroup) const override {
     return read_cpu_quota(roots_.unified, roots_.cpu_v1, cgroup);
@@ -71,6 +93,12 @@ const Result<std::string>& TickSnapshot::at_own_limit(const std::string& cgroup,
 }
 const Result<PsiTotals>& TickSnapshot::memory_pressure(const std::string& cgroup) const {
   return cached(pressure_, cgroup, [&] { return reads_->memory_pressure(cgroup); });
+}
+const Result<PsiTotals>& TickSnapshot::io_pressure(const std::string& cgroup) const {
+  return cached(io_pressure_, cgroup, [&] { return reads_->io_pressure(cgroup); });
+}
+const Result<IoStat>& TickSnapshot::io_stat(const std::string& cgroup) const {
+  return cached(io_stat_, cgroup, [&] { return reads_->io_stat(cgroup); });
 }
 const std::optional<CpuQuota>& TickSnapshot::cpu_quota(const std::string& cgroup) const {
   return cached(quota_, cgroup, [&] { return reads_->cpu_quota(cgroup); });

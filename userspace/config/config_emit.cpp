@@ -179,6 +179,11 @@ std::string config_to_yaml(const Config& c) {
   key("memory_emergency") << y.memory_emergency;
   out << YAML::EndMap;
 
+  key("io") << YAML::BeginMap;
+  key("enabled") << c.io.enabled;
+  key("stall_limit") << format_double(c.io.stall_limit);
+  out << YAML::EndMap;
+
   const auto& k = c.capacity;
   key("capacity") << YAML::BeginMap;
   key("enabled") << k.enabled;

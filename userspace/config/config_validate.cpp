@@ -247,6 +247,10 @@ Result<void> validate_config(const Config& c) {
     return bad("yarn.emergency_p99_factor", "must be at least 1, got " + format_double(y.emergency_p99_factor));
   }
 
+  if (!(c.io.stall_limit > 0 && c.io.stall_limit <= 1)) {
+    return bad("io.stall_limit", "must be above 0 and at most 1, got " + format_double(c.io.stall_limit));
+  }
+
   const auto& k = c.capacity;
   if (!k.api_server.empty() && k.api_server.rfind("https://", 0) != 0) {
     return bad("capacity.api_server",

@@ -261,6 +261,10 @@ class Loader : public Walker {
                     ns("refault_halflife", m.refault_halflife_ns)});
          }},
         {"yarn", [this, &c](const YAML::Node& n, const Where& at) { yarn(n, at, c.yarn); }},
+        {"io",
+         [this, &c](const YAML::Node& n, const Where& at) {
+           section(n, at, {flag("enabled", c.io.enabled), num("stall_limit", c.io.stall_limit)});
+         }},
         {"capacity",
          [this, &c](const YAML::Node& n, const Where& at) {
            auto& k = c.capacity;

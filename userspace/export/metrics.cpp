@@ -63,6 +63,7 @@ struct Metrics::Impl {
   metrics::CacheReclaimMetrics reclaim{registry};
   metrics::YarnMetrics yarn{registry};
   metrics::CapacityMetrics capacity{registry};
+  metrics::IoMetrics io{registry};
 
   // Health, read by the HTTP thread without `mu`.
   std::atomic<bool> bpf_attached{false};
@@ -263,6 +264,11 @@ void Metrics::update_bpf_cost(const std::vector<ProgStats>& progs) {
 void Metrics::update_yarn(const YarnStatus& st) {
   std::lock_guard lk(impl_->mu);
   impl_->yarn.update(st);
+}
+
+void Metrics::record_io(const IoReport& r) {
+  std::lock_guard lk(impl_->mu);
+  impl_->io.record(r);
 }
 
 void Metrics::update_capacity(const CapacityPlan& plan) {

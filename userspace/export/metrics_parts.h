@@ -265,6 +265,22 @@ class YarnMetrics {
   CumulativeCounter failovers_;
 };
 
+// metrics_io.cpp: the IO controller's signals (the families appear on the
+// first call).
+class IoMetrics {
+ public:
+  explicit IoMetrics(prometheus::Registry& r) : r_(r) {}
+  void record(const IoReport& r);
+
+ private:
+  prometheus::Registry& r_;
+  bool built_ = false;
+  std::map<std::string, Counter*> stall_;  // some, full
+  Gauge* stalled_ = nullptr;
+  TableFamily<Counter> bytes_, ios_;
+  std::set<std::string> devices_;
+};
+
 // metrics_capacity.cpp: the capacity published to Kubernetes (the families
 // appear on the first call).
 class CapacityMetrics {

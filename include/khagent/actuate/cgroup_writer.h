@@ -34,6 +34,7 @@ struct CgroupRoots {
   std::string cpu_v1;          // v1 cpu hierarchy ("" if none)
   std::string cpuset_v1;       // v1 cpuset hierarchy ("" if none)
   std::string memory_v1 = {};  // v1 memory hierarchy ("" if none)
+  std::string blkio_v1 = {};   // v1 blkio hierarchy ("" if none)
   const std::string& of(Hierarchy h) const {
     switch (h) {
       case Hierarchy::CpuV1: return cpu_v1;
@@ -46,7 +47,7 @@ struct CgroupRoots {
 };
 
 // The hierarchies of a node's mounts.
-inline CgroupRoots roots_of(const Mounts& m) { return {m.cgroup2, m.cpu_v1, m.cpuset_v1, m.memory_v1}; }
+inline CgroupRoots roots_of(const Mounts& m) { return {m.cgroup2, m.cpu_v1, m.cpuset_v1, m.memory_v1, m.blkio_v1}; }
 
 // Chooses the backend: V2 when the cgroup2 root offers the cpu controller
 // (`controllers` is its cgroup.controllers), else V1Hybrid when a v1 cpu

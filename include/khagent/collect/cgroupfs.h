@@ -18,6 +18,7 @@ struct Mounts {
   std::string cpu_v1;     // v1 hierarchy holding the cpu controller ("" if none)
   std::string cpuset_v1;  // v1 hierarchy holding the cpuset controller ("" if none)
   std::string memory_v1;  // v1 hierarchy holding the memory controller ("" if none)
+  std::string blkio_v1;   // v1 hierarchy holding the blkio controller ("" if none)
 };
 
 // One line of /proc/self/mountinfo.

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "khagent/collect/io.h"
 #include "khagent/collect/memory.h"
 #include "khagent/collect/topology.h"
 #include "khagent/model/cgroup_value.h"
@@ -36,6 +37,12 @@ class NodeReads {
   virtual Result<std::string> at_own_limit(const std::string& cgroup, const std::string& stop) const = 0;
   // memory.pressure in the cgroup2 mount.
   virtual Result<PsiTotals> memory_pressure(const std::string& cgroup) const = 0;
+  // io.pressure in the cgroup2 mount.
+  virtual Result<PsiTotals> io_pressure(const std::string& cgroup) const = 0;
+  // What the cgroup read and wrote per device: its io.stat in the cgroup2
+  // mount, or, where there is none (a hybrid host's cgroup2 has no io
+  // controller), the v1 blkio hierarchy's throttle counters.
+  virtual Result<IoStat> io_stat(const std::string& cgroup) const = 0;
   // The cgroup's own CPU quota and burst (v2, or the v1 cpu hierarchy).
   virtual std::optional<CpuQuota> cpu_quota(const std::string& cgroup) const = 0;
   virtual std::optional<uint64_t> cpu_burst(const std::string& cgroup) const = 0;
@@ -54,6 +61,7 @@ struct NodeReadRoots {
   bool memory_v1 = false;  // `memory` is a v1 hierarchy
   std::string cpu_manager_state;
   std::string proc = "/proc";  // the node's memory: its meminfo
+  std::string blkio_v1 = {};   // a hybrid host's v1 blkio hierarchy ("" when none)
 };
 std::unique_ptr<NodeReads> real_node_reads(const NodeReadRoots& roots);
 
@@ -68,6 +76,8 @@ class TickSnapshot {
   const Result<std::map<std::string, uint64_t>>& oom_kill_counts(const std::string& cgroup) const;
   const Result<std::string>& at_own_limit(const std::string& cgroup, const std::string& stop) const;
   const Result<PsiTotals>& memory_pressure(const std::string& cgroup) const;
+  const Result<PsiTotals>& io_pressure(const std::string& cgroup) const;
+  const Result<IoStat>& io_stat(const std::string& cgroup) const;
   const std::optional<CpuQuota>& cpu_quota(const std::string& cgroup) const;
   const std::optional<uint64_t>& cpu_burst(const std::string& cgroup) const;
   const std::vector<std::string>& children(const std::string& cgroup) const;
@@ -94,7 +104,8 @@ class TickSnapshot {
   mutable std::map<std::string, Result<MemoryUse>> memory_, node_memory_;
   mutable std::map<std::string, Result<std::map<std::string, uint64_t>>> oom_kills_;
   mutable std::map<std::string, Result<std::string>> own_limit_;
-  mutable std::map<std::string, Result<PsiTotals>> pressure_;
+  mutable std::map<std::string, Result<PsiTotals>> pressure_, io_pressure_;
+  mutable std::map<std::string, Result<IoStat>> io_stat_;
   mutable std::map<std::string, std::optional<CpuQuota>> quota_;
   mutable std::map<std::string, std::optional<uint64_t>> burst_;
   mutable std::map<std::string, std::vector<std::string>> children_;

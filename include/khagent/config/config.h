@@ -251,6 +251,16 @@ inline int64_t yarn_posted_over_commit_timeout(const YarnConfig& y) {
   return y.reclaimer == Reclaimer::Rm ? y.over_commit_timeout_ms : -1;
 }
 
+// Block IO (docs/controller.md, "IO"): measured and explained; no IO
+// lever is written yet.
+struct IoConfig {
+  bool enabled = true;
+  // An online pod whose tasks stalled on IO ("some" in io.pressure) more
+  // than this share of a tick is stalled: the offline cgroup that moved
+  // the most bytes on its devices is named.
+  double stall_limit = 0.1;
+};
+
 // How the offline budget is split between the YARN NodeManager and
 // Kubernetes batch pods (docs/capacity.md).
 enum class CapacitySplitRule { Fixed, Usage };
@@ -312,6 +322,7 @@ struct Config {
   MemoryConfig memory;
   YarnConfig yarn;
   CapacityConfig capacity;
+  IoConfig io;
 };
 
 // The built-in defaults (what runs without a file).

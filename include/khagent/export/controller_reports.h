@@ -42,6 +42,7 @@ class ReportExporter {
   void operator()(const MemoryReport& r);
   void operator()(const BurstReport& r);
   void operator()(const CacheReclaimReport& r);
+  void operator()(const IoReport& r);
 
   // The capacity publisher's status, kept in the report file beside the
   // state file for `khagent status`: written when it moves, else every 10 s.
@@ -61,7 +62,8 @@ class ReportExporter {
   std::string burst_verdicts_;     // the verdicts last written to the report file
   uint64_t burst_written_ns_ = 0;  // when
   bool burst_write_failed_ = false;
-  std::string capacity_written_;  // the status last written, without its time
+  std::set<std::string> io_unreadable_;  // cgroups whose IO files could not be read, logged once
+  std::string capacity_written_;         // the status last written, without its time
   uint64_t capacity_written_ns_ = 0;
   bool capacity_write_failed_ = false;
 };

@@ -22,6 +22,7 @@ namespace khagent {
 
 struct BurstReport;
 struct CacheReclaimReport;
+struct IoReport;
 
 struct NodeSignals;
 struct Sample;
@@ -92,6 +93,8 @@ class Metrics {
   void record_burst(const BurstReport& r);
   // Proactive reclaim steps of offline page cache, their verdicts and pace.
   void record_cache_reclaim(const CacheReclaimReport& r);
+  // Online pods' IO stall and offline IO per device (the IO controller).
+  void record_io(const IoReport& r);
   // OOM kills and refaults of online pods and offline parents.
   void record_memory_events(const MemoryEvents& e);
   // Actuator results counted by cgroup file and outcome.

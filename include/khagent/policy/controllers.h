@@ -1,9 +1,7 @@
 // One controller per resource (CPU, memory, online CPU burst, proactive
-// reclaim of offline page cache; later IO and
-// network), behind one small interface, registered in one list
-// (make_controllers). The agent's loop takes one snapshot per tick, runs
-// every controller over it, applies the union of their settings as one
-// plan and exports their reports; it knows none of them by name.
+// reclaim of offline page cache, IO (measuring so far); later network), behind one small interface, registered in one
+// list (make_controllers). The agent's loop takes one snapshot per tick, runs every controller over it, applies the
+// union of their settings as one plan and exports their reports; it knows none of them by name.
 //
 // A controller reads the node only through the snapshot (collect/
 // snapshot.h), owns its state, its ownership rules and its reasons, and
@@ -29,6 +27,7 @@
 #include "khagent/policy/burst_controller.h"
 #include "khagent/policy/cache_reclaim.h"
 #include "khagent/policy/cpu_controller.h"
+#include "khagent/policy/io_controller.h"
 #include "khagent/policy/memory_controller.h"
 #include "khagent/policy/targets.h"
 #include "khagent/policy/tick_view.h"
@@ -39,7 +38,7 @@
 namespace khagent {
 
 // Every controller's report type: export/ has one overload per alternative.
-using ControllerReport = std::variant<CpuReport, MemoryReport, BurstReport, CacheReclaimReport>;
+using ControllerReport = std::variant<CpuReport, MemoryReport, BurstReport, CacheReclaimReport, IoReport>;
 
 struct Outcome {
   // The knob values it wants. At a tick: all of them (the actuator puts
@@ -77,5 +76,6 @@ std::unique_ptr<Controller> make_cpu_controller(const Config& cfg, const NodeFac
 std::unique_ptr<Controller> make_memory_controller(const Config& cfg, const NodeFacts& facts);
 std::unique_ptr<Controller> make_burst_controller(const Config& cfg);
 std::unique_ptr<Controller> make_cache_reclaim_controller(const Config& cfg, const NodeFacts& facts);
+std::unique_ptr<Controller> make_io_controller(const Config& cfg);
 
 }  // namespace khagent
