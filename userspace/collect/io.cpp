@@ -1,7 +1,6 @@
 #include "khagent/collect/io.h"
 
 #include <cerrno>
-#include <charconv>
 
 #include "khagent/util/strings.h"
 
@@ -15,11 +14,6 @@ bool is_device(std::string_view d) {
   for (size_t i = 0; i < d.size(); i++)
     if (i != colon && (d[i] < '0' || d[i] > '9')) return false;
   return true;
-}
-
-bool number(std::string_view s, uint64_t& out) {
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && end == s.data() + s.size();
 }
 
 // The next space-separated field of `line` from `pos`.
@@ -52,7 +46,7 @@ Result<void> blkio_lines(std::string_view text, IoStat& out, bool bytes) {
     const std::string_view op = field(line, pos);
     const std::string_view val = field(line, pos);
     uint64_t v = 0;
-    if (!is_device(dev) || !number(val, v)) {
+    if (!is_device(dev) || !parse_u64(val, v)) {
       r = make_error(EINVAL, "blkio line '" + std::string(line) + "'");
       return;
     }
@@ -82,7 +76,7 @@ Result<IoStat> parse_io_stat(std::string_view text) {
       if (eq == std::string_view::npos) continue;
       const std::string_view k = kv.substr(0, eq);
       uint64_t v = 0;
-      if (!number(kv.substr(eq + 1), v)) {
+      if (!parse_u64(kv.substr(eq + 1), v)) {
         r = make_error(EINVAL, "io.stat value '" + std::string(kv) + "'");
         return;
       }
