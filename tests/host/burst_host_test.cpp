@@ -239,9 +239,9 @@ TEST(AgentBurst, EachShapeOfSelfThrottlingGetsItsVerdictOnTheDefaults) {
     // is read at each poll (its pod is throttled with it).
     std::vector<std::vector<std::pair<uint64_t, uint64_t>>> nr(kN);  // (time, nr_throttled) at each poll
     std::vector<bool> due(kN, false);
-    const uint64_t t0 = mono_ns_now();
     pid_t agent = start_agent(cfg, state, log);
     ASSERT_GT(agent, 0);
+    const uint64_t t0 = mono_ns_now();  // the agent is running from here
     std::vector<double> given_after_s(kN, -1);
     for (int n = 0; n < 200; n++) {
       bool all = true;
@@ -282,7 +282,7 @@ TEST(AgentBurst, EachShapeOfSelfThrottlingGetsItsVerdictOnTheDefaults) {
       const BurstShape& s = kShapes[i];
       std::printf(
           "%-8s %3llu ms every %3llu ms, %u thread%s: p99 %.1f ms before the agent, %.1f ms after; throttled in %llu "
-          "periods; burst %s %.1f s after the agent started\n",
+          "periods; burst %s %.1f s after the agent was running\n",
           s.name, static_cast<unsigned long long>(s.work_ms), static_cast<unsigned long long>(s.period_ms), s.threads,
           s.threads == 1 ? "" : "s", before[i], p99_from(resp[i], from[i]),
           static_cast<unsigned long long>(throttled[i]), given_after_s[i] < 0 ? "never given" : "given",

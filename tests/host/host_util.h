@@ -250,7 +250,11 @@ inline std::string unique(const std::string& base) { return base + "-" + std::to
 
 #ifdef KHAGENT_BINARY
 // `khagent --no-pin run --no-metrics` with `cfg` and `state`, its output in
-// `log`; the child's pid (-1 if fork failed).
+// `log`; the child's pid (-1 if fork failed). Returns once the agent says
+// it is running (its BPF programs loaded, the first tick due one interval
+// later), once it has exited, or after 90 s: loading takes a fraction of a
+// second on a host and from 3 to over 9 s under QEMU's TCG, so waits for
+// what its ticks do start from here.
 inline pid_t start_agent(const std::string& cfg, const std::string& state, const std::string& log) {
   pid_t p = fork();
   if (p == 0) {
@@ -258,6 +262,17 @@ inline pid_t start_agent(const std::string& cfg, const std::string& state, const
                       " --state-file " + state + " > " + log + " 2>&1";
     execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
     _exit(127);
+  }
+  if (p < 0) return p;
+  for (int i = 0; i < 1800; i++) {
+    std::ifstream in(log);
+    std::string line;
+    while (std::getline(in, line))
+      if (line.find(" running: set up in ") != std::string::npos) return p;
+    siginfo_t si{};  // exited: WNOWAIT leaves it for the caller's waitpid
+    if (::waitid(P_PID, static_cast<id_t>(p), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == p) return p;
+    timespec ts{0, 50'000'000};
+    nanosleep(&ts, nullptr);
   }
   return p;
 }

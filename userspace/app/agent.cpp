@@ -79,6 +79,7 @@ class Agent {
 };
 
 int Agent::run() {
+  const uint64_t started = mono_ns();
   for (auto step : {&Agent::setup_node, &Agent::setup_peers, &Agent::setup_measuring})
     if (auto rc = (this->*step)()) return *rc;
   if (auto first = meas_.collector->tick(); !first) {
@@ -87,6 +88,10 @@ int Agent::run() {
   }
   if (yarn_) yarn_->start();
   if (batch_) batch_->start();
+  std::string names;
+  for (const auto& c : controllers_) names += std::string(names.empty() ? "" : ", ") + c->name();
+  spdlog::info("running: set up in {:.1f} s; a tick every {} ms; controllers: {}",
+               static_cast<double>(mono_ns() - started) / 1e9, cfg_.tick_ns / 1'000'000, names);
   loop();
   return shutdown();
 }
