@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "khagent/actuate/actuator.h"
+#include "khagent/model/knob_values.h"
 #include "test_util.h"
 
 using namespace khagent;
@@ -28,6 +30,18 @@ struct FakeFs : CgroupFs {
     if (e != write_errno.end()) return make_error(e->second, "write refused");
     auto it = files.find({cg, f});
     if (it == files.end()) return make_error(ENOENT, cg + " gone");
+    if (knob_row(f).per_device) {  // as io.max: one device's line changes, a line of all "max" goes
+      auto want = parse_io_max_line(v);
+      if (!want) return make_error(EINVAL, "bad io.max line");
+      std::istringstream in(it->second);
+      std::string line, out;
+      while (std::getline(in, line))
+        if (auto l = parse_io_max_line(line); l && l->device != want->device) out += line + "\n";
+      if (want->rbps || want->wbps || want->riops || want->wiops) out += format_io_max_line(*want) + "\n";
+      it->second = out;
+      writes.push_back(cg + " " + cgroup_file_name(f) + " " + v);
+      return {};
+    }
     // As the kernel does: no weight while idle; setting idle shows the
     // weight as 0 (v2) or 3 shares (v1); clearing it resets the weight to
     // the default, not to what it was.
@@ -477,6 +491,73 @@ TEST(Actuator, UnsavableStateMeansNoWrite) {
   EXPECT_EQ(r[0].outcome, ActionOutcome::Rejected);
   EXPECT_NE(r[0].message.find("original value not saved"), std::string::npos);
   EXPECT_TRUE(f.writes.empty());
+}
+
+// io.max holds a line per device: khagent saves, compares and restores
+// the line of the device it limits, never another device's, and refuses a
+// second device on the same cgroup while it holds the first (its original
+// would go unsaved).
+TEST(Actuator, IoMaxIsOneDevicesLineSavedAndRestoredAlone) {
+  TempDir t;
+  FakeFs fs;
+  const auto key = std::make_pair(std::string("/hadoop-yarn"), CgroupFile::IoMax);
+  fs.files[key] = "8:0 rbps=max wbps=1048576 riops=max wiops=max\n";  // an operator's limit on another disk
+  StateStore store((t.path / "s.json").string());
+  Actuator act(fs, store, false, kCpus);
+  Setting s{"/hadoop-yarn", IoLimit{"259:0", std::nullopt, 50u << 20, std::nullopt, 400}, Lever::IoLimit};
+  auto plan = act.plan(CgroupBackend::V2, {s});
+  ASSERT_EQ(plan.files.size(), 1u);
+  EXPECT_EQ(plan.files[0].value, "259:0 rbps=max wbps=52428800 riops=max wiops=400");
+  auto r = act.apply_plan(plan, 0);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].outcome, ActionOutcome::Written);
+  EXPECT_EQ(r[0].from, "259:0 rbps=max wbps=max riops=max wiops=max");
+  EXPECT_EQ(store.original("/hadoop-yarn", CgroupFile::IoMax), "259:0 rbps=max wbps=max riops=max wiops=max");
+  EXPECT_NE(fs.files[key].find("8:0 rbps=max wbps=1048576"), std::string::npos);
+  // Unchanged at the next tick, though the file holds two lines.
+  r = act.apply_plan(plan, 1 * kS);
+  EXPECT_EQ(r[0].outcome, ActionOutcome::Unchanged);
+  // Another device on the same cgroup: refused while the first is held.
+  Setting other = s;
+  std::get<IoLimit>(other.value).device = "253:0";
+  r = act.apply_plan(act.plan(CgroupBackend::V2, {other}), 2 * kS);
+  EXPECT_EQ(r[0].outcome, ActionOutcome::Rejected);
+  EXPECT_NE(r[0].message.find("held on device 259:0"), std::string::npos) << r[0].message;
+  // Released: the device's line goes, the operator's stays.
+  r = act.restore_outside(Actuator::Plan{});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].outcome, ActionOutcome::Restored);
+  EXPECT_EQ(fs.files[key], "8:0 rbps=max wbps=1048576 riops=max wiops=max\n");
+  EXPECT_FALSE(store.has("/hadoop-yarn", CgroupFile::IoMax));
+}
+
+// The v1 counterpart reads the four blkio.throttle files as io.max lines
+// and writes one device's line as a line in each ("0": no limit).
+TEST(RealCgroupFs, V1BlkioThrottleReadsAndWritesAsIoMax) {
+  TempDir t;
+  t.write("blkio/yarn/blkio.throttle.read_bps_device", "");
+  t.write("blkio/yarn/blkio.throttle.write_bps_device", "8:0 1048576\n259:0 2097152\n");
+  t.write("blkio/yarn/blkio.throttle.read_iops_device", "");
+  t.write("blkio/yarn/blkio.throttle.write_iops_device", "259:0 100\n");
+  CgroupRoots roots;
+  roots.unified = t.path.string();
+  roots.blkio_v1 = (t.path / "blkio").string();
+  RealCgroupFs rfs(roots);
+  auto text = rfs.read("/yarn", CgroupFile::V1BlkioThrottle);
+  ASSERT_TRUE(text) << text.error().str();
+  EXPECT_EQ(*text, "259:0 rbps=max wbps=2097152 riops=max wiops=100\n8:0 rbps=max wbps=1048576 riops=max wiops=max");
+  EXPECT_EQ(held_for(CgroupFile::V1BlkioThrottle, *text, "259:0 rbps=5"),
+            "259:0 rbps=max wbps=2097152 riops=max wiops=100");
+  ASSERT_TRUE(rfs.write("/yarn", CgroupFile::V1BlkioThrottle, "259:0 rbps=max wbps=4096 riops=max wiops=max").ok());
+  // (A plain file keeps the last line written; the kernel merges them.)
+  std::ifstream wb(t.path / "blkio/yarn/blkio.throttle.write_bps_device"),
+      wi(t.path / "blkio/yarn/blkio.throttle.write_iops_device");
+  std::string l;
+  std::getline(wb, l);
+  EXPECT_EQ(l, "259:0 4096");
+  std::getline(wi, l);
+  EXPECT_EQ(l, "259:0 0");
+  EXPECT_FALSE(rfs.write("/yarn", CgroupFile::V1BlkioThrottle, "sda rbps=1").ok());
 }
 
 TEST(RealCgroupFs, FixtureDirectory) {

@@ -157,6 +157,13 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(ya.memory_emergency, yb.memory_emergency);
   EXPECT_EQ(a.io.enabled, b.io.enabled);
   EXPECT_DOUBLE_EQ(a.io.stall_limit, b.io.stall_limit);
+  EXPECT_EQ(a.io.limit, b.io.limit);
+  EXPECT_DOUBLE_EQ(a.io.limit_step, b.io.limit_step);
+  EXPECT_EQ(a.io.min_bps, b.io.min_bps);
+  EXPECT_EQ(a.io.min_iops, b.io.min_iops);
+  EXPECT_EQ(a.io.verdict_after_ns, b.io.verdict_after_ns);
+  EXPECT_EQ(a.io.hold_off_ns, b.io.hold_off_ns);
+  EXPECT_EQ(a.io.calm_after_ns, b.io.calm_after_ns);
   const auto& ka = a.capacity;
   const auto& kb = b.capacity;
   EXPECT_EQ(ka.enabled, kb.enabled);
@@ -839,7 +846,7 @@ TEST(ConfigYaml, EmitsEveryKeyAndRulesWithOnlyTheirFields) {
   EXPECT_EQ(doc["fast_path"].size(), 4u);
   EXPECT_EQ(doc["yarn"].size(), 32u);
   EXPECT_EQ(doc["capacity"].size(), 16u);
-  EXPECT_EQ(doc["io"].size(), 2u);
+  EXPECT_EQ(doc["io"].size(), 9u);
   EXPECT_FALSE(doc["nodes"]);
 
   YAML::Node yarn = doc["classes"]["rules"][3];  // default rule: {yarn: true} -> offline
@@ -932,6 +939,13 @@ TEST(ConfigYaml, EverythingChangedRoundTrips) {
   c.memory.oom_group = true;
   c.io.enabled = false;
   c.io.stall_limit = 0.25;
+  c.io.limit = false;
+  c.io.limit_step = 0.7;
+  c.io.min_bps = 8u << 20;
+  c.io.min_iops = 100;
+  c.io.verdict_after_ns = 3'000'000'000;
+  c.io.hold_off_ns = 120'000'000'000;
+  c.io.calm_after_ns = 30'000'000'000;
   c.capacity.enabled = true;
   c.capacity.api_server = "https://127.0.0.1:6443";
   c.capacity.token_file = "/t";
@@ -1031,4 +1045,34 @@ TEST(ConfigYarn, BadValuesNameTheKey) {
     ASSERT_FALSE(r.ok()) << c.yaml;
     EXPECT_NE(r.error().message.find(c.key), std::string::npos) << c.yaml << " -> " << r.error().message;
   }
+}
+
+TEST(ConfigIo, BadValuesNameTheKey) {
+  struct Case {
+    const char* yaml;
+    const char* key;
+  };
+  const Case cases[] = {
+      {"io: {stall_limit: 0}\n", "io.stall_limit"},
+      {"io: {limit_step: 1}\n", "io.limit_step"},
+      {"io: {limit_step: 0.05}\n", "io.limit_step"},
+      {"io: {min_bps: 100}\n", "io.min_bps"},
+      {"io: {min_iops: 0}\n", "io.min_iops"},
+      {"io: {min_iops: -3}\n", "io.min_iops"},
+      {"io: {verdict_after: 10ms}\n", "io.verdict_after"},
+      {"io: {verdict_after: 5s, calm_after: 2s}\n", "io.calm_after"},
+      {"io: {hold_off: 2h}\n", "io.hold_off"},
+      {"io: {limt: true}\n", "limt"},
+  };
+  for (const auto& c : cases) {
+    auto r = load(c.yaml);
+    ASSERT_FALSE(r.ok()) << c.yaml;
+    EXPECT_NE(r.error().message.find(c.key), std::string::npos) << c.yaml << " -> " << r.error().message;
+  }
+  auto ok = load("io: {limit: false, limit_step: 0.25, min_bps: 2Mi, min_iops: 50, verdict_after: 1s}\n");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_FALSE(ok->io.limit);
+  EXPECT_EQ(ok->io.min_bps, 2u << 20);
+  EXPECT_EQ(ok->io.min_iops, 50u);
+  EXPECT_EQ(ok->io.verdict_after_ns, 1'000'000'000u);
 }

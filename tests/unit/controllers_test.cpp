@@ -96,6 +96,7 @@ NodeFacts facts() {
   NodeFacts f;
   f.topo.cpus = {{0, 0, 0}, {1, 1, 0}};
   f.memory = true;
+  f.io = true;
   return f;
 }
 

@@ -144,5 +144,150 @@ TEST(IoController, NamesTheOfflineCgroupOnTheStalledPodsDevice) {
   EXPECT_FALSE(r.aggressor);
 }
 
+// One tick of the limiter: the pod's stall share, and what the offline
+// YARN root moved on 254:0 (wbytes, wios) in a 1 s tick.
+IoReport limiter_tick(IoLimitState& st, const IoConfig& cfg, uint64_t now_ns, double share, uint64_t wbytes,
+                      uint64_t wios, uint64_t pod_reads = 1) {
+  IoSignals s;
+  s.interval_ns = 1000 * kMs;
+  s.online = {{"/pod", static_cast<uint64_t>(share * 1e6), 0, share, {{"254:0", {4096 * pod_reads, 0, pod_reads, 0}}}}};
+  if (wbytes) s.offline = {{"/hadoop-yarn", "254:0", {0, wbytes, 0, wios}}};
+  IoReport r = io_judge(s, cfg);
+  io_limit_step(r, cfg, now_ns, st);
+  return r;
+}
+
+TEST(IoLimiter, LimitsTheAggressorAtHalfItsRateThenJudgesTightensRaisesAndLifts) {
+  IoConfig cfg;  // stall_limit 0.1, step 0.5, verdict after 2 s, calm after 10 s
+  IoLimitState st;
+  constexpr uint64_t kS = 1000 * kMs;
+  // A 200 MiB/s, 3200 IOPS writer while the pod stalls 40%: limited to half.
+  auto r = limiter_tick(st, cfg, 1 * kS, 0.4, 200 << 20, 3200);
+  ASSERT_EQ(r.limits.size(), 1u);
+  const IoLimit& l = r.limits[0].limit;
+  EXPECT_EQ(r.limits[0].cgroup, "/hadoop-yarn");
+  EXPECT_EQ(l.device, "254:0");
+  EXPECT_EQ(l.wbps, 100u << 20);
+  EXPECT_EQ(l.wiops, 1600u);
+  EXPECT_FALSE(l.rbps) << "a direction it did not use is left alone";
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_NE(r.steps[0].text.find("limited to wbps=100.0MiB/s wiops=1600"), std::string::npos) << r.steps[0].text;
+  // Before the verdict, nothing moves.
+  r = limiter_tick(st, cfg, 2 * kS, 0.35, 100 << 20, 1600);
+  EXPECT_TRUE(r.steps.empty());
+  EXPECT_EQ(r.limits[0].limit.wbps, 100u << 20);
+  // 2 s after the step: 40% -> 20% helped (by more than a quarter), and it
+  // still stalls over the limit: tightened to half again.
+  r = limiter_tick(st, cfg, 3 * kS, 0.2, 100 << 20, 1600);
+  ASSERT_EQ(r.steps.size(), 2u);
+  EXPECT_NE(r.steps[0].text.find("helped"), std::string::npos) << r.steps[0].text;
+  EXPECT_NE(r.steps[1].text.find("tightened"), std::string::npos) << r.steps[1].text;
+  EXPECT_EQ(r.limits[0].limit.wbps, 50u << 20);
+  EXPECT_EQ(r.limits[0].limit.wiops, 800u);
+  // Helped again (to 4%), then calm: raised after 10 s calm, and lifted
+  // once above what it moved before the first step.
+  r = limiter_tick(st, cfg, 5 * kS, 0.04, 50 << 20, 800);
+  EXPECT_NE(r.steps.at(0).text.find("helped"), std::string::npos);
+  uint64_t t = 5 * kS;
+  std::vector<std::string> steps;
+  while (!r.limits.empty() && t < 100 * kS) {
+    t += kS;
+    r = limiter_tick(st, cfg, t, 0.01, 50 << 20, 800);
+    for (const auto& x : r.steps) steps.push_back(x.text);
+  }
+  ASSERT_EQ(steps.size(), 2u);  // 50 -> 100 MiB/s, then 200 (what it moved before): lifted
+  EXPECT_NE(steps[0].find("raised"), std::string::npos) << steps[0];
+  EXPECT_NE(steps[0].find("wbps=50.0MiB/s wiops=800 -> wbps=100.0MiB/s wiops=1600"), std::string::npos) << steps[0];
+  EXPECT_NE(steps[1].find("lifted"), std::string::npos) << steps[1];
+  EXPECT_EQ(t, 25 * kS) << "one step each 10 s of calm, from the first calm tick (5 s, the verdict's)";
+}
+
+TEST(IoLimiter, AUselessStepIsLiftedAndNotRetriedDuringTheHoldOff) {
+  IoConfig cfg;
+  IoLimitState st;
+  constexpr uint64_t kS = 1000 * kMs;
+  auto r = limiter_tick(st, cfg, 1 * kS, 0.4, 200 << 20, 3200);
+  ASSERT_EQ(r.limits.size(), 1u);
+  // The pod stalls as much 2 s later: the limit did not help.
+  r = limiter_tick(st, cfg, 3 * kS, 0.38, 100 << 20, 1600);
+  EXPECT_TRUE(r.limits.empty());
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_NE(r.steps[0].text.find("useless"), std::string::npos) << r.steps[0].text;
+  // Named again while held off: not limited; after 60 s it may be again.
+  r = limiter_tick(st, cfg, 4 * kS, 0.4, 200 << 20, 3200);
+  EXPECT_TRUE(r.limits.empty());
+  r = limiter_tick(st, cfg, 64 * kS, 0.4, 200 << 20, 3200);
+  EXPECT_EQ(r.limits.size(), 1u);
+}
+
+TEST(IoLimiter, NothingOnADeviceThePodDidNotUseNorBelowTheFloors) {
+  IoConfig cfg;
+  IoLimitState st;
+  // The pod's devices unknown: the aggressor is named, nothing written.
+  IoSignals s;
+  s.interval_ns = 1000 * kMs;
+  s.online = {{"/pod", 400000, 0, 0.4, {}}};
+  s.offline = {{"/hadoop-yarn", "254:0", {0, 200 << 20, 0, 3200}}};
+  IoReport r = io_judge(s, cfg);
+  io_limit_step(r, cfg, 1000 * kMs, st);
+  ASSERT_TRUE(r.aggressor);
+  EXPECT_TRUE(r.limits.empty());
+  // A writer moving less than twice the floors: not worth a limit.
+  r = limiter_tick(st, cfg, 2000 * kMs, 0.4, 1 << 20, 20);
+  EXPECT_TRUE(r.limits.empty());
+  // Tightening stops at the floors.
+  cfg.min_bps = 60u << 20;
+  cfg.min_iops = 1000;
+  r = limiter_tick(st, cfg, 3000 * kMs, 0.4, 200 << 20, 3200);
+  ASSERT_EQ(r.limits.size(), 1u);
+  EXPECT_EQ(r.limits[0].limit.wbps, 100u << 20);
+  r = limiter_tick(st, cfg, 5000 * kMs, 0.2, 100 << 20, 1600);
+  EXPECT_EQ(r.limits[0].limit.wbps, 60u << 20);
+  EXPECT_EQ(r.limits[0].limit.wiops, 1000u);
+  r = limiter_tick(st, cfg, 7000 * kMs, 0.12, 60 << 20, 1000);
+  EXPECT_EQ(r.limits[0].limit.wbps, 60u << 20);
+}
+
+// An IO-bound pod stalls on IO most of the time whatever its latency: a
+// step helps when its wait per IO falls. A tighter step that does not help
+// goes back to the last limit and stays; a limit the cgroup no longer
+// uses is raised and lifted.
+TEST(IoLimiter, WaitPerIoJudgesStepsAndAnUnusedLimitIsLifted) {
+  IoConfig cfg;
+  IoLimitState st;
+  constexpr uint64_t kS = 1000 * kMs;
+  // 80% stalled, 1000 reads: 800 us per read.
+  auto r = limiter_tick(st, cfg, 1 * kS, 0.8, 200 << 20, 3200, 1000);
+  ASSERT_EQ(r.limits.size(), 1u);
+  EXPECT_NEAR(r.limits[0].wait_before, 800, 1);
+  // Still 80% stalled, but 2000 reads: 400 us each: helped; tightened.
+  r = limiter_tick(st, cfg, 3 * kS, 0.8, 100 << 20, 1600, 2000);
+  ASSERT_EQ(r.steps.size(), 2u);
+  EXPECT_EQ(std::string(r.steps[0].kind), "helped") << r.steps[0].text;
+  EXPECT_EQ(std::string(r.steps[1].kind), "tightened") << r.steps[1].text;
+  EXPECT_EQ(r.limits[0].limit.wbps, 50u << 20);
+  // The tighter step: 390 us per read, not a quarter better: back to
+  // 100 MiB/s, and no tighter while it stalls.
+  r = limiter_tick(st, cfg, 5 * kS, 0.78, 50 << 20, 800, 2000);
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_EQ(std::string(r.steps[0].kind), "useless") << r.steps[0].text;
+  EXPECT_NE(r.steps[0].text.find("back to wbps=100.0MiB/s"), std::string::npos) << r.steps[0].text;
+  EXPECT_EQ(r.limits.at(0).limit.wbps, 100u << 20);
+  for (uint64_t t = 6; t < 20; t++) {
+    r = limiter_tick(st, cfg, t * kS, 0.8, 100 << 20, 1600, 2000);
+    EXPECT_TRUE(r.steps.empty()) << r.steps[0].text;
+  }
+  // The writer stops (the pod still reads as hard as it can): the limit is
+  // unused, raised after 10 s, lifted at the next.
+  std::vector<std::string> kinds;
+  uint64_t t = 20;
+  for (; t < 60 && !r.limits.empty(); t++) {
+    r = limiter_tick(st, cfg, t * kS, 0.8, 0, 0, 2500);
+    for (const auto& x : r.steps) kinds.emplace_back(x.kind);
+  }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"lifted"})) << "100 MiB/s raised to 200 MiB/s is what it moved before";
+  EXPECT_EQ(t, 31u);
+}
+
 }  // namespace
 }  // namespace khagent

@@ -10,6 +10,7 @@
 
 #include "khagent/actuate/actuator.h"
 #include "khagent/model/knob_table.h"
+#include "khagent/model/knob_values.h"
 #include "test_util.h"
 
 using namespace khagent;
@@ -99,7 +100,9 @@ TEST(KnobTable, EachKnobHasOneFilePerBackend) {
     if (auto v1 = knob_file(true, knob)) {
       EXPECT_EQ(file_for(CgroupBackend::V1Hybrid, knob), *v1);
       EXPECT_TRUE(knob_row(*v1).v1);
-      EXPECT_EQ(std::string_view(knob_row(*v1).controller), knob_row(v2).controller);
+      // The same controller, by its v1 name (v2's io is v1's blkio).
+      const std::string_view want = knob == Knob::IoLimit ? "blkio" : knob_row(v2).controller;
+      EXPECT_EQ(std::string_view(knob_row(*v1).controller), want);
     }
   }
   EXPECT_EQ(file_for(CgroupBackend::V1Hybrid, Knob::Quota), CgroupFile::V1CpuCfs);
@@ -299,4 +302,39 @@ TEST(ActionRecords, CarryTheLeverThatAsked) {
   // Settings still compare as before, the lever included.
   EXPECT_EQ((Setting{"/a", CpuIdle{true}}), (Setting{"/a", CpuIdle{true}}));
   EXPECT_NE((Setting{"/a", CpuIdle{true}, Lever::Idle}), (Setting{"/a", CpuIdle{true}}));
+}
+
+TEST(KnobTable, IoMaxLinesParseNormaliseAndPickOneDevice) {
+  auto l = parse_io_max_line("259:0 wbps=1048576 riops=max");
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->device, "259:0");
+  EXPECT_EQ(l->wbps, 1048576u);
+  EXPECT_FALSE(l->riops);
+  EXPECT_EQ(format_io_max_line(*l), "259:0 rbps=max wbps=1048576 riops=max wiops=max");
+  EXPECT_EQ(normalize_cgroup_value(CgroupFile::IoMax, " 259:0 wiops=9\n"), "259:0 rbps=max wbps=max riops=max wiops=9");
+  for (const char* bad : {"", "sda wbps=1", "259:0 wbps=0", "259:0 wbps=1 wbps=2", "259:0 foo=1", "259:0 wbps",
+                          "259 wbps=1", "259:0 wbps=-1"})
+    EXPECT_FALSE(validate_cgroup_value(CgroupFile::IoMax, bad, {}).ok()) << bad;
+  EXPECT_TRUE(validate_cgroup_value(CgroupFile::IoMax, "8:16 rbps=max wbps=max riops=max wiops=max", {}).ok());
+  const std::string file = "8:0 rbps=1 wbps=max riops=max wiops=max\n259:0 rbps=max wbps=7 riops=max wiops=max\n";
+  EXPECT_EQ(io_max_line_of(file, "259:0"), "259:0 rbps=max wbps=7 riops=max wiops=max");
+  EXPECT_EQ(io_max_line_of(file, "253:1"), "253:1 rbps=max wbps=max riops=max wiops=max");
+  EXPECT_EQ(held_for(CgroupFile::IoMax, file, "8:0 rbps=max"), "8:0 rbps=1 wbps=max riops=max wiops=max");
+  EXPECT_EQ(held_for(CgroupFile::CpuMax, "max 100000", "50000 100000"), "max 100000");
+  EXPECT_EQ(io_max_device("259:0 rbps=1"), "259:0");
+  EXPECT_EQ(io_max_device("max"), "");
+  // Rendered from the typed value, v2 and v1 alike; a bad device is refused.
+  Setting s{"/y", IoLimit{"259:0", 1u << 20, std::nullopt, std::nullopt, 64}, Lever::IoLimit};
+  auto v2 = render(CgroupBackend::V2, s, {});
+  ASSERT_TRUE(v2);
+  EXPECT_EQ(v2->file, CgroupFile::IoMax);
+  EXPECT_EQ(v2->value, "259:0 rbps=1048576 wbps=max riops=max wiops=64");
+  auto v1 = render(CgroupBackend::V1Hybrid, s, {});
+  ASSERT_TRUE(v1);
+  EXPECT_EQ(v1->file, CgroupFile::V1BlkioThrottle);
+  EXPECT_EQ(v1->value, v2->value);
+  std::get<IoLimit>(s.value).device = "nvme0n1";
+  EXPECT_FALSE(render(CgroupBackend::V2, s, {}));
+  std::get<IoLimit>(s.value) = IoLimit{"259:0", 0u, std::nullopt, std::nullopt, std::nullopt};
+  EXPECT_FALSE(render(CgroupBackend::V2, s, {})) << "0 is not a limit the kernel takes";
 }

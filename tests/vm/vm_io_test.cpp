@@ -6,6 +6,7 @@
 // offline writes on that device (io.stat), and the IO controller must name
 // the offline cgroup on the online pod's device.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -16,6 +17,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include "../host/host_util.h"
+#include "khagent/collect/cgroupfs.h"
 #include "khagent/collect/snapshot.h"
 #include "khagent/policy/io_controller.h"
 #include "khagent/signals/io.h"
@@ -88,8 +92,10 @@ struct NullBlk {
 };
 
 // A process in `cgroup` doing O_DIRECT IO on `dev` from `threads` threads
-// until killed: reads of `bs` at random offsets, or writes.
-pid_t io_loop(const std::string& cgroup, const std::string& dev, bool write, size_t bs, int threads) {
+// until killed: reads of `bs` at random offsets, or writes; each IO done
+// counted in `done` (shared memory) when given.
+pid_t io_loop(const std::string& cgroup, const std::string& dev, bool write, size_t bs, int threads,
+              std::atomic<uint64_t>* done = nullptr) {
   pid_t p = fork();
   if (p == 0) {
     if (!write_file(cgroup + "/cgroup.procs", "0")) _exit(90);
@@ -110,6 +116,7 @@ pid_t io_loop(const std::string& cgroup, const std::string& dev, bool write, siz
           const off_t off = static_cast<off_t>((x % span) * bs);
           const ssize_t n = write ? ::pwrite(fd, buf, bs, off) : ::pread(fd, buf, bs, off);
           if (n != static_cast<ssize_t>(bs)) _exit(93);
+          if (done) done->fetch_add(1, std::memory_order_relaxed);
         }
       });
     for (auto& t : ts) t.join();
@@ -173,6 +180,106 @@ TEST(VmIo, SignalsShowTheOnlineStallAndNameTheOfflineWriterOnItsDevice) {
   ASSERT_TRUE(r.aggressor);
   EXPECT_EQ(r.aggressor->cgroup, "/io-offline");
   EXPECT_TRUE(r.aggressor_on_pods_device);
+}
+
+// IOs per second of `done` over `seconds`.
+double rate_over(std::atomic<uint64_t>* done, double seconds) {
+  const uint64_t a = done->load(), t0 = mono_ns();
+  sleep_s(seconds);
+  return static_cast<double>(done->load() - a) * 1e9 / static_cast<double>(mono_ns() - t0);
+}
+
+// The line of `majmin` in a cgroup's io.max ("" when it has none).
+std::string io_max_line(const std::string& cgroup, const std::string& majmin) {
+  const std::string text = hosttest::read_file(kCg + cgroup + "/io.max");
+  const size_t at = text.find(majmin + " ");
+  return at == std::string::npos ? "" : text.substr(at, text.find('\n', at) - at);
+}
+
+// The closed loop on a real kernel: an online pod reading the null_blk
+// device (4 KiB O_DIRECT) next to a YARN container writing it from 8
+// threads. The agent limits the YARN root on that device (io.max) once the
+// pod stalls, lifts the limit when the writer is gone and online is calm,
+// limits again when it comes back, and restores the original io.max at
+// exit. Rates are printed, not asserted: the guest's clock is emulated.
+TEST(VmIo, TheAgentLimitsTheOfflineWriterOnThePodsDeviceAndLiftsItWhenCalm) {
+  ASSERT_EQ(geteuid(), 0u) << "the VM suite runs as root inside the guest";
+  NullBlk nb;
+  ASSERT_EQ(nb.problem, "");
+  write_file(kCg + "/cgroup.subtree_control", "+io");
+  ASSERT_NE(hosttest::read_file(kCg + "/cgroup.subtree_control").find("io"), std::string::npos)
+      << "the io controller could not be enabled at the root";
+  Mounts m = hosttest::mounts();
+  const std::string k = hosttest::unique("khvio");
+  const std::string yarn = "/" + k + "-yarn", kube = "/" + k + "-kubepods.slice";
+  const std::string burstable = kube + "/kubepods-burstable.slice";
+  const std::string pod = burstable + "/kubepods-burstable-pod3333_4444.slice";
+  hosttest::LaidOutCgroup c_yarn(m, yarn), c_cont(m, yarn + "/container_e01_1700000000000_0001_01_000002", false, true),
+      c_kube(m, kube), c_burst(m, burstable), c_pod(m, pod),
+      c_ctr(m, pod + "/cri-containerd-0123456789ab.scope", false, true);
+  // io down to the pod, as systemd (IOAccounting) and the kubelet enable it.
+  for (const auto& p : {kube, burstable}) write_file(kCg + p + "/cgroup.subtree_control", "+io");
+  ASSERT_TRUE(::access((kCg + pod + "/io.stat").c_str(), F_OK) == 0) << "no io.stat in the pod: io not enabled down";
+  auto* done = static_cast<std::atomic<uint64_t>*>(
+      mmap(nullptr, sizeof(std::atomic<uint64_t>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(done, MAP_FAILED);
+  new (done) std::atomic<uint64_t>(0);
+
+  pid_t reader = io_loop(kCg + pod + "/cri-containerd-0123456789ab.scope", nb.dev, false, 4096, 1, done);
+  const double alone = rate_over(done, 2.0);
+  pid_t writer = io_loop(kCg + yarn + "/container_e01_1700000000000_0001_01_000002", nb.dev, true, 64 << 10, 8);
+  const double free_rate = rate_over(done, 2.0);
+
+  const std::string cfg = "/tmp/" + k + ".yaml", state = "/tmp/" + k + "-state.json", log = "/tmp/" + k + ".log";
+  std::ofstream(cfg) << "tick: 500ms\noffline:\n  yarn_hierarchy: " << yarn.substr(1)
+                     << "\nmemory:\n  enabled: false\nio:\n  stall_limit: 0.1\n  verdict_after: 1s\n"
+                     << "  calm_after: 3s\n";
+  pid_t agent = hosttest::start_agent(cfg, state, log);
+  const uint64_t running = mono_ns();
+  std::string limit;
+  for (int i = 0; i < 300 && (limit = io_max_line(yarn, nb.majmin)).empty(); i++) sleep_s(0.05);
+  const double limited_after = static_cast<double>(mono_ns() - running) / 1e9;
+  sleep_s(3.0);  // its verdicts and tighter steps
+  const double limited_rate = rate_over(done, 2.0);
+  const std::string limit_then = io_max_line(yarn, nb.majmin);
+  // The writer goes: the pod is calm, the limit is raised and lifted.
+  stop(writer);
+  bool lifted = false;
+  for (int i = 0; i < 600 && !(lifted = io_max_line(yarn, nb.majmin).empty()); i++) sleep_s(0.05);
+  const double lifted_after = static_cast<double>(mono_ns() - running) / 1e9;
+  // It comes back: limited again (its hold-off only follows useless steps).
+  writer = io_loop(kCg + yarn + "/container_e01_1700000000000_0001_01_000002", nb.dev, true, 64 << 10, 8);
+  bool again = false;
+  for (int i = 0; i < 300 && !(again = !io_max_line(yarn, nb.majmin).empty()); i++) sleep_s(0.05);
+  ::kill(agent, SIGTERM);
+  int st = 0;
+  waitpid(agent, &st, 0);
+  const std::string restored = io_max_line(yarn, nb.majmin);
+  stop(writer);
+  stop(reader);
+  const std::string text = hosttest::read_file(log);
+  for (const auto& f : {cfg, state, state + ".prev", log}) ::unlink(f.c_str());
+  munmap(done, sizeof(std::atomic<uint64_t>));
+
+  std::printf(
+      "online 4 KiB reads/s: alone %.0f, next to the free writer %.0f, with the agent's limit %.0f (%s); limited "
+      "%.2f s after the agent was running, lifted after %.1f s\n",
+      alone, free_rate, limited_rate, limit_then.c_str(), limited_after, lifted_after);
+  // The agent's IO lines: its steps and warnings (its writes repeat them).
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if ((line.find(" io limit") != std::string::npos || line.find(" io: ") != std::string::npos) &&
+        line.find("io.max:") == std::string::npos)
+      std::printf("  %s\n", line.c_str());
+  ASSERT_FALSE(limit.empty()) << "no io.max on " << yarn << " for " << nb.majmin << "\n" << text;
+  EXPECT_NE(limit.find("wbps="), std::string::npos) << limit;
+  EXPECT_EQ(limit.find("wbps=max"), std::string::npos) << "the writes are not limited: " << limit;
+  EXPECT_TRUE(lifted) << "the limit stayed after the writer was gone\n" << text;
+  EXPECT_TRUE(again) << "the writer came back and was not limited again\n" << text;
+  EXPECT_TRUE(restored.empty()) << "io.max not restored at exit: " << restored << "\n" << text;
+  EXPECT_NE(text.find("io limit: "), std::string::npos) << text;
+  EXPECT_NE(text.find("io limit lifted"), std::string::npos) << text;
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text;
 }
 
 }  // namespace

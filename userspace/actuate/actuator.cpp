@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "khagent/model/knob_values.h"
+
 namespace khagent {
 
 const char* outcome_name(ActionOutcome o) {
@@ -250,11 +252,23 @@ ActionRecord Actuator::apply_checked(const DesiredValue& d, uint64_t now_ns, boo
     return rec;
   }
   if (row.persistence == Persistence::WriteOnly) return write_only(d, std::move(rec));
+  if (row.per_device) {
+    // One device per cgroup and file: the saved original is that device's
+    // line, and another device's would go unsaved.
+    const auto saved = store_.original(d.cgroup, d.file);
+    if (saved && io_max_device(*saved) != io_max_device(d.value)) {
+      rec.outcome = ActionOutcome::Rejected;
+      rec.message = std::string(row.name) + " of " + d.cgroup + " is held on device " + io_max_device(*saved) +
+                    ": one device at a time, that one restored first";
+      return rec;
+    }
+  }
   auto cur = fs_.read(d.cgroup, d.file);
   if (!cur) {
     read_failed(rec, cur.error(), dirty);
     return rec;
   }
+  *cur = held_for(d.file, *cur, d.value);
   rec.from = *cur;
   std::string now_norm = normalize_cgroup_value(d.file, *cur);
   std::string want_norm = d.canonical ? d.value : normalize_cgroup_value(d.file, d.value);
@@ -312,7 +326,7 @@ ActionRecord Actuator::apply_checked(const DesiredValue& d, uint64_t now_ns, boo
   rec.outcome = ActionOutcome::Written;
   // Remember what the kernel shows for it (it may canonicalise the value).
   auto back = fs_.read(d.cgroup, d.file);
-  last_written_[key] = back ? normalize_cgroup_value(d.file, *back) : want_norm;
+  last_written_[key] = back ? normalize_cgroup_value(d.file, held_for(d.file, *back, d.value)) : want_norm;
   return rec;
 }
 
@@ -377,6 +391,7 @@ std::vector<ActionRecord> Actuator::restore_if(const std::function<bool(const Or
       rec.outcome = cur.error().err == ENOENT ? ActionOutcome::Gone : ActionOutcome::Rejected;
       rec.message = cur.error().str();
     } else {
+      *cur = held_for(e.file, *cur, e.value);
       rec.from = *cur;
       if (dry_run_) {
         rec.outcome = ActionOutcome::DryRun;

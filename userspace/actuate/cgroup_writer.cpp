@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <sstream>
 #include <string_view>
 
 namespace khagent {
@@ -83,6 +85,24 @@ Result<void> memory_controller_for(CgroupBackend b, const CgroupRoots& roots) {
   return {};
 }
 
+Result<void> io_controller_for(CgroupBackend b, const CgroupRoots& roots) {
+  if (b == CgroupBackend::V1Hybrid) {
+    if (roots.blkio_v1.empty())
+      return make_error(ENOTSUP, "no v1 blkio hierarchy is mounted on this hybrid host: no IO limits");
+    return {};
+  }
+  std::string controllers;
+  if (int fd = ::open((roots.unified + "/cgroup.controllers").c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    char buf[512];
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) controllers.assign(buf, static_cast<size_t>(n));
+    ::close(fd);
+  }
+  if (!has_word(controllers, "io"))
+    return make_error(ENOTSUP, "the io controller is not available at " + roots.unified + ": no IO limits");
+  return {};
+}
+
 CgroupFile file_for(CgroupBackend b, Knob k) {
   return knob_file(b == CgroupBackend::V1Hybrid, k).value_or(knob_file(false, k).value_or(CgroupFile::CpuMax));
 }
@@ -136,6 +156,11 @@ Result<DesiredValue> render(CgroupBackend b, const Setting& s, const CpuSet& nod
     if (b != CgroupBackend::V2)
       return make_error(ENOTSUP, "memory.oom.group for " + s.cgroup + ": a cgroup v2 file (v1 has none)");
     out.value = og->group ? "1" : "0";
+  } else if (const auto* io = std::get_if<IoLimit>(&s.value)) {
+    IoMaxLine l{io->device, io->rbps, io->wbps, io->riops, io->wiops};
+    out.value = format_io_max_line(l);
+    if (std::string why = why_invalid_io_max(out.value, {}); !why.empty())
+      return make_error(EINVAL, what + ": '" + out.value + "': " + why);
   }
   return out;
 }
@@ -217,8 +242,50 @@ Result<void> RealCgroupFs::write_one(Hierarchy h, const std::string& cgroup, con
   return {};
 }
 
+namespace {
+
+// blkio.throttle's files, in io.max's key order.
+constexpr const char* kThrottleFiles[4] = {"blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+                                           "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device"};
+
+}  // namespace
+
+Result<std::string> RealCgroupFs::read_blkio_throttle(const std::string& cgroup) {
+  std::map<std::string, IoMaxLine> by_device;
+  for (int i = 0; i < 4; i++) {
+    auto text = read_one(Hierarchy::BlkioV1, cgroup, kThrottleFiles[i]);
+    if (!text) return text.error();
+    std::istringstream in(*text);
+    std::string dev, val;
+    while (in >> dev >> val) {
+      uint64_t n = 0;
+      if (!parse_u64(val, n) || n == 0) continue;
+      IoMaxLine& l = by_device[dev];
+      l.device = dev;
+      std::optional<uint64_t>* fields[4] = {&l.rbps, &l.wbps, &l.riops, &l.wiops};
+      *fields[i] = n;
+    }
+  }
+  std::string out;
+  for (const auto& [dev, l] : by_device) out += (out.empty() ? "" : "\n") + format_io_max_line(l);
+  return out;
+}
+
+Result<void> RealCgroupFs::write_blkio_throttle(const std::string& cgroup, const std::string& value) {
+  auto want = parse_io_max_line(value);
+  if (!want) return make_error(EINVAL, "v1 blkio.throttle value '" + value + "': want io.max's grammar");
+  const std::optional<uint64_t> fields[4] = {want->rbps, want->wbps, want->riops, want->wiops};
+  for (int i = 0; i < 4; i++)  // 0: no limit on v1
+    if (auto r = write_one(Hierarchy::BlkioV1, cgroup, kThrottleFiles[i],
+                           want->device + " " + std::to_string(fields[i].value_or(0)));
+        !r)
+      return r;
+  return {};
+}
+
 Result<std::string> RealCgroupFs::read(const std::string& cgroup, CgroupFile f) {
   Hierarchy h = hierarchy_of(f);
+  if (f == CgroupFile::V1BlkioThrottle) return read_blkio_throttle(cgroup);
   if (f != CgroupFile::V1CpuCfs) return read_one(h, cgroup, kernel_files(f).front());
   auto q = read_one(h, cgroup, "cpu.cfs_quota_us");
   if (!q) return q.error();
@@ -287,6 +354,7 @@ Result<void> RealCgroupFs::pulse(const std::string& cgroup, const std::string& v
 Result<void> RealCgroupFs::write(const std::string& cgroup, CgroupFile f, const std::string& value) {
   Hierarchy h = hierarchy_of(f);
   if (f == CgroupFile::V1MemoryPulse) return pulse(cgroup, value);
+  if (f == CgroupFile::V1BlkioThrottle) return write_blkio_throttle(cgroup, value);
   if (std::string_view(knob_row(f).controller) == "memory") {
     IdleWhile idle;
     return write_one(h, cgroup, kernel_files(f).front(), value);

@@ -166,6 +166,12 @@ bool StateStore::has(const std::string& cgroup, CgroupFile f) const {
   return values_.count({cgroup, static_cast<int>(f)}) > 0;
 }
 
+std::optional<std::string> StateStore::original(const std::string& cgroup, CgroupFile f) const {
+  auto it = values_.find({cgroup, static_cast<int>(f)});
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
 void StateStore::record(const std::string& cgroup, CgroupFile f, const std::string& value) {
   values_.emplace(std::make_pair(cgroup, static_cast<int>(f)), value);
 }

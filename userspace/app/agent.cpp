@@ -99,13 +99,18 @@ int Agent::run() {
 std::optional<int> Agent::setup_node() {
   if (auto rc = checked_mounts(mounts_)) return rc;
   NodeSetup node;
-  if (auto rc = khagent::setup_node(mounts_, cfg_.memory.enabled, node)) return rc;
+  if (auto rc = khagent::setup_node(mounts_, cfg_.memory.enabled, cfg_.io.enabled && cfg_.io.limit, node)) return rc;
   facts_.topo = std::move(node.topo);
   facts_.idle_supported = node.idle_supported;
   backend_ = node.backend;
   facts_.memory = cfg_.memory.enabled = node.memory;
   facts_.memory_v2 = node.memory_v2;
-  spdlog::info("levers: {}", levers_summary(cfg_, facts_.idle_supported, facts_.memory_v2));
+  facts_.io = node.io;
+  spdlog::info("levers: {}{}", levers_summary(cfg_, facts_.idle_supported, facts_.memory_v2),
+               !facts_.io                      ? ""
+               : backend_ == CgroupBackend::V2 ? "; io.max on the offline cgroup an online pod's IO stall names"
+                                               : "; v1 blkio.throttle on the offline cgroup an online pod's IO stall "
+                                                 "names (direct IO only: v1 cannot limit buffered writeback)");
   return std::nullopt;
 }
 

@@ -18,7 +18,7 @@ std::optional<int> checked_mounts(Mounts& out) {
   return std::nullopt;
 }
 
-std::optional<int> setup_node(const Mounts& m, bool memory, NodeSetup& out) {
+std::optional<int> setup_node(const Mounts& m, bool memory, bool io, NodeSetup& out) {
   auto topo = read_topology();
   if (!topo) {
     spdlog::error("reading the CPU topology: {}", topo.error().str());
@@ -45,6 +45,11 @@ std::optional<int> setup_node(const Mounts& m, bool memory, NodeSetup& out) {
     if (!ok) spdlog::warn("memory lever off: {}", ok.error().message);
     out.memory = ok.ok();
     out.memory_v2 = out.memory && out.backend == CgroupBackend::V2;
+  }
+  if (io) {
+    auto ok = io_controller_for(out.backend, roots);
+    if (!ok) spdlog::warn("IO limit off (IO still measured): {}", ok.error().message);
+    out.io = ok.ok();
   }
   return std::nullopt;
 }

@@ -182,6 +182,13 @@ std::string config_to_yaml(const Config& c) {
   key("io") << YAML::BeginMap;
   key("enabled") << c.io.enabled;
   key("stall_limit") << format_double(c.io.stall_limit);
+  key("limit") << c.io.limit;
+  key("limit_step") << format_double(c.io.limit_step);
+  key("min_bps") << format_bytes(c.io.min_bps);
+  key("min_iops") << c.io.min_iops;
+  key("verdict_after") << format_duration_ns(c.io.verdict_after_ns);
+  key("hold_off") << format_duration_ns(c.io.hold_off_ns);
+  key("calm_after") << format_duration_ns(c.io.calm_after_ns);
   out << YAML::EndMap;
 
   const auto& k = c.capacity;

@@ -250,6 +250,17 @@ Result<void> validate_config(const Config& c) {
   if (!(c.io.stall_limit > 0 && c.io.stall_limit <= 1)) {
     return bad("io.stall_limit", "must be above 0 and at most 1, got " + format_double(c.io.stall_limit));
   }
+  if (!(c.io.limit_step >= 0.1 && c.io.limit_step <= 0.9)) {
+    return bad("io.limit_step",
+               "must be within [0.1, 0.9] (each step keeps that share), got " + format_double(c.io.limit_step));
+  }
+  if (c.io.min_bps < 4096) return bad("io.min_bps", "must be at least 4Ki (one page a second)");
+  if (c.io.min_iops < 1) return bad("io.min_iops", "must be at least 1");
+  if (c.io.verdict_after_ns < 100'000'000ULL || c.io.verdict_after_ns > 600'000'000'000ULL)
+    return bad("io.verdict_after", "must be within [100ms, 10m]");
+  if (c.io.calm_after_ns < c.io.verdict_after_ns)
+    return bad("io.calm_after", "must be at least io.verdict_after: a limit is judged before it is raised");
+  if (c.io.hold_off_ns > 3'600'000'000'000ULL) return bad("io.hold_off", "must be at most 1h");
 
   const auto& k = c.capacity;
   if (!k.api_server.empty() && k.api_server.rfind("https://", 0) != 0) {

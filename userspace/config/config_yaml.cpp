@@ -263,7 +263,12 @@ class Loader : public Walker {
         {"yarn", [this, &c](const YAML::Node& n, const Where& at) { yarn(n, at, c.yarn); }},
         {"io",
          [this, &c](const YAML::Node& n, const Where& at) {
-           section(n, at, {flag("enabled", c.io.enabled), num("stall_limit", c.io.stall_limit)});
+           auto& io = c.io;
+           section(n, at,
+                   {flag("enabled", io.enabled), num("stall_limit", io.stall_limit), flag("limit", io.limit),
+                    num("limit_step", io.limit_step), bytes("min_bps", io.min_bps), whole("min_iops", io.min_iops),
+                    ns("verdict_after", io.verdict_after_ns), ns("hold_off", io.hold_off_ns),
+                    ns("calm_after", io.calm_after_ns)});
          }},
         {"capacity",
          [this, &c](const YAML::Node& n, const Where& at) {

@@ -18,6 +18,7 @@ std::string rate_text(uint64_t bytes, uint64_t interval_ns) {
 
 void ReportExporter::operator()(const IoReport& r) {
   if (metrics_) metrics_->record_io(r);
+  for (const auto& s : r.steps) spdlog::info("{}", s.text);  // each step, once: they are seconds apart
   // Once per cgroup: a cgroup2 without the io controller above the offline
   // parents has no io.stat there, every tick.
   for (const auto& u : r.signals.unreadable)
@@ -34,10 +35,13 @@ void ReportExporter::operator()(const IoReport& r) {
                       rate_text(a.delta.rbytes, interval), rate_text(a.delta.wbytes, interval));
   }
   spdlog::warn(
-      "io: online pod {} stalled on IO {:.0f}% of the last {:.0f} ms ({:.0f}% with all its tasks); {} "
-      "(measuring only: no IO lever is written; logged once a minute per pod)",
+      "io: online pod {} stalled on IO {:.0f}% of the last {:.0f} ms ({:.0f}% with all its tasks); {} ({}; "
+      "logged once a minute per pod)",
       p.pod, p.some_share * 100.0, static_cast<double>(interval) / 1e6,
-      interval ? static_cast<double>(p.full_us) * 1000.0 / static_cast<double>(interval) * 100.0 : 0.0, who);
+      interval ? static_cast<double>(p.full_us) * 1000.0 / static_cast<double>(interval) * 100.0 : 0.0, who,
+      !cfg_.io.limit                ? "io.limit is off: measuring only"
+      : !r.aggressor_on_pods_device ? "no limit: not a device the pod was seen to use"
+                                    : "the io_limit lever acts on it");
 }
 
 }  // namespace khagent

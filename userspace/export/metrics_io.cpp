@@ -8,7 +8,7 @@ namespace khagent::metrics {
 
 namespace {
 
-enum IoFamily : size_t { kStall, kStalled, kBytes, kIos, kNrIoFamilies };
+enum IoFamily : size_t { kStall, kStalled, kBytes, kIos, kLimits, kSteps, kNrIoFamilies };
 constexpr std::array<FamilySpec, kNrIoFamilies> kIoFamilies = {{
     {kStall,
      "khagent_online_io_stall_seconds_total",
@@ -32,6 +32,17 @@ constexpr std::array<FamilySpec, kNrIoFamilies> kIoFamilies = {{
      MetricType::Counter,
      {"device", "op"},
      "IOs offline cgroups issued, by device and op"},
+    {kLimits,
+     "khagent_io_limits",
+     MetricType::Gauge,
+     {},
+     "Offline cgroups khagent holds under an IO limit (io.max, or v1 blkio.throttle), one device each"},
+    {kSteps,
+     "khagent_io_limit_steps_total",
+     MetricType::Counter,
+     {"step"},
+     "IO limit steps: limited (a new limit), tightened, helped and useless (verdicts; useless is lifted), raised "
+     "and lifted (online calm)"},
 }};
 static_assert(rows_in_order(kIoFamilies));
 
@@ -48,8 +59,14 @@ void IoMetrics::record(const IoReport& r) {
     stalled_ = &TableFamily<Gauge>(r_, t[kStalled]).add({});
     bytes_ = TableFamily<Counter>(r_, t[kBytes]);
     ios_ = TableFamily<Counter>(r_, t[kIos]);
+    limits_ = &TableFamily<Gauge>(r_, t[kLimits]).add({});
+    TableFamily<Counter> steps(r_, t[kSteps]);
+    for (const char* s : {"limited", "tightened", "helped", "useless", "raised", "lifted"}) steps_[s] = &steps.add({s});
     built_ = true;
   }
+  limits_->Set(static_cast<double>(r.limits.size()));
+  for (const auto& s : r.steps)
+    if (auto it = steps_.find(s.kind); it != steps_.end()) it->second->Increment();
   uint64_t some = 0, full = 0;
   for (const auto& p : r.signals.online) {
     some += p.some_us;

@@ -279,6 +279,8 @@ class IoMetrics {
   Gauge* stalled_ = nullptr;
   TableFamily<Counter> bytes_, ios_;
   std::set<std::string> devices_;
+  Gauge* limits_ = nullptr;
+  std::map<std::string, Counter*> steps_;  // by step
 };
 
 // metrics_capacity.cpp: the capacity published to Kubernetes (the families

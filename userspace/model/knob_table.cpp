@@ -260,6 +260,39 @@ constexpr std::array kRows = {
             .requires_one = std::nullopt,
             .why_invalid = why_invalid_zero_one,
             .normalize = normalize_trimmed},
+    // After the CPU and memory files, and restored last: nothing depends on it.
+    KnobRow{.file = F::IoMax,
+            .knob = Knob::IoLimit,
+            .v1 = false,
+            .name = "io.max",
+            .hierarchy = Hierarchy::Unified,
+            .kernel_files = {"io.max", nullptr},
+            .apply_rank = 7,
+            .restore_rank = 7,
+            .controller = "io",
+            .persistence = P::SaveRestore,
+            .cpu_budget = false,
+            .saved_with = std::nullopt,
+            .requires_one = std::nullopt,
+            .why_invalid = why_invalid_io_max,
+            .normalize = normalize_io_max,
+            .per_device = true},
+    KnobRow{.file = F::V1BlkioThrottle,
+            .knob = Knob::IoLimit,
+            .v1 = true,
+            .name = "v1:blkio.throttle",
+            .hierarchy = Hierarchy::BlkioV1,
+            .kernel_files = {"blkio.throttle.read_bps_device", nullptr},
+            .apply_rank = 7,
+            .restore_rank = 7,
+            .controller = "blkio",
+            .persistence = P::SaveRestore,
+            .cpu_budget = false,
+            .saved_with = std::nullopt,
+            .requires_one = std::nullopt,
+            .why_invalid = why_invalid_io_max,
+            .normalize = normalize_io_max,
+            .per_device = true},
 };
 
 // One row per file, in CgroupFile order, so that a file is its row's index;
@@ -335,5 +368,9 @@ Result<void> validate_cgroup_value(CgroupFile f, const std::string& value, const
 }
 
 std::string normalize_cgroup_value(CgroupFile f, const std::string& value) { return knob_row(f).normalize(value); }
+
+std::string held_for(CgroupFile f, const std::string& file_text, const std::string& value) {
+  return knob_row(f).per_device ? io_max_line_of(file_text, io_max_device(value)) : file_text;
+}
 
 }  // namespace khagent

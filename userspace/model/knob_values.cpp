@@ -86,6 +86,76 @@ std::string why_invalid_bytes(const std::string& v, const CpuSet&) {
   return !parse_u64(v, b) || b == 0 ? "want a number of bytes" : "";
 }
 
+namespace {
+
+bool is_device(const std::string& d) {
+  const size_t colon = d.find(':');
+  uint64_t a = 0, b = 0;
+  return colon != std::string::npos && parse_u64(d.substr(0, colon), a) && parse_u64(d.substr(colon + 1), b);
+}
+
+}  // namespace
+
+std::optional<IoMaxLine> parse_io_max_line(const std::string& line) {
+  std::istringstream in(trim_blank(line));
+  IoMaxLine out;
+  if (!(in >> out.device) || !is_device(out.device)) return std::nullopt;
+  bool seen[4] = {false, false, false, false};
+  std::string tok;
+  while (in >> tok) {
+    const size_t eq = tok.find('=');
+    if (eq == std::string::npos) return std::nullopt;
+    const std::string key = tok.substr(0, eq), val = tok.substr(eq + 1);
+    static const char* const kKeys[4] = {"rbps", "wbps", "riops", "wiops"};
+    std::optional<uint64_t>* fields[4] = {&out.rbps, &out.wbps, &out.riops, &out.wiops};
+    int i = 0;
+    while (i < 4 && key != kKeys[i]) i++;
+    if (i == 4 || seen[i]) return std::nullopt;
+    seen[i] = true;
+    uint64_t n = 0;
+    if (val == "max") {
+      *fields[i] = std::nullopt;
+    } else if (parse_u64(val, n) && n > 0) {
+      *fields[i] = n;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
+std::string format_io_max_line(const IoMaxLine& l) {
+  auto v = [](const std::optional<uint64_t>& x) { return x ? std::to_string(*x) : std::string("max"); };
+  return l.device + " rbps=" + v(l.rbps) + " wbps=" + v(l.wbps) + " riops=" + v(l.riops) + " wiops=" + v(l.wiops);
+}
+
+std::string io_max_device(const std::string& value) {
+  std::istringstream in(trim_blank(value));
+  std::string d;
+  in >> d;
+  return is_device(d) ? d : "";
+}
+
+std::string io_max_line_of(const std::string& file_text, const std::string& device) {
+  std::istringstream in(file_text);
+  std::string line;
+  while (std::getline(in, line))
+    if (auto l = parse_io_max_line(line); l && l->device == device) return format_io_max_line(*l);
+  IoMaxLine none;
+  none.device = device;
+  return format_io_max_line(none);
+}
+
+std::string why_invalid_io_max(const std::string& v, const CpuSet&) {
+  return parse_io_max_line(v) ? "" : "want 'MAJ:MIN' then rbps= wbps= riops= wiops= each 'max' or a number above 0";
+}
+
+std::string normalize_io_max(const std::string& v) {
+  const std::string t = trim_blank(v);
+  auto l = parse_io_max_line(t.substr(0, t.find('\n')));
+  return l ? format_io_max_line(*l) : t;
+}
+
 std::string normalize_trimmed(const std::string& v) { return trim_blank(v); }
 
 std::string normalize_quota_pair(const std::string& v) {

@@ -13,6 +13,7 @@ const char* lever_name(Lever l) {
     case Lever::Backstop: return "backstop";
     case Lever::Reclaim: return "reclaim";
     case Lever::OomGroup: return "oom_group";
+    case Lever::IoLimit: return "io_limit";
   }
   return "";
 }

@@ -9,7 +9,7 @@ std::vector<std::unique_ptr<Controller>> make_controllers(const Config& cfg, con
   out.push_back(make_burst_controller(cfg));
   if (cfg.memory.enabled && facts.memory && cfg.memory.reclaim)
     out.push_back(make_cache_reclaim_controller(cfg, facts));
-  if (cfg.io.enabled) out.push_back(make_io_controller(cfg));
+  if (cfg.io.enabled) out.push_back(make_io_controller(cfg, facts));
   return out;
 }
 

@@ -32,7 +32,7 @@ std::pair<uint64_t, size_t> parents_memory(const LeverInput& in) {
   return {total, n};
 }
 
-constexpr std::array<LeverSpec, 9> kTable = {{
+constexpr std::array<LeverSpec, 10> kTable = {{
     {
         Lever::Idle,
         Knob::Idle,
@@ -190,6 +190,26 @@ constexpr std::array<LeverSpec, 9> kTable = {{
         },
         [](const LeverInput&, const Config&, const OfflineTarget&, double) -> std::optional<KnobValue> {
           return MemoryOomGroup{true};
+        },
+    },
+    {
+        Lever::IoLimit,
+        Knob::IoLimit,
+        false,
+        false,
+        "io.max: cgroup v2 with the io controller enabled above the target (blk-throttle, any IO scheduler); a "
+        "hybrid host's v1 blkio.throttle.*_device files, which limit direct IO only (buffered writeback is issued "
+        "by the flusher and charged to the root)",
+        "the offline target the IO controller names for an online pod's IO stall, on the device that pod used; "
+        "never an online cgroup, never a device no stalled online pod used",
+        "that device's original line from the state file (no limit, usually); the other devices' lines are "
+        "never touched",
+        [](TargetKind k) { return k != TargetKind::OnlinePod && k != TargetKind::YarnContainer; },
+        [](const LeverInput& in, const Config& cfg) { return cfg.io.enabled && cfg.io.limit && !in.io_limits.empty(); },
+        [](const LeverInput& in, const Config&, const OfflineTarget& t, double) -> std::optional<KnobValue> {
+          auto it = in.io_limits.find(t.path);
+          if (it == in.io_limits.end()) return std::nullopt;
+          return it->second;
         },
     },
 }};

@@ -25,6 +25,12 @@ IoStat io_delta(const IoStat& before, const IoStat& now) {
   return out;
 }
 
+double wait_per_io_us(const IoPodStall& p) {
+  uint64_t ios = 0;
+  for (const auto& [dev, d] : p.devices) ios += d.rios + d.wios;
+  return static_cast<double>(p.some_us) / static_cast<double>(std::max<uint64_t>(ios, 1));
+}
+
 IoSignals IoTracker::step(const TickSnapshot& snap, const std::vector<std::string>& online_pods,
                           const std::vector<std::string>& offline) {
   IoSignals s;

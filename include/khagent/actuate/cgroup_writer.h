@@ -40,6 +40,7 @@ struct CgroupRoots {
       case Hierarchy::CpuV1: return cpu_v1;
       case Hierarchy::CpusetV1: return cpuset_v1;
       case Hierarchy::MemoryV1: return memory_v1;
+      case Hierarchy::BlkioV1: return blkio_v1;
       case Hierarchy::Unified: break;
     }
     return unified;
@@ -68,6 +69,10 @@ bool kernel_has_cpu_idle(const CgroupRoots& roots, CgroupBackend b);
 // when mounted there: the backend decides, and this only says whether the
 // backend's memory file exists.
 Result<void> memory_controller_for(CgroupBackend b, const CgroupRoots& roots);
+// Whether the backend has an IO limit to write: cgroup v2's io controller
+// enabled at the root (io.max), or a hybrid host's v1 blkio hierarchy
+// (blkio.throttle.*, direct IO only).
+Result<void> io_controller_for(CgroupBackend b, const CgroupRoots& roots);
 
 // The backend's file for a knob (cpu.max on v2, the v1 cfs pair on a
 // hybrid host, memory.high on v2 and memory.limit_in_bytes on v1, ...): the
@@ -132,10 +137,15 @@ class RealCgroupFs : public CgroupFs {
   // EBUSY when it could not get that far is no error), then put back to what
   // it read before, at once.
   Result<void> pulse(const std::string& cgroup, const std::string& value);
+  // V1BlkioThrottle: the four blkio.throttle.*_device files as io.max's
+  // lines (read), one device's line written as up to four lines ("MAJ:MIN
+  // N", 0 for no limit).
+  Result<std::string> read_blkio_throttle(const std::string& cgroup);
+  Result<void> write_blkio_throttle(const std::string& cgroup, const std::string& value);
 
   CgroupRoots roots_;
   bool use_openat2_;
-  std::array<int, 4> root_fd_ = {-1, -1, -1, -1};  // by Hierarchy
+  std::array<int, 5> root_fd_ = {-1, -1, -1, -1, -1};  // by Hierarchy
 };
 
 }  // namespace khagent

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,8 @@ class StateStore {
   Result<void> save() const;
 
   bool has(const std::string& cgroup, CgroupFile f) const;
+  // The original recorded for a file (none: none is).
+  std::optional<std::string> original(const std::string& cgroup, CgroupFile f) const;
   // Records `value` unless an original is already recorded (never overwrites).
   void record(const std::string& cgroup, CgroupFile f, const std::string& value);
   void forget(const std::string& cgroup, CgroupFile f);

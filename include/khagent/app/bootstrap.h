@@ -33,12 +33,14 @@ struct NodeSetup {
   bool idle_supported = true;  // the kernel has cpu.idle
   bool memory = false;         // a memory controller the backend writes (asked for, and found)
   bool memory_v2 = false;      // and it is cgroup v2's (memory.max, memory.reclaim)
+  bool io = false;             // an IO limit the backend writes (asked for, and found)
 };
 
 // Reads the CPU topology and finds where cgroups are written (pure v1 hosts
 // are refused), and logs both.
 // `memory`: the memory lever is asked for (found or not, said in the log).
-std::optional<int> setup_node(const Mounts& m, bool memory, NodeSetup& out);
+// `io`: the IO limit is asked for (io.enabled and io.limit).
+std::optional<int> setup_node(const Mounts& m, bool memory, bool io, NodeSetup& out);
 
 // Where a snapshot reads the node: the memory controller of the backend
 // (`memory`: it has one), the v1 cpu hierarchy on a hybrid host.

@@ -259,6 +259,25 @@ struct IoConfig {
   // than this share of a tick is stalled: the offline cgroup that moved
   // the most bytes on its devices is named.
   double stall_limit = 0.1;
+  // The IO limit (io.max; v1 blkio.throttle, direct IO only) on the
+  // offline cgroup named, for the device the stalled pod used: first at
+  // limit_step of what that cgroup moved in the tick (bytes and IOs per
+  // second, read and write, each it used), then limit_step of the last
+  // limit while the pod still stalls, never under min_bps and min_iops.
+  bool limit = true;
+  double limit_step = 0.5;
+  uint64_t min_bps = 1ULL << 20;
+  uint64_t min_iops = 16;
+  // Each step is judged verdict_after it: it helped when the pod's stall
+  // fell to io.stall_limit or by a quarter; otherwise the limit is lifted
+  // and that cgroup is not limited on that device for hold_off.
+  uint64_t verdict_after_ns = 2'000'000'000ULL;
+  uint64_t hold_off_ns = 60'000'000'000ULL;
+  // Once every online pod on the device stalled under half of
+  // io.stall_limit for calm_after, the limit is raised by 1/limit_step,
+  // step by step, and lifted once it is above what the cgroup moved before
+  // the first step.
+  uint64_t calm_after_ns = 10'000'000'000ULL;
 };
 
 // How the offline budget is split between the YARN NodeManager and

@@ -27,6 +27,12 @@ namespace khagent {
 // inside the first write and answers EBUSY, not an OOM kill, when it cannot
 // get there). MemoryMax is v2's memory.max (the backstop; v1 has no second
 // limit). MemoryOomGroup is v2's memory.oom.group (no v1 counterpart).
+// IoMax is v2's io.max; V1BlkioThrottle its counterpart, the four files
+// blkio.throttle.{read,write}_{bps,iops}_device read and written as one
+// value in io.max's grammar. Both hold a line per device: their value is
+// the line of one device ("MAJ:MIN rbps=.. wbps=.. riops=.. wiops=..",
+// "max" for no limit), read out of the file by that device (the knob
+// row's per_device), saved and restored line by line.
 // Each has one row in the knob table (model/knob_table.h), in this
 // order.
 enum class CgroupFile {
@@ -46,12 +52,15 @@ enum class CgroupFile {
   V1MemoryPulse,
   MemoryMax,
   MemoryOomGroup,
+  IoMax,
+  V1BlkioThrottle,
 };
-inline constexpr std::array<CgroupFile, 16> kAllCgroupFiles = {
-    CgroupFile::CpuMax,        CgroupFile::CpuWeight,     CgroupFile::CpuIdle,     CgroupFile::CpusetCpus,
-    CgroupFile::V1CpuCfs,      CgroupFile::V1CpuShares,   CgroupFile::V1CpuIdle,   CgroupFile::V1CpusetCpus,
-    CgroupFile::MemoryHigh,    CgroupFile::V1MemoryLimit, CgroupFile::CpuMaxBurst, CgroupFile::V1CpuCfsBurst,
-    CgroupFile::MemoryReclaim, CgroupFile::V1MemoryPulse, CgroupFile::MemoryMax,   CgroupFile::MemoryOomGroup};
+inline constexpr std::array<CgroupFile, 18> kAllCgroupFiles = {
+    CgroupFile::CpuMax,        CgroupFile::CpuWeight,      CgroupFile::CpuIdle,     CgroupFile::CpusetCpus,
+    CgroupFile::V1CpuCfs,      CgroupFile::V1CpuShares,    CgroupFile::V1CpuIdle,   CgroupFile::V1CpusetCpus,
+    CgroupFile::MemoryHigh,    CgroupFile::V1MemoryLimit,  CgroupFile::CpuMaxBurst, CgroupFile::V1CpuCfsBurst,
+    CgroupFile::MemoryReclaim, CgroupFile::V1MemoryPulse,  CgroupFile::MemoryMax,   CgroupFile::MemoryOomGroup,
+    CgroupFile::IoMax,         CgroupFile::V1BlkioThrottle};
 
 // Lookups in the knob table (model/knob_table.h).
 // The name in logs and in the state file: "cpu.max", ..., and for v1 files
@@ -59,7 +68,7 @@ inline constexpr std::array<CgroupFile, 16> kAllCgroupFiles = {
 const char* cgroup_file_name(CgroupFile f);
 std::optional<CgroupFile> cgroup_file_from_name(const std::string& name);
 
-enum class Hierarchy { Unified, CpuV1, CpusetV1, MemoryV1 };
+enum class Hierarchy { Unified, CpuV1, CpusetV1, MemoryV1, BlkioV1 };
 Hierarchy hierarchy_of(CgroupFile f);
 // The kernel files behind one CgroupFile, in its hierarchy.
 std::vector<std::string> kernel_files(CgroupFile f);

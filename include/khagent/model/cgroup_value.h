@@ -77,15 +77,29 @@ struct MemoryOomGroup {
   bool operator==(const MemoryOomGroup&) const = default;
 };
 
+// io.max (v2), blkio.throttle.{read,write}_{bps,iops}_device (v1, direct
+// IO only: buffered writeback is issued by the flusher, charged to the
+// root): the most one group may read and write on one device, per second.
+// One device per value: a file holds a line per device, and khagent owns
+// only the line of the device it limits.
+struct IoLimit {
+  std::string device;            // "MAJOR:MINOR"
+  std::optional<uint64_t> rbps;  // none: no limit ("max")
+  std::optional<uint64_t> wbps;
+  std::optional<uint64_t> riops;
+  std::optional<uint64_t> wiops;
+  bool operator==(const IoLimit&) const = default;
+};
+
 // The knobs, in the order of KnobValue's alternatives.
-enum class Knob { Quota, Weight, Idle, Cpus, Memory, Burst, Reclaim, Backstop, OomGroup };
+enum class Knob { Quota, Weight, Idle, Cpus, Memory, Burst, Reclaim, Backstop, OomGroup, IoLimit };
 using KnobValue = std::variant<CpuQuota, CpuWeight, CpuIdle, CpuList, MemoryLimit, CpuBurst, MemoryReclaim, MemoryMax,
-                               MemoryOomGroup>;
-static_assert(std::variant_size_v<KnobValue> == static_cast<size_t>(Knob::OomGroup) + 1);
+                               MemoryOomGroup, IoLimit>;
+static_assert(std::variant_size_v<KnobValue> == static_cast<size_t>(Knob::IoLimit) + 1);
 inline Knob knob_of(const KnobValue& v) { return static_cast<Knob>(v.index()); }
 // The v2 file name of a knob, for logs: "cpu.max", "cpu.weight", "cpu.idle",
 // "cpuset.cpus", "memory.high", "cpu.max.burst", "memory.reclaim", "memory.max",
-// "memory.oom.group".
+// "memory.oom.group", "io.max".
 const char* knob_name(Knob k);
 
 // One value wanted on one cgroup.

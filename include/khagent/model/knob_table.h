@@ -58,6 +58,11 @@ struct KnobRow {
   std::string (*why_invalid)(const std::string& value, const CpuSet& node_cpus);
   // The value as the kernel prints it.
   std::string (*normalize)(const std::string& value);
+  // A file with a line per device (io.max): a value is one device's line,
+  // and what the file holds for it is that device's line alone
+  // (model/knob_values.h: io_max_line_of), saved, compared and restored
+  // as such; the other devices' lines are never touched.
+  bool per_device = false;
 };
 
 // Every row, in CgroupFile order (row i is the file of value i).
@@ -80,5 +85,9 @@ Result<void> validate_cgroup_value(CgroupFile f, const std::string& value, const
 // Values as the kernel prints them, for comparing what is there with what we
 // want ("max" alone reads back as "max 100000"; cpu lists are canonicalised).
 std::string normalize_cgroup_value(CgroupFile f, const std::string& value);
+
+// What a file read as `file_text` holds for `value`: the whole text, or on
+// a per_device row the line of `value`'s device.
+std::string held_for(CgroupFile f, const std::string& file_text, const std::string& value);
 
 }  // namespace khagent

@@ -76,6 +76,6 @@ std::unique_ptr<Controller> make_cpu_controller(const Config& cfg, const NodeFac
 std::unique_ptr<Controller> make_memory_controller(const Config& cfg, const NodeFacts& facts);
 std::unique_ptr<Controller> make_burst_controller(const Config& cfg);
 std::unique_ptr<Controller> make_cache_reclaim_controller(const Config& cfg, const NodeFacts& facts);
-std::unique_ptr<Controller> make_io_controller(const Config& cfg);
+std::unique_ptr<Controller> make_io_controller(const Config& cfg, const NodeFacts& facts);
 
 }  // namespace khagent

@@ -1,19 +1,48 @@
-// The IO controller, first step: it measures, names, and writes nothing.
-// Each tick it takes the online pods' IO stall (io.pressure) and the
-// offline cgroups' IO per device (io.stat, or v1 blkio), and when an online
-// pod stalled on IO more than io.stall_limit of the tick it names the
-// offline cgroup that moved the most bytes on a device that pod used (or
-// on any device, when the pod's own devices are not known). The levers
-// (io.weight, io.max, v1 blkio.throttle) come next, on top of this report.
+// The IO controller. Each tick it takes the online pods' IO stall
+// (io.pressure) and the offline cgroups' IO per device (io.stat, or v1
+// blkio), and when an online pod stalled on IO more than io.stall_limit of
+// the tick it names the offline cgroup that moved the most bytes on a
+// device that pod used. With io.limit, that cgroup gets an IO limit on
+// that device (the io_limit lever: io.max, v1 blkio.throttle), each step
+// judged and undone when it did not help, raised step by step and lifted
+// when online is calm. Nothing is written on a device no stalled online
+// pod used.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "khagent/config/config.h"
+#include "khagent/model/cgroup_value.h"
 #include "khagent/signals/io.h"
 
 namespace khagent {
+
+// A limit khagent holds on one offline cgroup and device.
+struct IoLimitHeld {
+  std::string cgroup;
+  std::string pod;             // the online pod whose stall it is for
+  IoLimit limit;               // in force (limit.device: the device)
+  IoLimit previous;            // before the last step (the first's: no limit)
+  IoLimit before;              // what the cgroup moved per second before the first step (the keys limited)
+  double stall_before = 0;     // the pod's stall share when the last step was taken
+  double wait_before = 0;      // and its wait per IO (signals/io.h: wait_per_io_us)
+  uint64_t step_ns = 0;        // when the last step was taken
+  bool judged = false;         // the last step's verdict is in
+  bool settled = false;        // a tighter step did not help: no tighter until raised
+  uint64_t calm_since_ns = 0;  // 0: the device is not calm
+  int steps = 0;               // steps in force (the first limit, then each tighter one)
+};
+
+struct IoLimitState {
+  std::vector<IoLimitHeld> held;
+  // (cgroup, device) whose limit did not help: not limited again before then.
+  std::map<std::pair<std::string, std::string>, uint64_t> hold_off_until;
+};
 
 struct IoReport {
   IoSignals signals;
@@ -25,9 +54,31 @@ struct IoReport {
   // pod used (or on any device when its devices are unknown).
   std::optional<IoOfflineUse> aggressor;
   bool aggressor_on_pods_device = false;  // the device is one the stalled pod used
+  // The limits in force after this tick, and what changed.
+  std::vector<IoLimitHeld> limits;
+  struct Step {
+    const char* kind;  // limited, tightened, helped, useless (lifted), raised, lifted (calm)
+    std::string text;  // in words, for the log
+  };
+  std::vector<Step> steps;
 };
 
 // The judgement over one tick's signals.
 IoReport io_judge(IoSignals s, const IoConfig& cfg);
+
+// The limits' step at one tick (r: the tick's judgement; io.limit on):
+//   - a step is judged io.verdict_after it: it helped when the pod's wait
+//     per IO fell by a quarter or its stall to io.stall_limit; a first
+//     limit that did not help is lifted (and that cgroup and device held
+//     off for io.hold_off), a tighter one goes back to the last limit and
+//     stays there;
+//   - a limit is tightened by io.limit_step while its pod still stalls;
+//   - it is raised by 1/io.limit_step after io.calm_after with its pod
+//     and the device's pods under half of io.stall_limit, or with the
+//     cgroup moving less than half of the limit, and lifted once above
+//     what the cgroup moved before the first step;
+//   - the aggressor named on the stalled pod's device gets a first limit.
+// Fills r.limits and r.steps.
+void io_limit_step(IoReport& r, const IoConfig& cfg, uint64_t now_ns, IoLimitState& st);
 
 }  // namespace khagent

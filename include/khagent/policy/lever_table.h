@@ -42,6 +42,9 @@ struct LeverInput {
   std::vector<OfflineTarget> online;
   // YARN containers that get memory.oom.group (TargetKind::YarnContainer).
   std::vector<OfflineTarget> containers;
+  // The IO limit on each offline cgroup the IO controller limits, by path
+  // (policy/io_controller.h).
+  std::map<std::string, IoLimit> io_limits;
 };
 
 struct LeverSpec {
@@ -91,7 +94,9 @@ std::vector<std::pair<Lever, bool>> levers_in_force(const LeverInput& in, const 
 //   - reclaim: the bytes asked of each offline parent (in.reclaim_asks):
 //     memory.reclaim on v2, a limit pulse on v1;
 //   - oom_group: memory.oom.group=1 on the YARN containers listed
-//     (in.containers), v2 only, when memory.oom_group allows it.
+//     (in.containers), v2 only, when memory.oom_group allows it;
+//   - io_limit: the IO limit of each offline target listed
+//     (in.io_limits), one device each, when io.limit allows it.
 // `only`: the levers whose values are wanted (a controller's own).
 std::vector<Setting> lever_writes(const LeverInput& in, const Config& cfg, std::span<const Lever> only = kAllLevers);
 

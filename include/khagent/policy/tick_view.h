@@ -23,6 +23,7 @@ struct NodeFacts {
   bool memory = false;            // a memory controller to read and write
   bool memory_v2 = false;         // it is cgroup v2's (memory.max, memory.reclaim), not a hybrid host's v1
   bool yarn_last_resort = false;  // YARN may kill a container when the node's memory is critical
+  bool io = false;                // an IO limit the backend writes: io.max, or v1 blkio.throttle (direct IO only)
 };
 
 // One tick, or one wake-up between ticks (then `node` is the last tick's).

@@ -50,6 +50,13 @@ class IoTracker {
   std::map<std::string, IoStat> stat_;
 };
 
+// The time a pod stalled on IO per IO it completed in the interval (µs):
+// for a pod with one IO in flight at a time, its mean IO latency; it grows
+// with the queueing other cgroups' IO adds, where the stall share of an
+// IO-bound pod stays high whatever its latency. A stall with no IO done
+// counts as one IO.
+double wait_per_io_us(const IoPodStall& p);
+
 // The delta of `now` over `before` per device (a device missing before
 // counts from zero; a counter that went backwards counts from zero).
 IoStat io_delta(const IoStat& before, const IoStat& now);
