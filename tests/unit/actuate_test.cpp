@@ -560,6 +560,28 @@ TEST(RealCgroupFs, V1BlkioThrottleReadsAndWritesAsIoMax) {
   EXPECT_FALSE(rfs.write("/yarn", CgroupFile::V1BlkioThrottle, "sda rbps=1").ok());
 }
 
+// An IO limit only where io.max is hierarchical: cgroup v2 with the io
+// controller; a hybrid host's v1 blk-throttle is flat, and says so.
+TEST(IoController, AvailableOnCgroupV2WithIoOnly) {
+  TempDir t;
+  t.write("cgroup.controllers", "cpuset cpu io memory pids\n");
+  CgroupRoots roots;
+  roots.unified = t.path.string();
+  EXPECT_TRUE(io_controller_for(CgroupBackend::V2, roots).ok());
+  t.write("cgroup.controllers", "cpuset cpu memory pids\n");
+  auto none = io_controller_for(CgroupBackend::V2, roots);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.error().message.find("io controller is not available"), std::string::npos);
+  roots.blkio_v1 = (t.path / "blkio").string();
+  auto v1 = io_controller_for(CgroupBackend::V1Hybrid, roots);
+  ASSERT_FALSE(v1.ok());
+  EXPECT_NE(v1.error().message.find("flat"), std::string::npos) << v1.error().message;
+  t.write("cgroup.controllers", "io\n");
+  auto mixed = io_controller_for(CgroupBackend::V1Hybrid, roots);
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.error().message.find("pure cgroup v2"), std::string::npos) << mixed.error().message;
+}
+
 TEST(RealCgroupFs, FixtureDirectory) {
   TempDir t;
   t.write("be/cpu.max", "max 100000\n");

@@ -86,17 +86,27 @@ Result<void> memory_controller_for(CgroupBackend b, const CgroupRoots& roots) {
 }
 
 Result<void> io_controller_for(CgroupBackend b, const CgroupRoots& roots) {
-  if (b == CgroupBackend::V1Hybrid) {
-    if (roots.blkio_v1.empty())
-      return make_error(ENOTSUP, "no v1 blkio hierarchy is mounted on this hybrid host: no IO limits");
-    return {};
-  }
   std::string controllers;
   if (int fd = ::open((roots.unified + "/cgroup.controllers").c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
     char buf[512];
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n > 0) controllers.assign(buf, static_cast<size_t>(n));
     ::close(fd);
+  }
+  if (b == CgroupBackend::V1Hybrid && has_word(controllers, "io"))
+    return make_error(ENOTSUP,
+                      "the io controller is on cgroup2 but cpu on v1: IO limits are written on pure cgroup "
+                      "v2 hosts only (this mix is not supported yet)");
+  if (b == CgroupBackend::V1Hybrid) {
+    // v1 blk-throttle is flat: a limit on an offline parent does not apply
+    // to the tasks of its children (the kernel's throtl_pd_init links a
+    // group to its parent on the default hierarchy only), and it limits
+    // direct IO only. Limits on the cgroups that hold the tasks are not
+    // built yet.
+    return make_error(ENOTSUP, std::string("the io controller is on cgroup v1 here (blkio") +
+                                   (roots.blkio_v1.empty() ? ", not mounted" : "") +
+                                   "), whose blk-throttle is flat: a limit on an offline parent would not apply to its "
+                                   "children's tasks (and v1 limits direct IO only); no IO limits on this hybrid host");
   }
   if (!has_word(controllers, "io"))
     return make_error(ENOTSUP, "the io controller is not available at " + roots.unified + ": no IO limits");

@@ -107,10 +107,7 @@ std::optional<int> Agent::setup_node() {
   facts_.memory_v2 = node.memory_v2;
   facts_.io = node.io;
   spdlog::info("levers: {}{}", levers_summary(cfg_, facts_.idle_supported, facts_.memory_v2),
-               !facts_.io                      ? ""
-               : backend_ == CgroupBackend::V2 ? "; io.max on the offline cgroup an online pod's IO stall names"
-                                               : "; v1 blkio.throttle on the offline cgroup an online pod's IO stall "
-                                                 "names (direct IO only: v1 cannot limit buffered writeback)");
+               facts_.io ? "; io.max on the offline cgroup an online pod's IO stall names" : "");
   return std::nullopt;
 }
 

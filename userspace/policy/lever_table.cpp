@@ -197,9 +197,8 @@ constexpr std::array<LeverSpec, 10> kTable = {{
         Knob::IoLimit,
         false,
         false,
-        "io.max: cgroup v2 with the io controller enabled above the target (blk-throttle, any IO scheduler); a "
-        "hybrid host's v1 blkio.throttle.*_device files, which limit direct IO only (buffered writeback is issued "
-        "by the flusher and charged to the root)",
+        "io.max: cgroup v2 with the io controller enabled above the target (blk-throttle, any IO scheduler); not "
+        "on a hybrid host, whose v1 blk-throttle is flat (a parent's limit misses its children's tasks)",
         "the offline target the IO controller names for an online pod's IO stall, on the device that pod used; "
         "never an online cgroup, never a device no stalled online pod used",
         "that device's original line from the state file (no limit, usually); the other devices' lines are "

@@ -259,7 +259,7 @@ struct IoConfig {
   // than this share of a tick is stalled: the offline cgroup that moved
   // the most bytes on its devices is named.
   double stall_limit = 0.1;
-  // The IO limit (io.max; v1 blkio.throttle, direct IO only) on the
+  // The IO limit (io.max; cgroup v2 only: v1 blk-throttle is flat) on the
   // offline cgroup named, for the device the stalled pod used: first at
   // limit_step of what that cgroup moved in the tick (bytes and IOs per
   // second, read and write, each it used), then limit_step of the last

@@ -20,7 +20,7 @@ enum class Lever {
   Backstop,  // memory.max above the memory limit on YARN roots (v2): the kernel's OOM kept inside offline
   Reclaim,   // offline page cache reclaimed ahead of need while online pods refault
   OomGroup,  // memory.oom.group on YARN containers (v2): an OOM kill takes the whole container
-  IoLimit,   // io.max (v1: blkio.throttle.*) on the offline cgroup named for an online pod's IO stall
+  IoLimit,   // io.max (cgroup v2) on the offline cgroup named for an online pod's IO stall
 };
 inline constexpr std::array<Lever, 10> kAllLevers = {Lever::Idle,     Lever::Weight, Lever::Cpuset,   Lever::Quota,
                                                      Lever::Memory,   Lever::Burst,  Lever::Backstop, Lever::Reclaim,

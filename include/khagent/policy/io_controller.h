@@ -3,7 +3,7 @@
 // blkio), and when an online pod stalled on IO more than io.stall_limit of
 // the tick it names the offline cgroup that moved the most bytes on a
 // device that pod used. With io.limit, that cgroup gets an IO limit on
-// that device (the io_limit lever: io.max, v1 blkio.throttle), each step
+// that device (the io_limit lever: io.max, cgroup v2 only), each step
 // judged and undone when it did not help, raised step by step and lifted
 // when online is calm. Nothing is written on a device no stalled online
 // pod used.

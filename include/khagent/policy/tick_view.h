@@ -23,7 +23,7 @@ struct NodeFacts {
   bool memory = false;            // a memory controller to read and write
   bool memory_v2 = false;         // it is cgroup v2's (memory.max, memory.reclaim), not a hybrid host's v1
   bool yarn_last_resort = false;  // YARN may kill a container when the node's memory is critical
-  bool io = false;                // an IO limit the backend writes: io.max, or v1 blkio.throttle (direct IO only)
+  bool io = false;                // an IO limit to write: io.max (cgroup v2 with the io controller)
 };
 
 // One tick, or one wake-up between ticks (then `node` is the last tick's).
