@@ -201,7 +201,10 @@ std::string io_max_line(const std::string& cgroup, const std::string& majmin) {
 // threads. The agent limits the YARN root on that device (io.max) once the
 // pod stalls, lifts the limit when the writer is gone and online is calm,
 // limits again when it comes back, and restores the original io.max at
-// exit. Rates are printed, not asserted: the guest's clock is emulated.
+// exit. Whether a step helped is the kernel's to say (a useless first step
+// is lifted at once; the hold-off is short here so that the writer's
+// return is limited again): rates and verdicts are printed, not asserted,
+// as the guest's clock is emulated.
 TEST(VmIo, TheAgentLimitsTheOfflineWriterOnThePodsDeviceAndLiftsItWhenCalm) {
   ASSERT_EQ(geteuid(), 0u) << "the VM suite runs as root inside the guest";
   NullBlk nb;
@@ -233,7 +236,7 @@ TEST(VmIo, TheAgentLimitsTheOfflineWriterOnThePodsDeviceAndLiftsItWhenCalm) {
   const std::string cfg = "/tmp/" + k + ".yaml", state = "/tmp/" + k + "-state.json", log = "/tmp/" + k + ".log";
   std::ofstream(cfg) << "tick: 500ms\noffline:\n  yarn_hierarchy: " << yarn.substr(1)
                      << "\nmemory:\n  enabled: false\nio:\n  stall_limit: 0.1\n  verdict_after: 1s\n"
-                     << "  calm_after: 3s\n";
+                     << "  calm_after: 3s\n  hold_off: 2s\n";
   pid_t agent = hosttest::start_agent(cfg, state, log);
   const uint64_t running = mono_ns();
   std::string limit;
@@ -264,7 +267,8 @@ TEST(VmIo, TheAgentLimitsTheOfflineWriterOnThePodsDeviceAndLiftsItWhenCalm) {
   std::printf(
       "online 4 KiB reads/s: alone %.0f, next to the free writer %.0f, with the agent's limit %.0f (%s); limited "
       "%.2f s after the agent was running, lifted after %.1f s\n",
-      alone, free_rate, limited_rate, limit_then.c_str(), limited_after, lifted_after);
+      alone, free_rate, limited_rate, limit_then.empty() ? "no limit in force then" : limit_then.c_str(), limited_after,
+      lifted_after);
   // The agent's IO lines: its steps and warnings (its writes repeat them).
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);)
@@ -278,7 +282,9 @@ TEST(VmIo, TheAgentLimitsTheOfflineWriterOnThePodsDeviceAndLiftsItWhenCalm) {
   EXPECT_TRUE(again) << "the writer came back and was not limited again\n" << text;
   EXPECT_TRUE(restored.empty()) << "io.max not restored at exit: " << restored << "\n" << text;
   EXPECT_NE(text.find("io limit: "), std::string::npos) << text;
-  EXPECT_NE(text.find("io limit lifted"), std::string::npos) << text;
+  EXPECT_TRUE(text.find("io limit helped") != std::string::npos || text.find("io limit useless") != std::string::npos)
+      << "no verdict\n"
+      << text;
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text;
 }
 

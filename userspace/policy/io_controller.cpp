@@ -102,16 +102,26 @@ void io_limit_step(IoReport& r, const IoConfig& cfg, uint64_t now_ns, IoLimitSta
       const double share = pod ? pod->some_share : 0;
       const double wait = pod ? wait_per_io_us(*pod) : 0;
       if (!h.judged) {
+        if (pod) {  // every tick after the step's
+          uint64_t ios = 0;
+          for (const auto& [dev, d] : pod->devices) ios += d.rios + d.wios;
+          h.since_stall_us += pod->some_us;
+          h.since_ios += ios;
+        }
+        h.since_ns += s.interval_ns;
         if (now_ns - h.step_ns < cfg.verdict_after_ns) {
           keep.push_back(std::move(h));
           continue;
         }
-        // Helped: the pod's wait per IO fell by a quarter, or it stalls
-        // under the limit now.
-        const bool helped = share <= cfg.stall_limit || wait < h.wait_before * 0.75;
+        // Helped, over the ticks since the step: the pod's wait per IO fell
+        // by a quarter, or it stalled under the limit.
+        const double w =
+            static_cast<double>(h.since_stall_us) / static_cast<double>(std::max<uint64_t>(h.since_ios, 1));
+        const double sh = static_cast<double>(h.since_stall_us) * 1000.0 / static_cast<double>(h.since_ns);
+        const bool helped = sh <= cfg.stall_limit || w < h.wait_before * 0.75;
         const std::string figures = fmt::format(
-            "{} waited {:.0f} us per IO ({:.0f}% stalled) before the step, {:.0f} us ({:.0f}%) {:.1f} s after", h.pod,
-            h.wait_before, h.stall_before * 100, wait, share * 100, static_cast<double>(now_ns - h.step_ns) / 1e9);
+            "{} waited {:.0f} us per IO ({:.0f}% stalled) before the step, {:.0f} us ({:.0f}%) over the {:.1f} s after",
+            h.pod, h.wait_before, h.stall_before * 100, w, sh * 100, static_cast<double>(h.since_ns) / 1e9);
         if (!helped && h.steps == 1) {
           st.hold_off_until[{h.cgroup, h.limit.device}] = now_ns + cfg.hold_off_ns;
           r.steps.push_back({"useless", fmt::format("io limit useless: {}; {} lifted, not limited there for {:.0f} s",
@@ -170,6 +180,7 @@ void io_limit_step(IoReport& r, const IoConfig& cfg, uint64_t now_ns, IoLimitSta
           h.stall_before = share;
           h.wait_before = wait;
           h.step_ns = now_ns;
+          h.since_stall_us = h.since_ios = h.since_ns = 0;
           h.judged = false;
           h.steps++;
         }

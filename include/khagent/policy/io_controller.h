@@ -25,13 +25,16 @@ namespace khagent {
 // A limit khagent holds on one offline cgroup and device.
 struct IoLimitHeld {
   std::string cgroup;
-  std::string pod;             // the online pod whose stall it is for
-  IoLimit limit;               // in force (limit.device: the device)
-  IoLimit previous;            // before the last step (the first's: no limit)
-  IoLimit before;              // what the cgroup moved per second before the first step (the keys limited)
-  double stall_before = 0;     // the pod's stall share when the last step was taken
-  double wait_before = 0;      // and its wait per IO (signals/io.h: wait_per_io_us)
-  uint64_t step_ns = 0;        // when the last step was taken
+  std::string pod;          // the online pod whose stall it is for
+  IoLimit limit;            // in force (limit.device: the device)
+  IoLimit previous;         // before the last step (the first's: no limit)
+  IoLimit before;           // what the cgroup moved per second before the first step (the keys limited)
+  double stall_before = 0;  // the pod's stall share when the last step was taken
+  double wait_before = 0;   // and its wait per IO (signals/io.h: wait_per_io_us)
+  uint64_t step_ns = 0;     // when the last step was taken
+  // The pod's IO stall, IOs and time over the ticks since the last step,
+  // for its verdict.
+  uint64_t since_stall_us = 0, since_ios = 0, since_ns = 0;
   bool judged = false;         // the last step's verdict is in
   bool settled = false;        // a tighter step did not help: no tighter until raised
   uint64_t calm_since_ns = 0;  // 0: the device is not calm
@@ -67,9 +70,9 @@ struct IoReport {
 IoReport io_judge(IoSignals s, const IoConfig& cfg);
 
 // The limits' step at one tick (r: the tick's judgement; io.limit on):
-//   - a step is judged io.verdict_after it: it helped when the pod's wait
-//     per IO fell by a quarter or its stall to io.stall_limit; a first
-//     limit that did not help is lifted (and that cgroup and device held
+//   - a step is judged io.verdict_after it, over the ticks since: it
+//     helped when the pod's wait per IO fell by a quarter or its stall to
+//     io.stall_limit; a first limit that did not help is lifted (and that cgroup and device held
 //     off for io.hold_off), a tighter one goes back to the last limit and
 //     stays there;
 //   - a limit is tightened by io.limit_step while its pod still stalls;
