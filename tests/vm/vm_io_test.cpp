@@ -31,106 +31,15 @@
 #include "khagent/policy/io_controller.h"
 #include "khagent/signals/io.h"
 #include "khagent/util/clock.h"
+#include "vm_io_util.h"
 
 using namespace khagent;
+using namespace vmio;
 using hosttest::CgroupStack;
 using hosttest::sleep_s;
 using hosttest::write_file;
 
 namespace {
-
-const std::string kCg = "/sys/fs/cgroup";
-const std::string kNullb = "/sys/kernel/config/nullb/khagent-io";
-
-// A null_blk device made through configfs; removed at the end.
-struct NullBlk {
-  std::string dev;      // /dev/nullbN
-  std::string majmin;   // "major:minor"
-  std::string problem;  // why there is none
-  NullBlk() {
-    if (::access("/sys/kernel/config/nullb", F_OK) != 0) {
-      std::filesystem::create_directories("/sys/kernel/config");
-      ::mount("none", "/sys/kernel/config", "configfs", 0, nullptr);
-    }
-    if (::access("/sys/kernel/config/nullb", F_OK) != 0) {
-      problem = "no /sys/kernel/config/nullb: null_blk is not loaded (vmtest/run.sh --modules null_blk)";
-      return;
-    }
-    std::filesystem::create_directories(kNullb);
-    for (auto [k, v] : {std::pair{"size", "256"},
-                        {"blocksize", "4096"},
-                        {"hw_queue_depth", "4"},
-                        {"submit_queues", "1"},
-                        {"irqmode", "2"},
-                        {"completion_nsec", "500000"},
-                        {"memory_backed", "0"},
-                        {"power", "1"}})
-      if (!write_file(kNullb + "/" + k, v)) problem += std::string("cannot set ") + k + "; ";
-    // The disk is nullb<index>, or, on kernels that name it after its
-    // configfs directory, khagent-io.
-    const std::string index = hosttest::read_file(kNullb + "/index");
-    const std::string names[] = {"/dev/nullb" + std::to_string(std::atoi(index.c_str())), "/dev/khagent-io"};
-    struct stat st{};
-    for (int i = 0; i < 100 && dev.empty(); i++) {
-      for (const auto& n : names)
-        if (::stat(n.c_str(), &st) == 0) dev = n;
-      if (dev.empty()) usleep(20000);
-    }
-    if (dev.empty()) {
-      std::string seen;
-      for (const auto& e : std::filesystem::directory_iterator("/sys/block"))
-        seen += " " + e.path().filename().string();
-      problem += "no " + names[0] + " or " + names[1] + " (/sys/block:" + seen + ")";
-      return;
-    }
-    majmin = std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev));
-  }
-  ~NullBlk() {
-    write_file(kNullb + "/power", "0");
-    ::rmdir(kNullb.c_str());
-  }
-};
-
-// A process in `cgroup` doing O_DIRECT IO on `dev` from `threads` threads
-// until killed: reads of `bs` at random offsets, or writes; each IO done
-// counted in `done` (shared memory) when given.
-pid_t io_loop(const std::string& cgroup, const std::string& dev, bool write, size_t bs, int threads,
-              std::atomic<uint64_t>* done = nullptr) {
-  pid_t p = fork();
-  if (p == 0) {
-    if (!write_file(cgroup + "/cgroup.procs", "0")) _exit(90);
-    std::vector<std::thread> ts;
-    for (int t = 0; t < threads; t++)
-      ts.emplace_back([&, t] {
-        int fd = ::open(dev.c_str(), (write ? O_WRONLY : O_RDONLY) | O_DIRECT);
-        if (fd < 0) _exit(91);
-        void* buf = nullptr;
-        if (posix_memalign(&buf, 4096, bs) != 0) _exit(92);
-        std::memset(buf, 0x5a, bs);
-        const uint64_t span = (uint64_t{200} << 20) / bs;
-        uint64_t x = 88172645463325252ULL + static_cast<uint64_t>(t);
-        for (;;) {
-          x ^= x << 13;
-          x ^= x >> 7;
-          x ^= x << 17;
-          const off_t off = static_cast<off_t>((x % span) * bs);
-          const ssize_t n = write ? ::pwrite(fd, buf, bs, off) : ::pread(fd, buf, bs, off);
-          if (n != static_cast<ssize_t>(bs)) _exit(93);
-          if (done) done->fetch_add(1, std::memory_order_relaxed);
-        }
-      });
-    for (auto& t : ts) t.join();
-    _exit(0);
-  }
-  return p;
-}
-
-void stop(pid_t p) {
-  if (p <= 0) return;
-  kill(p, SIGKILL);
-  int st = 0;
-  waitpid(p, &st, 0);
-}
 
 TEST(VmIo, SignalsShowTheOnlineStallAndNameTheOfflineWriterOnItsDevice) {
   ASSERT_EQ(geteuid(), 0u) << "the VM suite runs as root inside the guest";
@@ -182,20 +91,6 @@ TEST(VmIo, SignalsShowTheOnlineStallAndNameTheOfflineWriterOnItsDevice) {
   EXPECT_TRUE(r.aggressor_on_pods_device);
 }
 
-// IOs per second of `done` over `seconds`.
-double rate_over(std::atomic<uint64_t>* done, double seconds) {
-  const uint64_t a = done->load(), t0 = mono_ns();
-  sleep_s(seconds);
-  return static_cast<double>(done->load() - a) * 1e9 / static_cast<double>(mono_ns() - t0);
-}
-
-// The line of `majmin` in a cgroup's io.max ("" when it has none).
-std::string io_max_line(const std::string& cgroup, const std::string& majmin) {
-  const std::string text = hosttest::read_file(kCg + cgroup + "/io.max");
-  const size_t at = text.find(majmin + " ");
-  return at == std::string::npos ? "" : text.substr(at, text.find('\n', at) - at);
-}
-
 // The closed loop on a real kernel: an online pod reading the null_blk
 // device (4 KiB O_DIRECT) next to a YARN container writing it from 8
 // threads. The agent limits the YARN root on that device (io.max) once the
@@ -223,10 +118,8 @@ TEST(VmIo, TheAgentLimitsTheOfflineWriterOnThePodsDeviceAndLiftsItWhenCalm) {
   // io down to the pod, as systemd (IOAccounting) and the kubelet enable it.
   for (const auto& p : {kube, burstable}) write_file(kCg + p + "/cgroup.subtree_control", "+io");
   ASSERT_TRUE(::access((kCg + pod + "/io.stat").c_str(), F_OK) == 0) << "no io.stat in the pod: io not enabled down";
-  auto* done = static_cast<std::atomic<uint64_t>*>(
-      mmap(nullptr, sizeof(std::atomic<uint64_t>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(done, MAP_FAILED);
-  new (done) std::atomic<uint64_t>(0);
+  IoShared* done = new_shared();
+  ASSERT_NE(done, nullptr);
 
   pid_t reader = io_loop(kCg + pod + "/cri-containerd-0123456789ab.scope", nb.dev, false, 4096, 1, done);
   const double alone = rate_over(done, 2.0);
@@ -262,7 +155,7 @@ TEST(VmIo, TheAgentLimitsTheOfflineWriterOnThePodsDeviceAndLiftsItWhenCalm) {
   stop(reader);
   const std::string text = hosttest::read_file(log);
   for (const auto& f : {cfg, state, state + ".prev", log}) ::unlink(f.c_str());
-  munmap(done, sizeof(std::atomic<uint64_t>));
+  free_shared(done);
 
   std::printf(
       "online 4 KiB reads/s: alone %.0f, next to the free writer %.0f, with the agent's limit %.0f (%s); limited "
