@@ -289,5 +289,35 @@ TEST(IoLimiter, WaitPerIoJudgesStepsAndAnUnusedLimitIsLifted) {
   EXPECT_EQ(t, 31u);
 }
 
+// A pod's wait per IO measured while no offline IO shares its devices is
+// its baseline: a pod that waits no more than 1.25x that is not limited
+// for, and a limit is not tightened once the pod is back near it.
+TEST(IoLimiter, NoLimitNorTighterOneNearThePodsBaseline) {
+  IoConfig cfg;
+  IoLimitState st;
+  constexpr uint64_t kS = 1000 * kMs;
+  // Quiet ticks: 80% stalled, 2000 reads: 400 us per read alone.
+  for (uint64_t t = 1; t <= 5; t++) limiter_tick(st, cfg, t * kS, 0.8, 0, 0, 2000);
+  ASSERT_TRUE(st.baseline_wait_us.count("/pod"));
+  EXPECT_NEAR(st.baseline_wait_us.at("/pod"), 400, 1);
+  // A writer, but the pod waits 450 us per read (within 1.25x): no limit.
+  auto r = limiter_tick(st, cfg, 6 * kS, 0.8, 200 << 20, 3200, 1778);
+  ASSERT_TRUE(r.aggressor);
+  EXPECT_TRUE(r.limits.empty());
+  // 800 us per read: limited, and the line says the baseline.
+  r = limiter_tick(st, cfg, 7 * kS, 0.8, 200 << 20, 3200, 1000);
+  ASSERT_EQ(r.limits.size(), 1u);
+  EXPECT_NE(r.steps.at(0).text.find("400 us per IO alone"), std::string::npos) << r.steps[0].text;
+  // Back to 480 us per read, still 80% stalled: helped, and not tightened.
+  r = limiter_tick(st, cfg, 9 * kS, 0.8, 100 << 20, 1600, 1667);
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_EQ(std::string(r.steps[0].kind), "helped") << r.steps[0].text;
+  for (uint64_t t = 10; t < 20; t++) {
+    r = limiter_tick(st, cfg, t * kS, 0.8, 100 << 20, 1600, 1667);
+    EXPECT_TRUE(r.steps.empty()) << r.steps[0].text;
+  }
+  EXPECT_EQ(r.limits.at(0).limit.wbps, 100u << 20);
+}
+
 }  // namespace
 }  // namespace khagent

@@ -12,7 +12,7 @@
 //   max       io.max on the YARN root by hand: half of the writer's free
 //             rate (bytes and IOs) measured in this round's "free" row
 //   khagent   `khagent run` (defaults but a 200 ms tick), the writer
-//             started once the agent runs
+//             started 1.5 s after the agent runs (the reader's baseline)
 // Each row: the reader's p50 and p99 latency over SECONDS after a settle,
 // and the writer's MiB/s. The last line states the goal's figures.
 #include <algorithm>
@@ -129,6 +129,7 @@ int main() {
       if (row == "khagent") {
         ::unlink(log.c_str());
         agent = hosttest::start_agent(cfg, state, log);
+        sleep_s(1.5);  // ticks with the reader alone: its baseline wait per IO
       }
       if (row == "max") {
         if (free_bps <= 0) {  // no "free" row yet in this run: measure it first

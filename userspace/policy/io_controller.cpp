@@ -93,35 +93,81 @@ std::string who(const IoLimitHeld& h) { return fmt::format("{} on {}", h.cgroup,
 
 }  // namespace
 
+namespace {
+
+// The baselines: each pod that did IO with no offline IO on its devices
+// this tick adds to its moving average; a pod gone is forgotten.
+void update_baselines(const IoSignals& s, IoLimitState& st) {
+  std::map<std::string, double> next;
+  for (const auto& p : s.online) {
+    auto it = st.baseline_wait_us.find(p.pod);
+    uint64_t ios = 0;
+    bool shared = false;
+    for (const auto& [dev, d] : p.devices) {
+      ios += d.rios + d.wios;
+      for (const auto& u : s.offline) shared = shared || (u.device == dev && u.delta.rios + u.delta.wios > 0);
+    }
+    if (ios >= 20 && !shared) {
+      const double w = wait_per_io_us(p);
+      next[p.pod] = it == st.baseline_wait_us.end() ? w : 0.8 * it->second + 0.2 * w;
+    } else if (it != st.baseline_wait_us.end()) {
+      next[p.pod] = it->second;
+    }
+  }
+  st.baseline_wait_us = std::move(next);
+}
+
+// Whether the pod waits per IO more than its baseline allows (true when
+// it has no baseline yet).
+bool slowed(const IoLimitState& st, const std::string& pod, double wait_us) {
+  auto it = st.baseline_wait_us.find(pod);
+  return it == st.baseline_wait_us.end() || wait_us > it->second * kIoBaselineSlack;
+}
+
+std::string baseline_text(const IoLimitState& st, const std::string& pod) {
+  auto it = st.baseline_wait_us.find(pod);
+  return it == st.baseline_wait_us.end() ? std::string("no baseline yet")
+                                         : fmt::format("{:.0f} us per IO alone", it->second);
+}
+
+}  // namespace
+
 void io_limit_step(IoReport& r, const IoConfig& cfg, uint64_t now_ns, IoLimitState& st) {
   const IoSignals& s = r.signals;
   if (s.interval_ns) {
+    update_baselines(s, st);
     std::vector<IoLimitHeld> keep;
     for (auto& h : st.held) {
       const IoPodStall* pod = pod_of(s, h.pod);
-      const double share = pod ? pod->some_share : 0;
-      const double wait = pod ? wait_per_io_us(*pod) : 0;
+      // The pod's stall and wait per IO over a window of ticks (from the
+      // last step, then io.verdict_after long each): verdicts and tighter
+      // steps go by these, not by one tick's.
+      if (pod) {
+        uint64_t ios = 0;
+        for (const auto& [dev, d] : pod->devices) ios += d.rios + d.wios;
+        h.since_stall_us += pod->some_us;
+        h.since_ios += ios;
+      }
+      h.since_ns += s.interval_ns;
+      const bool window_full = now_ns - h.window_ns >= cfg.verdict_after_ns;
+      const double w = static_cast<double>(h.since_stall_us) / static_cast<double>(std::max<uint64_t>(h.since_ios, 1));
+      const double sh =
+          static_cast<double>(h.since_stall_us) * 1000.0 / static_cast<double>(std::max<uint64_t>(h.since_ns, 1));
+      if (window_full) {
+        h.window_ns = now_ns;
+        h.since_stall_us = h.since_ios = h.since_ns = 0;
+      }
       if (!h.judged) {
-        if (pod) {  // every tick after the step's
-          uint64_t ios = 0;
-          for (const auto& [dev, d] : pod->devices) ios += d.rios + d.wios;
-          h.since_stall_us += pod->some_us;
-          h.since_ios += ios;
-        }
-        h.since_ns += s.interval_ns;
-        if (now_ns - h.step_ns < cfg.verdict_after_ns) {
+        if (!window_full) {
           keep.push_back(std::move(h));
           continue;
         }
         // Helped, over the ticks since the step: the pod's wait per IO fell
-        // by a quarter, or it stalled under the limit.
-        const double w =
-            static_cast<double>(h.since_stall_us) / static_cast<double>(std::max<uint64_t>(h.since_ios, 1));
-        const double sh = static_cast<double>(h.since_stall_us) * 1000.0 / static_cast<double>(h.since_ns);
-        const bool helped = sh <= cfg.stall_limit || w < h.wait_before * 0.75;
+        // by a quarter (or to its baseline), or it stalled under the limit.
+        const bool helped = sh <= cfg.stall_limit || w < h.wait_before * 0.75 || !slowed(st, h.pod, w);
         const std::string figures = fmt::format(
             "{} waited {:.0f} us per IO ({:.0f}% stalled) before the step, {:.0f} us ({:.0f}%) over the {:.1f} s after",
-            h.pod, h.wait_before, h.stall_before * 100, w, sh * 100, static_cast<double>(h.since_ns) / 1e9);
+            h.pod, h.wait_before, h.stall_before * 100, w, sh * 100, static_cast<double>(now_ns - h.step_ns) / 1e9);
         if (!helped && h.steps == 1) {
           st.hold_off_until[{h.cgroup, h.limit.device}] = now_ns + cfg.hold_off_ns;
           r.steps.push_back({"useless", fmt::format("io limit useless: {}; {} lifted, not limited there for {:.0f} s",
@@ -164,7 +210,7 @@ void io_limit_step(IoReport& r, const IoConfig& cfg, uint64_t now_ns, IoLimitSta
           h.limit = next;
           h.settled = false;
         }
-      } else if (share > cfg.stall_limit && !h.settled) {
+      } else if (window_full && sh > cfg.stall_limit && !h.settled && slowed(st, h.pod, w)) {
         h.calm_since_ns = 0;
         IoLimit next = h.limit;
         for (int i = 0; i < 4; i++)
@@ -172,15 +218,15 @@ void io_limit_step(IoReport& r, const IoConfig& cfg, uint64_t now_ns, IoLimitSta
             *k = std::max(floor_of(cfg, i), static_cast<uint64_t>(static_cast<double>(**k) * cfg.limit_step));
         if (next != h.limit) {
           r.steps.push_back(
-              {"tightened", fmt::format("io limit tightened: {} still stalls {:.0f}% ({:.0f} us per IO); "
+              {"tightened", fmt::format("io limit tightened: {} still stalls {:.0f}% ({:.0f} us per IO; {}); "
                                         "{}: {} -> {}",
-                                        h.pod, share * 100, wait, who(h), limit_text(h.limit), limit_text(next))});
+                                        h.pod, sh * 100, w, baseline_text(st, h.pod), who(h), limit_text(h.limit),
+                                        limit_text(next))});
           h.previous = h.limit;
           h.limit = next;
-          h.stall_before = share;
-          h.wait_before = wait;
-          h.step_ns = now_ns;
-          h.since_stall_us = h.since_ios = h.since_ns = 0;
+          h.stall_before = sh;
+          h.wait_before = w;
+          h.step_ns = h.window_ns = now_ns;
           h.judged = false;
           h.steps++;
         }
@@ -197,7 +243,7 @@ void io_limit_step(IoReport& r, const IoConfig& cfg, uint64_t now_ns, IoLimitSta
           std::any_of(st.held.begin(), st.held.end(), [&](const IoLimitHeld& h) { return h.cgroup == a.cgroup; });
       auto off = st.hold_off_until.find({a.cgroup, a.device});
       const bool holding_off = off != st.hold_off_until.end() && now_ns < off->second;
-      if (!held && !holding_off) {
+      if (!held && !holding_off && slowed(st, r.stalled->pod, wait_per_io_us(*r.stalled))) {
         IoLimitHeld h;
         h.cgroup = a.cgroup;
         h.pod = r.stalled->pod;
@@ -213,12 +259,13 @@ void io_limit_step(IoReport& r, const IoConfig& cfg, uint64_t now_ns, IoLimitSta
           h.previous = IoLimit{a.device, std::nullopt, std::nullopt, std::nullopt, std::nullopt};
           h.stall_before = r.stalled->some_share;
           h.wait_before = wait_per_io_us(*r.stalled);
-          h.step_ns = now_ns;
+          h.step_ns = h.window_ns = now_ns;
           h.steps = 1;
-          r.steps.push_back({"limited", fmt::format("io limit: {} stalled on IO {:.0f}% ({:.0f} us per IO); {} moved "
-                                                    "{}; limited to {}",
-                                                    h.pod, h.stall_before * 100, h.wait_before, who(h),
-                                                    limit_text(h.before), limit_text(h.limit))});
+          r.steps.push_back(
+              {"limited", fmt::format("io limit: {} stalled on IO {:.0f}% ({:.0f} us per IO; {}); {} "
+                                      "moved {}; limited to {}",
+                                      h.pod, h.stall_before * 100, h.wait_before, baseline_text(st, h.pod), who(h),
+                                      limit_text(h.before), limit_text(h.limit))});
           st.held.push_back(std::move(h));
         }
       }

@@ -32,8 +32,10 @@ struct IoLimitHeld {
   double stall_before = 0;  // the pod's stall share when the last step was taken
   double wait_before = 0;   // and its wait per IO (signals/io.h: wait_per_io_us)
   uint64_t step_ns = 0;     // when the last step was taken
-  // The pod's IO stall, IOs and time over the ticks since the last step,
-  // for its verdict.
+  // The pod's IO stall, IOs and time over the window of ticks since
+  // window_ns (the last step, then io.verdict_after long each), for the
+  // verdicts and the tighter steps.
+  uint64_t window_ns = 0;
   uint64_t since_stall_us = 0, since_ios = 0, since_ns = 0;
   bool judged = false;         // the last step's verdict is in
   bool settled = false;        // a tighter step did not help: no tighter until raised
@@ -45,7 +47,14 @@ struct IoLimitState {
   std::vector<IoLimitHeld> held;
   // (cgroup, device) whose limit did not help: not limited again before then.
   std::map<std::pair<std::string, std::string>, uint64_t> hold_off_until;
+  // Each online pod's wait per IO while no offline target moved IO on its
+  // devices (a moving average over such ticks): what its IO costs alone.
+  std::map<std::string, double> baseline_wait_us;
 };
+
+// A pod's wait per IO within this much of its baseline is not slowed by
+// others: no limit for it, and no tighter one.
+inline constexpr double kIoBaselineSlack = 1.25;
 
 struct IoReport {
   IoSignals signals;
@@ -75,12 +84,16 @@ IoReport io_judge(IoSignals s, const IoConfig& cfg);
 //     io.stall_limit; a first limit that did not help is lifted (and that cgroup and device held
 //     off for io.hold_off), a tighter one goes back to the last limit and
 //     stays there;
-//   - a limit is tightened by io.limit_step while its pod still stalls;
+//   - a limit is tightened by io.limit_step while its pod still stalls and
+//     waits more per IO than kIoBaselineSlack times its baseline (when one
+//     was measured: ticks with no offline IO on its devices);
 //   - it is raised by 1/io.limit_step after io.calm_after with its pod
 //     and the device's pods under half of io.stall_limit, or with the
 //     cgroup moving less than half of the limit, and lifted once above
 //     what the cgroup moved before the first step;
-//   - the aggressor named on the stalled pod's device gets a first limit.
+//   - the aggressor named on the stalled pod's device gets a first limit,
+//     unless the pod's wait per IO is within kIoBaselineSlack of its
+//     baseline (it stalls on its own IO, not behind others').
 // Fills r.limits and r.steps.
 void io_limit_step(IoReport& r, const IoConfig& cfg, uint64_t now_ns, IoLimitState& st);
 
