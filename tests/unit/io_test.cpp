@@ -161,8 +161,11 @@ TEST(IoLimiter, LimitsTheAggressorAtHalfItsRateThenJudgesTightensRaisesAndLifts)
   IoConfig cfg;  // stall_limit 0.1, step 0.5, verdict after 2 s, calm after 10 s
   IoLimitState st;
   constexpr uint64_t kS = 1000 * kMs;
-  // A 200 MiB/s, 3200 IOPS writer while the pod stalls 40%: limited to half.
-  auto r = limiter_tick(st, cfg, 1 * kS, 0.4, 200 << 20, 3200);
+  // A 200 MiB/s, 3200 IOPS writer while the pod stalls 40%: named on one
+  // tick, limited to half on the second.
+  auto r = limiter_tick(st, cfg, 0, 0.4, 200 << 20, 3200);
+  EXPECT_TRUE(r.limits.empty()) << "limited on the first tick named";
+  r = limiter_tick(st, cfg, 1 * kS, 0.4, 200 << 20, 3200);
   ASSERT_EQ(r.limits.size(), 1u);
   const IoLimit& l = r.limits[0].limit;
   EXPECT_EQ(r.limits[0].cgroup, "/hadoop-yarn");
@@ -206,6 +209,7 @@ TEST(IoLimiter, AUselessStepIsLiftedAndNotRetriedDuringTheHoldOff) {
   IoConfig cfg;
   IoLimitState st;
   constexpr uint64_t kS = 1000 * kMs;
+  limiter_tick(st, cfg, 0, 0.4, 200 << 20, 3200);
   auto r = limiter_tick(st, cfg, 1 * kS, 0.4, 200 << 20, 3200);
   ASSERT_EQ(r.limits.size(), 1u);
   // The pod stalls as much 2 s later: the limit did not help.
@@ -216,6 +220,7 @@ TEST(IoLimiter, AUselessStepIsLiftedAndNotRetriedDuringTheHoldOff) {
   // Named again while held off: not limited; after 60 s it may be again.
   r = limiter_tick(st, cfg, 4 * kS, 0.4, 200 << 20, 3200);
   EXPECT_TRUE(r.limits.empty());
+  r = limiter_tick(st, cfg, 63 * kS, 0.4, 200 << 20, 3200);
   r = limiter_tick(st, cfg, 64 * kS, 0.4, 200 << 20, 3200);
   EXPECT_EQ(r.limits.size(), 1u);
 }
@@ -257,6 +262,7 @@ TEST(IoLimiter, WaitPerIoJudgesStepsAndAnUnusedLimitIsLifted) {
   IoLimitState st;
   constexpr uint64_t kS = 1000 * kMs;
   // 80% stalled, 1000 reads: 800 us per read.
+  limiter_tick(st, cfg, 0, 0.8, 200 << 20, 3200, 1000);
   auto r = limiter_tick(st, cfg, 1 * kS, 0.8, 200 << 20, 3200, 1000);
   ASSERT_EQ(r.limits.size(), 1u);
   EXPECT_NEAR(r.limits[0].wait_before, 800, 1);
@@ -304,7 +310,9 @@ TEST(IoLimiter, NoLimitNorTighterOneNearThePodsBaseline) {
   auto r = limiter_tick(st, cfg, 6 * kS, 0.8, 200 << 20, 3200, 1778);
   ASSERT_TRUE(r.aggressor);
   EXPECT_TRUE(r.limits.empty());
-  // 800 us per read: limited, and the line says the baseline.
+  // 800 us per read on two ticks: limited, and the line says the baseline.
+  r = limiter_tick(st, cfg, 6500 * kMs, 0.8, 200 << 20, 3200, 1000);
+  EXPECT_TRUE(r.limits.empty());
   r = limiter_tick(st, cfg, 7 * kS, 0.8, 200 << 20, 3200, 1000);
   ASSERT_EQ(r.limits.size(), 1u);
   EXPECT_NE(r.steps.at(0).text.find("400 us per IO alone"), std::string::npos) << r.steps[0].text;

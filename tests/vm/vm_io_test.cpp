@@ -129,7 +129,10 @@ TEST(VmIo, TheAgentLimitsTheOfflineWriterOnThePodsDeviceAndLiftsItWhenCalm) {
   const std::string cfg = "/tmp/" + k + ".yaml", state = "/tmp/" + k + "-state.json", log = "/tmp/" + k + ".log";
   std::ofstream(cfg) << "tick: 500ms\noffline:\n  yarn_hierarchy: " << yarn.substr(1)
                      << "\nmemory:\n  enabled: false\nio:\n  stall_limit: 0.1\n  verdict_after: 1s\n"
-                     << "  calm_after: 3s\n  hold_off: 2s\n";
+                     << "  calm_after: 3s\n  hold_off: 2s\n"
+                     // The reader's CPU waits on a loaded host must not move
+                     // the YARN root's cpuset (this test is about IO).
+                     << "ladder:\n  rungs: [quota]\n";
   pid_t agent = hosttest::start_agent(cfg, state, log);
   const uint64_t running = mono_ns();
   std::string limit;

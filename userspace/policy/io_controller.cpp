@@ -237,13 +237,21 @@ void io_limit_step(IoReport& r, const IoConfig& cfg, uint64_t now_ns, IoLimitSta
     }
     st.held = std::move(keep);
 
+    bool due = false;
     if (r.stalled && r.aggressor && r.aggressor_on_pods_device) {
       const auto& a = *r.aggressor;
       const bool held =
           std::any_of(st.held.begin(), st.held.end(), [&](const IoLimitHeld& h) { return h.cgroup == a.cgroup; });
       auto off = st.hold_off_until.find({a.cgroup, a.device});
       const bool holding_off = off != st.hold_off_until.end() && now_ns < off->second;
-      if (!held && !holding_off && slowed(st, r.stalled->pod, wait_per_io_us(*r.stalled))) {
+      due = !held && !holding_off && slowed(st, r.stalled->pod, wait_per_io_us(*r.stalled));
+      if (due) {
+        const std::pair<std::string, std::string> key{a.cgroup, a.device};
+        st.due_ticks = st.due == key ? st.due_ticks + 1 : 1;
+        st.due = key;
+      }
+      if (due && st.due_ticks >= 2) {
+        st.due_ticks = 0;
         IoLimitHeld h;
         h.cgroup = a.cgroup;
         h.pod = r.stalled->pod;
@@ -270,6 +278,7 @@ void io_limit_step(IoReport& r, const IoConfig& cfg, uint64_t now_ns, IoLimitSta
         }
       }
     }
+    if (!due) st.due_ticks = 0;
     for (auto it = st.hold_off_until.begin(); it != st.hold_off_until.end();)
       it = now_ns >= it->second ? st.hold_off_until.erase(it) : std::next(it);
   }

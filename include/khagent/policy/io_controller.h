@@ -50,6 +50,11 @@ struct IoLimitState {
   // Each online pod's wait per IO while no offline target moved IO on its
   // devices (a moving average over such ticks): what its IO costs alone.
   std::map<std::string, double> baseline_wait_us;
+  // The (cgroup, device) a first limit is due for, and on how many ticks
+  // in a row: it is set on the second, so that its rate is a whole tick's
+  // (a writer that just started is caught in its ramp-up).
+  std::pair<std::string, std::string> due;
+  int due_ticks = 0;
 };
 
 // A pod's wait per IO within this much of its baseline is not slowed by
@@ -91,9 +96,10 @@ IoReport io_judge(IoSignals s, const IoConfig& cfg);
 //     and the device's pods under half of io.stall_limit, or with the
 //     cgroup moving less than half of the limit, and lifted once above
 //     what the cgroup moved before the first step;
-//   - the aggressor named on the stalled pod's device gets a first limit,
-//     unless the pod's wait per IO is within kIoBaselineSlack of its
-//     baseline (it stalls on its own IO, not behind others').
+//   - the aggressor named on the stalled pod's device gets a first limit
+//     when named on two ticks in a row, unless the pod's wait per IO is
+//     within kIoBaselineSlack of its baseline (it stalls on its own IO,
+//     not behind others').
 // Fills r.limits and r.steps.
 void io_limit_step(IoReport& r, const IoConfig& cfg, uint64_t now_ns, IoLimitState& st);
 
