@@ -94,12 +94,14 @@ TEST(VmIo, SignalsShowTheOnlineStallAndNameTheOfflineWriterOnItsDevice) {
 // The closed loop on a real kernel: an online pod reading the null_blk
 // device (4 KiB O_DIRECT) next to a YARN container writing it from 8
 // threads. The agent limits the YARN root on that device (io.max) once the
-// pod stalls, lifts the limit when the writer is gone and online is calm,
-// limits again when it comes back, and restores the original io.max at
-// exit. Whether a step helped is the kernel's to say (a useless first step
-// is lifted at once; the hold-off is short here so that the writer's
-// return is limited again): rates and verdicts are printed, not asserted,
-// as the guest's clock is emulated.
+// pod stalls (the writer runs before the agent starts, so the reader has
+// no baseline yet), lifts the limit when the writer is gone and online is
+// calm, and restores the original io.max at exit, whatever it holds then.
+// Whether a step helped is the kernel's to say (a useless first step is
+// lifted at once), and so is whether the writer's return slows the reader
+// past 1.25x of the baseline it measured meanwhile (then it is limited
+// again; the hold-off is short here): rates, verdicts and that are
+// printed, not asserted, as the guest's clock is emulated.
 TEST(VmIo, TheAgentLimitsTheOfflineWriterOnThePodsDeviceAndLiftsItWhenCalm) {
   ASSERT_EQ(geteuid(), 0u) << "the VM suite runs as root inside the guest";
   NullBlk nb;
@@ -146,7 +148,10 @@ TEST(VmIo, TheAgentLimitsTheOfflineWriterOnThePodsDeviceAndLiftsItWhenCalm) {
   bool lifted = false;
   for (int i = 0; i < 600 && !(lifted = io_max_line(yarn, nb.majmin).empty()); i++) sleep_s(0.05);
   const double lifted_after = static_cast<double>(mono_ns() - running) / 1e9;
-  // It comes back: limited again (its hold-off only follows useless steps).
+  // It comes back: limited again, unless the reader's wait per IO stays
+  // within 1.25x of the baseline it measured while the writer was gone
+  // (printed, not asserted: how much the writer slows it is the
+  // kernel's); the agent must restore whatever it holds at exit.
   writer = io_loop(kCg + yarn + "/container_e01_1700000000000_0001_01_000002", nb.dev, true, 64 << 10, 8);
   bool again = false;
   for (int i = 0; i < 300 && !(again = !io_max_line(yarn, nb.majmin).empty()); i++) sleep_s(0.05);
@@ -162,9 +167,9 @@ TEST(VmIo, TheAgentLimitsTheOfflineWriterOnThePodsDeviceAndLiftsItWhenCalm) {
 
   std::printf(
       "online 4 KiB reads/s: alone %.0f, next to the free writer %.0f, with the agent's limit %.0f (%s); limited "
-      "%.2f s after the agent was running, lifted after %.1f s\n",
+      "%.2f s after the agent was running, lifted after %.1f s; limited again when the writer came back: %s\n",
       alone, free_rate, limited_rate, limit_then.empty() ? "no limit in force then" : limit_then.c_str(), limited_after,
-      lifted_after);
+      lifted_after, again ? "yes" : "no");
   // The agent's IO lines: its steps and warnings (its writes repeat them).
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);)
@@ -175,7 +180,6 @@ TEST(VmIo, TheAgentLimitsTheOfflineWriterOnThePodsDeviceAndLiftsItWhenCalm) {
   EXPECT_NE(limit.find("wbps="), std::string::npos) << limit;
   EXPECT_EQ(limit.find("wbps=max"), std::string::npos) << "the writes are not limited: " << limit;
   EXPECT_TRUE(lifted) << "the limit stayed after the writer was gone\n" << text;
-  EXPECT_TRUE(again) << "the writer came back and was not limited again\n" << text;
   EXPECT_TRUE(restored.empty()) << "io.max not restored at exit: " << restored << "\n" << text;
   EXPECT_NE(text.find("io limit: "), std::string::npos) << text;
   EXPECT_TRUE(text.find("io limit helped") != std::string::npos || text.find("io limit useless") != std::string::npos)
